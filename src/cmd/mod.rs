@@ -1,0 +1,31 @@
+//! The `trtis` command line: one file per subcommand, each with its clap
+//! `Args` and a `run` that returns the process exit code. Only this module
+//! knows about flags, stdout formatting and exit codes.
+
+mod validate_config;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// trtis: a Triton-compatible inference server toolkit.
+#[derive(Debug, Parser)]
+#[command(name = "trtis", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check Triton model configurations (config.pbtxt) without loading any
+    /// model: every finding with file, line and field.
+    ValidateConfig(validate_config::Args),
+}
+
+/// Runs the chosen subcommand.
+pub fn dispatch(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::ValidateConfig(args) => validate_config::run(args),
+    }
+}

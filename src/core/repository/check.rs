@@ -1,0 +1,645 @@
+//! Loading and checking model configurations from a repository without
+//! loading any model: parse, normalize, validate, and the checks that need
+//! the file system or other models (version directories, model, label and
+//! data files, ensemble steps, circular ensembles).
+//!
+//! `trtis validate-config` prints what this finds; the server will use the
+//! same path to load configs, so the two never disagree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::core::config::normalize::{
+    normalize, NormalizeContext, ENSEMBLE_PLATFORM, KNOWN_FORMATS,
+};
+use crate::core::config::pb::{
+    model_config::SchedulingChoice, model_sequence_batching::initial_state::StateData,
+    model_warmup::input::InputDataType, DataType, ModelConfig, ModelEnsembling,
+};
+use crate::core::config::validate::{data_type_name, validate, ValidateContext};
+use crate::core::config::{parse_config, Issue, Severity, SourceMap};
+
+use super::layout::{self, ModelDir};
+
+/// A located finding: what `validate-config` prints, one per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub file: PathBuf,
+    /// 1-based; 0 when the finding is about a directory, not a place in a file.
+    pub line: u32,
+    pub col: u32,
+    pub severity: Severity,
+    /// The config field path, empty when not about one field.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.col)?;
+        }
+        write!(f, ": {}: ", self.severity)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Options for checking.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckOptions {
+    pub gpu_count: usize,
+    /// Severity of a KIND_GPU group on a machine without that GPU.
+    pub missing_gpu: Severity,
+}
+
+/// One checked model.
+#[derive(Debug, Clone)]
+pub struct CheckedModel {
+    pub dir: ModelDir,
+    /// The normalized config, when it parsed and normalized.
+    pub config: Option<ModelConfig>,
+    /// Versions the policy selects (that exist).
+    pub versions: Vec<i64>,
+    pub findings: Vec<Finding>,
+    source_map: SourceMap,
+}
+
+impl CheckedModel {
+    pub fn name(&self) -> &str {
+        &self.dir.name
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+
+    fn first_error(&self) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.severity == Severity::Error)
+    }
+
+    /// Records an issue, located through the config's source map.
+    fn push(&mut self, issue: Issue) {
+        let file = self.dir.config_path();
+        let (line, col) = self.source_map.locate(&issue.field);
+        self.findings.push(Finding {
+            file,
+            line,
+            col,
+            severity: issue.severity,
+            field: issue.field,
+            message: issue.message,
+        });
+    }
+
+    /// Records a finding about the directory rather than a config field.
+    fn push_dir(&mut self, severity: Severity, message: String) {
+        self.findings.push(Finding {
+            file: self.dir.path.clone(),
+            line: 0,
+            col: 0,
+            severity,
+            field: String::new(),
+            message,
+        });
+    }
+}
+
+/// Checks one model directory on its own (ensemble steps are not resolved).
+pub fn check_model_dir(path: &Path, opts: &CheckOptions) -> std::io::Result<CheckedModel> {
+    let dir = layout::scan_model_dir(path)?;
+    Ok(check_model(dir, opts))
+}
+
+/// Checks the models `names` of the repository at `root` (all of them when
+/// `names` is None), resolving the models their ensembles use from the same
+/// repository. Returns the requested models, in order.
+pub fn check_repository(
+    root: &Path,
+    names: Option<&[String]>,
+    opts: &CheckOptions,
+) -> std::io::Result<Vec<CheckedModel>> {
+    let requested: Vec<String> = match names {
+        Some(n) => n.to_vec(),
+        None => layout::list_model_dirs(root)?
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect(),
+    };
+    let mut cache: BTreeMap<String, Option<CheckedModel>> = BTreeMap::new();
+    for name in &requested {
+        load_into(root, name, opts, &mut cache)?;
+    }
+    // Ensembles: resolve their steps (checking the step models on demand).
+    for name in &requested {
+        let is_ensemble = cache
+            .get(name)
+            .and_then(|m| m.as_ref())
+            .and_then(|m| m.config.as_ref())
+            .is_some_and(|c| c.platform == ENSEMBLE_PLATFORM);
+        if is_ensemble {
+            check_ensemble(root, name, opts, &mut cache)?;
+        }
+    }
+    Ok(requested
+        .iter()
+        .filter_map(|n| cache.get(n).cloned().flatten())
+        .collect())
+}
+
+/// Checks `root/name` into the cache (None when there is no such directory).
+fn load_into(
+    root: &Path,
+    name: &str,
+    opts: &CheckOptions,
+    cache: &mut BTreeMap<String, Option<CheckedModel>>,
+) -> std::io::Result<()> {
+    if cache.contains_key(name) {
+        return Ok(());
+    }
+    let path = root.join(name);
+    let model = if layout::is_contained_name(name) && path.is_dir() {
+        Some(check_model(layout::scan_model_dir(&path)?, opts))
+    } else {
+        None
+    };
+    cache.insert(name.to_string(), model);
+    Ok(())
+}
+
+/// Parses, normalizes and validates one model, and checks its files.
+fn check_model(dir: ModelDir, opts: &CheckOptions) -> CheckedModel {
+    let mut m = CheckedModel {
+        dir,
+        config: None,
+        versions: Vec::new(),
+        findings: Vec::new(),
+        source_map: SourceMap::default(),
+    };
+    for warning in m.dir.ignored.clone() {
+        m.push_dir(Severity::Warning, warning);
+    }
+    let config_path = m.dir.config_path();
+    let mut config = match std::fs::read(&config_path) {
+        Ok(bytes) => match parse_config(&bytes) {
+            Ok(parsed) => {
+                m.source_map = parsed.source_map;
+                parsed.config
+            }
+            Err(e) => {
+                m.findings.push(Finding {
+                    file: config_path,
+                    line: e.line,
+                    col: e.col,
+                    severity: Severity::Error,
+                    field: String::new(),
+                    message: e.message,
+                });
+                return m;
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            missing_config(&mut m);
+            return m;
+        }
+        Err(e) => {
+            m.push_dir(
+                Severity::Error,
+                format!(
+                    "failed to open text file for read {}: {e}",
+                    config_path.display()
+                ),
+            );
+            return m;
+        }
+    };
+    let given_name = config.name.clone();
+    let ctx = NormalizeContext {
+        model_name: m.dir.name.clone(),
+        first_version_entries: m.dir.first_version_entries(),
+        gpu_count: opts.gpu_count,
+    };
+    if let Err(issue) = normalize(&mut config, &ctx) {
+        m.push(issue);
+        return m;
+    }
+    if !given_name.is_empty() && given_name != m.dir.name {
+        let message = if layout::is_contained_name(&given_name) {
+            format!(
+                "unexpected directory name '{}' for model '{given_name}', directory name must equal model name",
+                m.dir.name
+            )
+        } else {
+            format!("invalid model name '{given_name}', model name must not contain path traversal characters")
+        };
+        m.push(Issue::error("name", message));
+    }
+    let vctx = ValidateContext {
+        gpu_count: opts.gpu_count,
+        missing_gpu: opts.missing_gpu,
+    };
+    for issue in validate(&config, &vctx) {
+        m.push(issue);
+    }
+    check_files(&mut m, &config);
+    m.config = Some(config);
+    m
+}
+
+/// No `config.pbtxt`: fine when the server can complete one from the model
+/// file (as Triton's auto-complete does), otherwise an error.
+fn missing_config(m: &mut CheckedModel) {
+    let entries = m.dir.first_version_entries();
+    let completable = ["model.onnx", "model.plan", "model.savedmodel", "model.py"];
+    match completable.iter().find(|f| entries.iter().any(|e| e == *f)) {
+        Some(file) => m.push_dir(
+            Severity::Warning,
+            format!(
+                "no {}: the server will complete the configuration from '{file}' (auto-complete); \
+                 `trtis gen-config` prints it",
+                layout::CONFIG_FILE
+            ),
+        ),
+        None => m.push_dir(
+            Severity::Error,
+            format!(
+                "model configuration is not provided for model '{}'",
+                m.dir.name
+            ),
+        ),
+    }
+}
+
+/// Version directories, model files, label files, warmup and initial-state
+/// data files.
+fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
+    let name = m.dir.name.clone();
+    let (versions, missing) =
+        layout::versions_to_load(config.version_policy.as_ref(), &m.dir.versions);
+    for v in missing {
+        m.push(Issue::error(
+            "version_policy",
+            format!("version {v} is specified for model '{name}', but the version directory is not present"),
+        ));
+    }
+    if versions.is_empty() {
+        m.push(Issue::error(
+            "version_policy",
+            format!(
+                "at least one version must be available under the version policy of model '{name}'"
+            ),
+        ));
+    }
+    let needs_file = config.platform != ENSEMBLE_PLATFORM
+        && KNOWN_FORMATS
+            .iter()
+            .any(|(_, backend, _)| *backend == config.backend);
+    if needs_file && !config.default_model_filename.is_empty() {
+        for v in &versions {
+            let file = m.dir.versions[v].join(&config.default_model_filename);
+            if !file.exists() {
+                m.push(Issue::error(
+                    "default_model_filename",
+                    format!(
+                        "unable to find '{}' in version directory {v} of model '{name}'",
+                        config.default_model_filename
+                    ),
+                ));
+            }
+        }
+    }
+    m.versions = versions;
+    for (i, output) in config.output.iter().enumerate() {
+        let label = &output.label_filename;
+        if !label.is_empty() && !m.dir.path.join(label).is_file() {
+            m.push(Issue::error(
+                format!("output[{i}].label_filename"),
+                format!(
+                    "label file '{label}' of output '{}' not found in the model directory",
+                    output.name
+                ),
+            ));
+        }
+    }
+    for (i, warmup) in config.model_warmup.iter().enumerate() {
+        for (input, spec) in &warmup.inputs {
+            if let Some(InputDataType::InputDataFile(file)) = &spec.input_data_type {
+                if !m.dir.path.join("warmup").join(file).is_file() {
+                    m.push(Issue::error(
+                        format!("model_warmup[{i}].inputs[{input:?}]"),
+                        format!("warmup data file 'warmup/{file}' for input '{input}' not found"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
+        for (i, state) in sb.state.iter().enumerate() {
+            let Some(init) = state.initial_state.first() else {
+                continue;
+            };
+            let Some(StateData::DataFile(file)) = &init.state_data else {
+                continue;
+            };
+            let field = format!("sequence_batching.state[{i}].initial_state[0].data_file");
+            let path = m.dir.path.join("initial_state").join(file);
+            match std::fs::metadata(&path) {
+                Err(e) => m.push(Issue::error(
+                    field,
+                    format!("failed to open text file for read {}: {e}", path.display()),
+                )),
+                Ok(meta) => {
+                    let expected = byte_size(init.data_type, &init.dims);
+                    if let Some(expected) = expected.filter(|&n| n > meta.len()) {
+                        m.push(Issue::error(
+                            field,
+                            format!(
+                                "initial_state setting expects {expected} bytes, but the data provided from {file}only has {} bytes.",
+                                meta.len()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bytes of a fixed-size tensor (None for STRING or variable dims).
+fn byte_size(data_type: i32, dims: &[i64]) -> Option<u64> {
+    let element = match DataType::try_from(data_type).ok()? {
+        DataType::TypeBool | DataType::TypeUint8 | DataType::TypeInt8 => 1,
+        DataType::TypeUint16 | DataType::TypeInt16 | DataType::TypeFp16 | DataType::TypeBf16 => 2,
+        DataType::TypeUint32 | DataType::TypeInt32 | DataType::TypeFp32 => 4,
+        DataType::TypeUint64 | DataType::TypeInt64 | DataType::TypeFp64 => 8,
+        DataType::TypeString | DataType::TypeInvalid => return None,
+    };
+    dims.iter().try_fold(element, |acc: u64, &d| {
+        u64::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
+}
+
+/// Rule 22 and the repository-level ensemble checks: the steps' models
+/// exist, are valid, have the versions asked for, agree with the mapping,
+/// and no ensemble reaches itself.
+fn check_ensemble(
+    root: &Path,
+    name: &str,
+    opts: &CheckOptions,
+    cache: &mut BTreeMap<String, Option<CheckedModel>>,
+) -> std::io::Result<()> {
+    let Some(Some(model)) = cache.get(name) else {
+        return Ok(());
+    };
+    let Some(config) = model.config.clone() else {
+        return Ok(());
+    };
+    let Some(SchedulingChoice::EnsembleScheduling(ens)) = config.scheduling_choice.clone() else {
+        return Ok(());
+    };
+    if model.has_errors() {
+        return Ok(());
+    }
+    for step in &ens.step {
+        load_into(root, &step.model_name, opts, cache)?;
+    }
+    let mut issues = Vec::new();
+    if let Some(cycle) = find_cycle(name, cache, root, opts)? {
+        issues.push(Issue::error(
+            "ensemble_scheduling",
+            format!(
+                "circular dependency between ensembles: {}",
+                cycle.join(" -> ")
+            ),
+        ));
+    }
+    let missing: Vec<&str> = ens
+        .step
+        .iter()
+        .map(|s| s.model_name.as_str())
+        .filter(|n| !matches!(cache.get(*n), Some(Some(_))))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !missing.is_empty() {
+        issues.push(Issue::error(
+            "ensemble_scheduling",
+            format!(
+                "ensemble {name} contains models that are not available or ambiguous: {}",
+                missing.join(", ")
+            ),
+        ));
+    }
+    if issues.is_empty() {
+        issues = step_issues(name, &config, &ens, cache);
+    }
+    if let Some(Some(model)) = cache.get_mut(name) {
+        for issue in issues {
+            model.push(issue);
+        }
+    }
+    Ok(())
+}
+
+/// Rule 22 for each step whose model exists.
+fn step_issues(
+    name: &str,
+    config: &ModelConfig,
+    ens: &ModelEnsembling,
+    cache: &BTreeMap<String, Option<CheckedModel>>,
+) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    // tensor -> (data type, dims, full dims, model it is inferred from)
+    let mut tensors: BTreeMap<String, Vec<(i32, Vec<i64>, Vec<i64>, String)>> = BTreeMap::new();
+    let full = |mbs: i32, dims: &[i64]| -> Vec<i64> {
+        if mbs > 0 {
+            std::iter::once(-1).chain(dims.iter().copied()).collect()
+        } else {
+            dims.to_vec()
+        }
+    };
+    for io in config
+        .input
+        .iter()
+        .map(|i| (&i.name, i.data_type, &i.dims, &i.reshape))
+        .chain(
+            config
+                .output
+                .iter()
+                .map(|o| (&o.name, o.data_type, &o.dims, &o.reshape)),
+        )
+    {
+        let (tname, dt, dims, reshape) = io;
+        let dims = reshape
+            .as_ref()
+            .map(|r| r.shape.clone())
+            .unwrap_or_else(|| dims.clone());
+        let f = full(config.max_batch_size, &dims);
+        tensors
+            .entry(tname.clone())
+            .or_default()
+            .push((dt, dims, f, name.to_string()));
+    }
+    for (i, step) in ens.step.iter().enumerate() {
+        let field = format!("ensemble_scheduling.step[{i}]");
+        let sname = &step.model_name;
+        let Some(Some(sm)) = cache.get(sname) else {
+            continue;
+        };
+        let Some(sc) = sm.config.as_ref().filter(|_| !sm.has_errors()) else {
+            let why = sm
+                .first_error()
+                .map(|f| f.message.clone())
+                .unwrap_or_default();
+            issues.push(Issue::error(
+                format!("{field}.model_name"),
+                format!("ensemble '{name}' depends on '{sname}' which is not valid. Model '{sname}' failed with error: {why}"),
+            ));
+            continue;
+        };
+        if step.model_version >= 0 && !sm.versions.contains(&step.model_version) {
+            issues.push(Issue::error(
+                format!("{field}.model_version"),
+                format!(
+                    "ensemble '{name}' depends on '{sname}' whose required version {} is not loaded.",
+                    step.model_version
+                ),
+            ));
+        }
+        if sc.max_batch_size != 0 && sc.max_batch_size < config.max_batch_size {
+            issues.push(Issue::error(
+                format!("{field}.model_name"),
+                format!(
+                    "ensemble {name} allows maximum batch size {}, but it contains model {sname} which only allows maximum batch size to be {}",
+                    config.max_batch_size, sc.max_batch_size
+                ),
+            ));
+        }
+        for (key, tensor) in &step.input_map {
+            match sc.input.iter().find(|inp| &inp.name == key) {
+                None => issues.push(Issue::error(
+                    format!("{field}.input_map[{key:?}]"),
+                    format!("in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input {key} in model {sname}"),
+                )),
+                Some(inp) => tensors.entry(tensor.clone()).or_default().push((
+                    inp.data_type,
+                    inp.dims.clone(),
+                    full(sc.max_batch_size, &inp.dims),
+                    sname.clone(),
+                )),
+            }
+        }
+        for inp in &sc.input {
+            if !inp.optional && !step.input_map.contains_key(&inp.name) {
+                issues.push(Issue::error(
+                    format!("{field}.input_map"),
+                    format!("in ensemble {name}, input {} in model {sname} is not mapped to any ensemble tensors", inp.name),
+                ));
+            }
+        }
+        let mut targets = BTreeSet::new();
+        for (key, tensor) in &step.output_map {
+            match sc.output.iter().find(|o| &o.name == key) {
+                None => issues.push(Issue::error(
+                    format!("{field}.output_map[{key:?}]"),
+                    format!("in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output {key} in model {sname}"),
+                )),
+                Some(out) => {
+                    if !targets.insert(tensor) {
+                        issues.push(Issue::error(
+                            format!("{field}.output_map[{key:?}]"),
+                            format!("in ensemble {name}, multiple outputs in model {sname} are mapped to the same ensemble tensor {tensor}"),
+                        ));
+                    }
+                    tensors.entry(tensor.clone()).or_default().push((
+                        out.data_type,
+                        out.dims.clone(),
+                        full(sc.max_batch_size, &out.dims),
+                        sname.clone(),
+                    ))
+                }
+            }
+        }
+    }
+    for (tensor, seen) in &tensors {
+        let Some((dt0, dims0, full0, from0)) = seen.first() else {
+            continue;
+        };
+        for (dt, dims, f, from) in &seen[1..] {
+            let prefix = format!("in ensemble {name}, ensemble tensor {tensor}: ");
+            if dt != dt0 {
+                issues.push(Issue::error(
+                    "ensemble_scheduling",
+                    format!(
+                        "{prefix}inconsistent data type: {} is inferred from model {from0} while {} is inferred from model {from}",
+                        data_type_name(*dt0),
+                        data_type_name(*dt)
+                    ),
+                ));
+                break;
+            }
+            if !dims_compatible(dims0, dims) && !dims_compatible(full0, f) {
+                issues.push(Issue::error(
+                    "ensemble_scheduling",
+                    format!(
+                        "{prefix}inconsistent shape: {} is inferred from model {from0} while {} is inferred from model {from}",
+                        dims_string(full0),
+                        dims_string(f)
+                    ),
+                ));
+                break;
+            }
+        }
+    }
+    issues
+}
+
+fn dims_compatible(a: &[i64], b: &[i64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || x == -1 || y == -1)
+}
+
+fn dims_string(dims: &[i64]) -> String {
+    let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// The chain `name -> ... -> name` if `name` reaches itself through ensemble
+/// steps.
+fn find_cycle(
+    name: &str,
+    cache: &mut BTreeMap<String, Option<CheckedModel>>,
+    root: &Path,
+    opts: &CheckOptions,
+) -> std::io::Result<Option<Vec<String>>> {
+    // Depth-first over ensemble → step models, loading models on demand.
+    let mut stack: Vec<(String, Vec<String>)> = vec![(name.to_string(), vec![name.to_string()])];
+    let mut visited = BTreeSet::new();
+    while let Some((current, chain)) = stack.pop() {
+        if !visited.insert(current.clone()) {
+            continue;
+        }
+        load_into(root, &current, opts, cache)?;
+        let steps: Vec<String> = match cache.get(&current) {
+            Some(Some(m)) => match m.config.as_ref().and_then(|c| c.scheduling_choice.as_ref()) {
+                Some(SchedulingChoice::EnsembleScheduling(e)) => {
+                    e.step.iter().map(|s| s.model_name.clone()).collect()
+                }
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        for step in steps {
+            let mut next = chain.clone();
+            next.push(step.clone());
+            if step == name {
+                return Ok(Some(next));
+            }
+            stack.push((step, next));
+        }
+    }
+    Ok(None)
+}

@@ -1,1 +1,9 @@
+//! The one integration test binary (one link on a 2-core machine): each
+//! module is a group of user-level tests.
 
+mod util;
+
+mod cli;
+mod config_cases;
+mod parse;
+mod tidy;

@@ -144,7 +144,14 @@ pub fn parse_config(bytes: &[u8]) -> Result<ParsedConfig, ParseError> {
             .and_then(|mut labels| labels.next())
             .map(|label| original_offset(label.offset(), &inserted))
             .unwrap_or(text.len());
-        at(offset, explain(&err.to_string()))
+        let message = err.to_string();
+        // A repeated scalar is labelled at its value; point at its name.
+        let offset = if message.ends_with("' is already set") {
+            field_name_before(&tokens, offset).unwrap_or(offset)
+        } else {
+            offset
+        };
+        at(offset, explain(&message))
     })?;
     let config: ModelConfig = message.transcode_to().map_err(|e| at(0, e.to_string()))?;
 
@@ -167,6 +174,17 @@ pub fn model_config_descriptor() -> MessageDescriptor {
     super::descriptor_pool()
         .get_message_by_name("inference.ModelConfig")
         .expect("inference.ModelConfig is in the compiled descriptor set")
+}
+
+/// The start of the field name written just before the value at `offset`.
+fn field_name_before(tokens: &[Token], offset: usize) -> Option<usize> {
+    let i = tokens.partition_point(|t| t.start < offset);
+    let mut before = tokens[..i].iter().rev();
+    let mut t = before.next()?;
+    if t.kind == TokenKind::Punct(b':') {
+        t = before.next()?;
+    }
+    (t.kind == TokenKind::Ident).then_some(t.start)
 }
 
 /// Err(offset) of the first bracket that opens a level deeper than allowed.
@@ -238,7 +256,9 @@ fn explain(message: &str) -> String {
     }
     // "value 'TYPE_FP33' was not found for enum 'inference.DataType'"
     if let Some((value, en)) = two_quoted(message, "value '", "' was not found for enum '") {
-        let hint = super::descriptor_pool().get_enum_by_name(en).and_then(|d| {
+        let alias = data_type_alias(value).filter(|_| en == "inference.DataType");
+        let hint = alias.map(str::to_string).or_else(|| {
+            let d = super::descriptor_pool().get_enum_by_name(en)?;
             let names: Vec<String> = d.values().map(|v| v.name().to_string()).collect();
             closest(value, &names)
         });
@@ -250,6 +270,22 @@ fn explain(message: &str) -> String {
         }
     }
     message.to_string()
+}
+
+/// Data type spellings borrowed from other frameworks or from the wire
+/// protocol (`BYTES`), and the config name they mean.
+fn data_type_alias(value: &str) -> Option<&'static str> {
+    Some(match value.strip_prefix("TYPE_").unwrap_or(value) {
+        "BYTES" | "STR" => "TYPE_STRING",
+        "FLOAT" | "FLOAT32" | "F32" => "TYPE_FP32",
+        "HALF" | "FLOAT16" | "F16" => "TYPE_FP16",
+        "DOUBLE" | "FLOAT64" | "F64" => "TYPE_FP64",
+        "BFLOAT16" => "TYPE_BF16",
+        "INT" => "TYPE_INT32",
+        "LONG" => "TYPE_INT64",
+        "BOOLEAN" => "TYPE_BOOL",
+        _ => return None,
+    })
 }
 
 fn with_hint(message: String, hint: Option<String>) -> String {
@@ -273,10 +309,16 @@ pub fn closest(word: &str, candidates: &[String]) -> Option<String> {
     let lower = word.to_ascii_lowercase();
     candidates
         .iter()
-        .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c.clone())
+        .map(|c| (c, c.to_ascii_lowercase()))
+        .map(|(c, cl)| {
+            let close = edit_distance(&lower, &cl) <= (cl.len().max(word.len()) / 3).max(2);
+            // A truncated name (`max_batch`) is a plausible slip too.
+            let prefix = lower.len() >= 4 && (cl.starts_with(&lower) || lower.starts_with(&cl));
+            (edit_distance(&lower, &cl), close || prefix, c)
+        })
+        .filter(|(_, plausible, _)| *plausible)
+        .min_by_key(|(d, _, _)| *d)
+        .map(|(_, _, c)| c.clone())
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

@@ -1048,3 +1048,112 @@ fn first_unconnected<'a>(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CTX: ValidateContext = ValidateContext {
+        gpu_count: 0,
+        missing_gpu: Severity::Error,
+    };
+
+    fn messages(config: &ModelConfig) -> Vec<String> {
+        validate(config, &CTX)
+            .into_iter()
+            .map(|i| i.message)
+            .collect()
+    }
+
+    /// Rules 1, 5 and the empty-group half of 28 cannot fail from a file,
+    /// because normalization fills those fields in (as in Triton); the
+    /// validator still checks them for configs built in code.
+    #[test]
+    fn rules_that_normalization_makes_unreachable() {
+        let config = ModelConfig {
+            backend: "identity".into(),
+            ..Default::default()
+        };
+        let m = messages(&config);
+        assert!(
+            m.contains(&"model configuration must specify 'name'".to_string()),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&"must specify 'version policy' for ".to_string()),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&"must specify one or more 'instance group's for ".to_string()),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn missing_gpu_severity_is_the_callers_choice() {
+        let config = ModelConfig {
+            name: "m".into(),
+            backend: "identity".into(),
+            instance_group: vec![super::super::pb::ModelInstanceGroup {
+                name: "g".into(),
+                kind: GroupKind::Gpu as i32,
+                count: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let issues = validate(&config, &CTX);
+        let gpu = issues
+            .iter()
+            .find(|i| i.message.contains("KIND_GPU"))
+            .unwrap();
+        assert_eq!(gpu.severity, Severity::Error);
+        let warn = ValidateContext {
+            missing_gpu: Severity::Warning,
+            ..CTX
+        };
+        let issues = validate(&config, &warn);
+        assert_eq!(
+            issues
+                .iter()
+                .find(|i| i.message.contains("KIND_GPU"))
+                .unwrap()
+                .severity,
+            Severity::Warning
+        );
+        // With GPUs present, an id past the last one is reported instead.
+        let two = ValidateContext {
+            gpu_count: 2,
+            ..CTX
+        };
+        let mut config = config;
+        config.instance_group[0].gpus = vec![0, 2];
+        let m: Vec<String> = validate(&config, &two)
+            .into_iter()
+            .map(|i| i.message)
+            .collect();
+        assert!(
+            m.iter()
+                .any(|s| s.contains("specifies invalid or unsupported gpu id 2")
+                    && s.ends_with("are: 0, 1")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn stoi_reads_a_leading_integer() {
+        assert_eq!(leading_integer("12abc"), Some(12));
+        assert_eq!(leading_integer(" -3"), Some(-3));
+        assert_eq!(leading_integer("x1"), None);
+        assert_eq!(leading_integer(""), None);
+    }
+
+    #[test]
+    fn contained_paths() {
+        assert!(is_contained_path("labels.txt"));
+        assert!(is_contained_path("sub/dir/file"));
+        assert!(!is_contained_path("../x"));
+        assert!(!is_contained_path("a/../../x"));
+        assert!(!is_contained_path("/etc/passwd"));
+    }
+}

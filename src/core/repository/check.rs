@@ -17,7 +17,7 @@ use crate::core::config::pb::{
     model_config::SchedulingChoice, model_sequence_batching::initial_state::StateData,
     model_warmup::input::InputDataType, DataType, ModelConfig, ModelEnsembling,
 };
-use crate::core::config::validate::{data_type_name, validate, ValidateContext};
+use crate::core::config::validate::{data_type_name, is_contained_path, validate, ValidateContext};
 use crate::core::config::{parse_config, Issue, Severity, SourceMap};
 
 use super::layout::{self, ModelDir};
@@ -298,7 +298,8 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
         && KNOWN_FORMATS
             .iter()
             .any(|(_, backend, _)| *backend == config.backend);
-    if needs_file && !config.default_model_filename.is_empty() {
+    let file_name = &config.default_model_filename;
+    if needs_file && !file_name.is_empty() && is_contained_path(file_name) {
         for v in &versions {
             let file = m.dir.versions[v].join(&config.default_model_filename);
             if !file.exists() {
@@ -346,11 +347,14 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
                 continue;
             };
             let field = format!("sequence_batching.state[{i}].initial_state[0].data_file");
-            let path = m.dir.path.join("initial_state").join(file);
-            match std::fs::metadata(&path) {
+            let relative = Path::new("initial_state").join(file);
+            match std::fs::metadata(m.dir.path.join(&relative)) {
                 Err(e) => m.push(Issue::error(
                     field,
-                    format!("failed to open text file for read {}: {e}", path.display()),
+                    format!(
+                        "failed to open text file for read {}: {e}",
+                        relative.display()
+                    ),
                 )),
                 Ok(meta) => {
                     let expected = byte_size(init.data_type, &init.dims);
@@ -502,13 +506,14 @@ fn step_issues(
             continue;
         };
         if step.model_version >= 0 && !sm.versions.contains(&step.model_version) {
-            issues.push(Issue::error(
-                format!("{field}.model_version"),
-                format!(
-                    "ensemble '{name}' depends on '{sname}' whose required version {} is not loaded.",
-                    step.model_version
-                ),
-            ));
+            let mut message = format!(
+                "ensemble '{name}' depends on '{sname}' whose required version {} is not loaded.",
+                step.model_version
+            );
+            if step.model_version == 0 {
+                message.push_str(" (model_version is 0 when not set; -1 means the latest version)");
+            }
+            issues.push(Issue::error(format!("{field}.model_version"), message));
         }
         if sc.max_batch_size != 0 && sc.max_batch_size < config.max_batch_size {
             issues.push(Issue::error(

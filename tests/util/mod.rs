@@ -1,0 +1,37 @@
+//! Shared helpers: the fixture directory, copying trees, running the binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `tests/fixtures` in the source tree.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Copies the directory tree `from` into `to` (created if missing).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Runs the built `trtis` binary with `args` in `dir`.
+pub fn trtis(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trtis"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("TRTIS_GPU_COUNT")
+        .output()
+        .expect("the trtis binary runs")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -6,4 +6,5 @@ mod util;
 mod cli;
 mod config_cases;
 mod parse;
+mod schema;
 mod tidy;

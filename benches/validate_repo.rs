@@ -163,8 +163,20 @@ fn main() {
     }
     let (read, check) = (median(read), median(check));
     println!("repository: {} (100 models)", dir.display());
-    println!("read all config.pbtxt (reference): {:>9.3} ms", read.as_secs_f64() * 1e3);
-    println!("check_repository (validate-config): {:>9.3} ms", check.as_secs_f64() * 1e3);
-    println!("ratio check / read:                 {:>9.1}x", check.as_secs_f64() / read.as_secs_f64());
-    println!("per model:                          {:>9.1} us", check.as_secs_f64() * 1e6 / 100.0);
+    println!(
+        "read all config.pbtxt (reference): {:>9.3} ms",
+        read.as_secs_f64() * 1e3
+    );
+    println!(
+        "check_repository (validate-config): {:>9.3} ms",
+        check.as_secs_f64() * 1e3
+    );
+    println!(
+        "ratio check / read:                 {:>9.1}x",
+        check.as_secs_f64() / read.as_secs_f64()
+    );
+    println!(
+        "per model:                          {:>9.1} us",
+        check.as_secs_f64() * 1e6 / 100.0
+    );
 }

@@ -208,7 +208,12 @@ fn mutate(base: &str, ops: &[(usize, u8, u8)]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a longer fuzzing run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// Mutated configs (bytes replaced, inserted, deleted; structural bytes
     /// favoured) parse or fail with a position inside the file, never panic.

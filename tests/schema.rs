@@ -38,7 +38,10 @@ pub fn python_required() -> bool {
 
 fn triton_descriptor() -> Option<FileDescriptorProto> {
     let Some(python) = python() else {
-        assert!(!python_required(), "no Python environment with tritonclient: run scripts/setup.sh");
+        assert!(
+            !python_required(),
+            "no Python environment with tritonclient: run scripts/setup.sh"
+        );
         eprintln!("skipped: no .venv with tritonclient (run scripts/setup.sh)");
         return None;
     };
@@ -49,7 +52,11 @@ fn triton_descriptor() -> Option<FileDescriptorProto> {
         ])
         .output()
         .expect("python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Some(FileDescriptorProto::decode(&out.stdout[..]).expect("a FileDescriptorProto"))
 }
 
@@ -81,7 +88,8 @@ fn flatten(file: &FileDescriptorProto) -> Flat {
     let mut flat = Flat::default();
     let prefix = file.package();
     for e in &file.enum_type {
-        flat.enums.insert(format!("{prefix}.{}", e.name()), e.clone());
+        flat.enums
+            .insert(format!("{prefix}.{}", e.name()), e.clone());
     }
     for m in &file.message_type {
         walk(prefix, m, &mut flat);
@@ -90,14 +98,20 @@ fn flatten(file: &FileDescriptorProto) -> Flat {
 }
 
 fn newer(name: &str) -> bool {
-    NEWER_THAN_CLIENT.iter().any(|n| name == *n || name.starts_with(&format!("{n}.")))
+    NEWER_THAN_CLIENT
+        .iter()
+        .any(|n| name == *n || name.starts_with(&format!("{n}.")))
 }
 
 /// Every difference between Triton's schema and ours.
 fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<String> {
     let mut diffs = Vec::new();
     if theirs.package() != ours.package() {
-        diffs.push(format!("package: {} vs {}", theirs.package(), ours.package()));
+        diffs.push(format!(
+            "package: {} vs {}",
+            theirs.package(),
+            ours.package()
+        ));
     }
     let (t, o) = (flatten(theirs), flatten(ours));
     for (name, tm) in &t.messages {
@@ -105,16 +119,33 @@ fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<
             diffs.push(format!("missing message {name}"));
             continue;
         };
-        let oneof = |m: &DescriptorProto, i: Option<i32>| i.map(|i| m.oneof_decl[i as usize].name().to_string());
+        let oneof = |m: &DescriptorProto, i: Option<i32>| {
+            i.map(|i| m.oneof_decl[i as usize].name().to_string())
+        };
         for tf in &tm.field {
             let Some(of) = om.field.iter().find(|f| f.name() == tf.name()) else {
                 diffs.push(format!("missing field {name}.{}", tf.name()));
                 continue;
             };
-            let t_shape = (tf.number(), tf.r#type(), tf.label(), tf.type_name(), oneof(tm, tf.oneof_index));
-            let o_shape = (of.number(), of.r#type(), of.label(), of.type_name(), oneof(om, of.oneof_index));
+            let t_shape = (
+                tf.number(),
+                tf.r#type(),
+                tf.label(),
+                tf.type_name(),
+                oneof(tm, tf.oneof_index),
+            );
+            let o_shape = (
+                of.number(),
+                of.r#type(),
+                of.label(),
+                of.type_name(),
+                oneof(om, of.oneof_index),
+            );
             if t_shape != o_shape {
-                diffs.push(format!("field {name}.{}: triton {t_shape:?} vs ours {o_shape:?}", tf.name()));
+                diffs.push(format!(
+                    "field {name}.{}: triton {t_shape:?} vs ours {o_shape:?}",
+                    tf.name()
+                ));
             }
         }
         for of in &om.field {
@@ -123,7 +154,8 @@ fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<
                 diffs.push(format!("extra field {full}"));
             }
         }
-        if tm.options.as_ref().map(|o| o.map_entry()) != om.options.as_ref().map(|o| o.map_entry()) {
+        if tm.options.as_ref().map(|o| o.map_entry()) != om.options.as_ref().map(|o| o.map_entry())
+        {
             diffs.push(format!("map entry flag of {name}"));
         }
     }
@@ -138,10 +170,17 @@ fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<
             continue;
         };
         let values = |e: &EnumDescriptorProto| -> Vec<(String, i32)> {
-            e.value.iter().map(|v| (v.name().to_string(), v.number())).collect()
+            e.value
+                .iter()
+                .map(|v| (v.name().to_string(), v.number()))
+                .collect()
         };
         if values(te) != values(oe) {
-            diffs.push(format!("enum {name}: triton {:?} vs ours {:?}", values(te), values(oe)));
+            diffs.push(format!(
+                "enum {name}: triton {:?} vs ours {:?}",
+                values(te),
+                values(oe)
+            ));
         }
     }
     for name in o.enums.keys() {
@@ -154,23 +193,54 @@ fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<
 
 #[test]
 fn model_config_proto_matches_tritonclient() {
-    let Some(theirs) = triton_descriptor() else { return };
+    let Some(theirs) = triton_descriptor() else {
+        return;
+    };
     let diffs = differences(&theirs, &ours());
-    assert!(diffs.is_empty(), "model_config.proto differs from Triton's:\n{}", diffs.join("\n"));
-    assert!(flatten(&theirs).messages.len() > 40, "the yardstick itself looks wrong");
+    assert!(
+        diffs.is_empty(),
+        "model_config.proto differs from Triton's:\n{}",
+        diffs.join("\n")
+    );
+    assert!(
+        flatten(&theirs).messages.len() > 40,
+        "the yardstick itself looks wrong"
+    );
 }
 
 /// The comparison can fail: a drift in a field number is caught.
 #[test]
 fn a_drifted_schema_is_caught() {
-    let Some(theirs) = triton_descriptor() else { return };
+    let Some(theirs) = triton_descriptor() else {
+        return;
+    };
     let mut drifted = ours();
-    let config = drifted.message_type.iter_mut().find(|m| m.name() == "ModelConfig").unwrap();
-    let field = config.field.iter_mut().find(|f| f.name() == "max_batch_size").unwrap();
+    let config = drifted
+        .message_type
+        .iter_mut()
+        .find(|m| m.name() == "ModelConfig")
+        .unwrap();
+    let field = config
+        .field
+        .iter_mut()
+        .find(|f| f.name() == "max_batch_size")
+        .unwrap();
     field.number = Some(99);
-    let dt = drifted.enum_type.iter_mut().find(|e| e.name() == "DataType").unwrap();
+    let dt = drifted
+        .enum_type
+        .iter_mut()
+        .find(|e| e.name() == "DataType")
+        .unwrap();
     dt.value.pop();
     let diffs = differences(&theirs, &drifted);
-    assert!(diffs.iter().any(|d| d.contains("ModelConfig.max_batch_size")), "{diffs:?}");
-    assert!(diffs.iter().any(|d| d.contains("enum inference.DataType")), "{diffs:?}");
+    assert!(
+        diffs
+            .iter()
+            .any(|d| d.contains("ModelConfig.max_batch_size")),
+        "{diffs:?}"
+    );
+    assert!(
+        diffs.iter().any(|d| d.contains("enum inference.DataType")),
+        "{diffs:?}"
+    );
 }

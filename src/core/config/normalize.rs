@@ -138,10 +138,10 @@ fn normalize_model_config(config: &mut ModelConfig) {
     }
     let max_batch_size = config.max_batch_size;
     match &mut config.scheduling_choice {
-        Some(SchedulingChoice::DynamicBatching(db)) => {
-            if db.preferred_batch_size.is_empty() && max_batch_size > 0 {
-                db.preferred_batch_size.push(max_batch_size);
-            }
+        Some(SchedulingChoice::DynamicBatching(db))
+            if db.preferred_batch_size.is_empty() && max_batch_size > 0 =>
+        {
+            db.preferred_batch_size.push(max_batch_size);
         }
         Some(SchedulingChoice::SequenceBatching(sb)) => {
             if sb.max_sequence_idle_microseconds == 0 {

@@ -87,8 +87,8 @@ impl SourceMap {
 fn parent_path(path: &str) -> Option<&str> {
     if path.ends_with(']') {
         // Keys may contain '.', so find the '[' that opens the last index.
-        let open = if path.ends_with("\"]") {
-            path[..path.len() - 2].rfind("[\"")?
+        let open = if let Some(key_start) = path.strip_suffix("\"]") {
+            key_start.rfind("[\"")?
         } else {
             path.rfind('[')?
         };

@@ -457,8 +457,8 @@ fn step_issues(
     cache: &BTreeMap<String, Option<CheckedModel>>,
 ) -> Vec<Issue> {
     let mut issues = Vec::new();
-    // tensor -> (data type, dims, full dims, model it is inferred from)
-    let mut tensors: BTreeMap<String, Vec<(i32, Vec<i64>, Vec<i64>, String)>> = BTreeMap::new();
+    // Every use of each ensemble tensor, to check they agree.
+    let mut tensors: BTreeMap<String, Vec<TensorUse>> = BTreeMap::new();
     let full = |mbs: i32, dims: &[i64]| -> Vec<i64> {
         if mbs > 0 {
             std::iter::once(-1).chain(dims.iter().copied()).collect()
@@ -482,11 +482,13 @@ fn step_issues(
             .as_ref()
             .map(|r| r.shape.clone())
             .unwrap_or_else(|| dims.clone());
-        let f = full(config.max_batch_size, &dims);
-        tensors
-            .entry(tname.clone())
-            .or_default()
-            .push((dt, dims, f, name.to_string()));
+        let full_dims = full(config.max_batch_size, &dims);
+        tensors.entry(tname.clone()).or_default().push(TensorUse {
+            data_type: dt,
+            dims,
+            full_dims,
+            model: name.to_string(),
+        });
     }
     for (i, step) in ens.step.iter().enumerate() {
         let field = format!("ensemble_scheduling.step[{i}]");
@@ -530,12 +532,12 @@ fn step_issues(
                     format!("{field}.input_map[{key:?}]"),
                     format!("in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input {key} in model {sname}"),
                 )),
-                Some(inp) => tensors.entry(tensor.clone()).or_default().push((
-                    inp.data_type,
-                    inp.dims.clone(),
-                    full(sc.max_batch_size, &inp.dims),
-                    sname.clone(),
-                )),
+                Some(inp) => tensors.entry(tensor.clone()).or_default().push(TensorUse {
+                    data_type: inp.data_type,
+                    dims: inp.dims.clone(),
+                    full_dims: full(sc.max_batch_size, &inp.dims),
+                    model: sname.clone(),
+                }),
             }
         }
         for inp in &sc.input {
@@ -560,40 +562,47 @@ fn step_issues(
                             format!("in ensemble {name}, multiple outputs in model {sname} are mapped to the same ensemble tensor {tensor}"),
                         ));
                     }
-                    tensors.entry(tensor.clone()).or_default().push((
-                        out.data_type,
-                        out.dims.clone(),
-                        full(sc.max_batch_size, &out.dims),
-                        sname.clone(),
-                    ))
+                    tensors.entry(tensor.clone()).or_default().push(TensorUse {
+                        data_type: out.data_type,
+                        dims: out.dims.clone(),
+                        full_dims: full(sc.max_batch_size, &out.dims),
+                        model: sname.clone(),
+                    })
                 }
             }
         }
     }
     for (tensor, seen) in &tensors {
-        let Some((dt0, dims0, full0, from0)) = seen.first() else {
+        let Some((first, rest)) = seen.split_first() else {
             continue;
         };
-        for (dt, dims, f, from) in &seen[1..] {
-            let prefix = format!("in ensemble {name}, ensemble tensor {tensor}: ");
-            if dt != dt0 {
+        let prefix = format!("in ensemble {name}, ensemble tensor {tensor}: ");
+        for other in rest {
+            let from = (&first.model, &other.model);
+            if other.data_type != first.data_type {
                 issues.push(Issue::error(
                     "ensemble_scheduling",
                     format!(
-                        "{prefix}inconsistent data type: {} is inferred from model {from0} while {} is inferred from model {from}",
-                        data_type_name(*dt0),
-                        data_type_name(*dt)
+                        "{prefix}inconsistent data type: {} is inferred from model {} while {} is inferred from model {}",
+                        data_type_name(first.data_type),
+                        from.0,
+                        data_type_name(other.data_type),
+                        from.1
                     ),
                 ));
                 break;
             }
-            if !dims_compatible(dims0, dims) && !dims_compatible(full0, f) {
+            if !dims_compatible(&first.dims, &other.dims)
+                && !dims_compatible(&first.full_dims, &other.full_dims)
+            {
                 issues.push(Issue::error(
                     "ensemble_scheduling",
                     format!(
-                        "{prefix}inconsistent shape: {} is inferred from model {from0} while {} is inferred from model {from}",
-                        dims_string(full0),
-                        dims_string(f)
+                        "{prefix}inconsistent shape: {} is inferred from model {} while {} is inferred from model {}",
+                        dims_string(&first.full_dims),
+                        from.0,
+                        dims_string(&other.full_dims),
+                        from.1
                     ),
                 ));
                 break;
@@ -601,6 +610,17 @@ fn step_issues(
         }
     }
     issues
+}
+
+/// One place an ensemble tensor is used: as an ensemble input/output or as a
+/// step model's input/output.
+struct TensorUse {
+    data_type: i32,
+    dims: Vec<i64>,
+    /// With the batch dimension (-1) when the model batches.
+    full_dims: Vec<i64>,
+    /// The model it is inferred from.
+    model: String,
 }
 
 fn dims_compatible(a: &[i64], b: &[i64]) -> bool {

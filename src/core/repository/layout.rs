@@ -150,6 +150,16 @@ pub fn versions_to_load(
     }
 }
 
+/// A model name that is a plain directory name: not empty, no path
+/// separator, not `.` or `..`, no NUL.
+pub fn is_contained_name(name: &str) -> bool {
+    !name.trim().is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && !name.contains("..")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,14 +219,4 @@ mod tests {
         assert!(is_model_dir(&m));
         assert!(!is_model_dir(dir.path()));
     }
-}
-
-/// A model name that is a plain directory name: not empty, no path
-/// separator, not `.` or `..`, no NUL.
-pub fn is_contained_name(name: &str) -> bool {
-    !name.trim().is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', '\\', '\0'])
-        && !name.contains("..")
 }

@@ -2,6 +2,7 @@
 //! `Args` and a `run` that returns the process exit code. Only this module
 //! knows about flags, stdout formatting and exit codes.
 
+mod serve;
 mod validate_config;
 
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve a Triton model repository over the KServe v2 HTTP/REST API.
+    Serve(serve::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
     /// model: every finding with file, line and field.
     ValidateConfig(validate_config::Args),
@@ -26,6 +29,7 @@ pub enum Command {
 /// Runs the chosen subcommand.
 pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::ValidateConfig(args) => validate_config::run(args),
     }
 }

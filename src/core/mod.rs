@@ -1,6 +1,18 @@
-//! The engine and everything under it. `config` and `repository` are the
-//! foundation: the Triton model configuration and the model repository.
+//! The engine and everything under it: the model configuration and
+//! repository (the foundation), backends, instances, the engine API, the
+//! wire protocols and the frontends.
 
+pub mod backend;
 pub mod config;
 pub mod device;
+pub mod engine;
+pub mod error;
+pub mod frontend;
+pub mod instance;
+pub mod protocol;
 pub mod repository;
+pub mod stats;
+pub mod types;
+
+pub use engine::{Engine, ServerConfig};
+pub use error::{Error, ErrorKind};

@@ -1,7 +1,9 @@
-//! The model repository: its layout on disk and checking the configurations
-//! in it. (Loading and serving models arrives with `trtis serve`.)
+//! The model repository: its layout on disk, checking the configurations in
+//! it, and the lifecycle of the models loaded from it.
 
 pub mod check;
 pub mod layout;
+pub mod manager;
 
 pub use check::{check_model_dir, check_repository, CheckOptions, CheckedModel, Finding};
+pub use manager::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager, ModelState};

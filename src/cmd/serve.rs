@@ -1,0 +1,237 @@
+//! `trtis serve`: loads a Triton model repository and serves it over the
+//! KServe v2 HTTP/REST API, with Triton's flag names and defaults. Every
+//! flag can also be set from a `TRTIS_` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use trtis::core::frontend::http::{router, AppState};
+use trtis::core::repository::ControlMode;
+use trtis::core::{Engine, ServerConfig};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Load every model at start; no load/unload API.
+    None,
+    /// Load only --load-model models at start; the API loads and unloads.
+    Explicit,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The model repository to serve (Triton's --model-repository).
+    #[arg(
+        long = "model-store",
+        visible_alias = "model-repository",
+        env = "TRTIS_MODEL_STORE",
+        value_name = "DIR"
+    )]
+    model_store: PathBuf,
+
+    /// Serve HTTP/REST.
+    #[arg(long, env = "TRTIS_ALLOW_HTTP", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_http: bool,
+
+    /// Address of the HTTP service.
+    #[arg(long, env = "TRTIS_HTTP_ADDRESS", default_value = "0.0.0.0")]
+    http_address: String,
+
+    /// Port of the HTTP service (0: any free port, printed at start).
+    #[arg(long, env = "TRTIS_HTTP_PORT", default_value_t = 8000)]
+    http_port: u16,
+
+    /// The largest HTTP request body, in bytes.
+    #[arg(long, env = "TRTIS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    http_max_input_size: usize,
+
+    /// none: load everything at start; explicit: only --load-model, then the
+    /// repository API loads and unloads.
+    #[arg(long, env = "TRTIS_MODEL_CONTROL_MODE", value_enum, default_value_t = Mode::None)]
+    model_control_mode: Mode,
+
+    /// A model to load at start in explicit mode (repeatable; `*` = all).
+    #[arg(long = "load-model", env = "TRTIS_LOAD_MODEL", value_delimiter = ',')]
+    load_model: Vec<String>,
+
+    /// Ready only when every model is ready (false: ready when the server is).
+    #[arg(long, env = "TRTIS_STRICT_READINESS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    strict_readiness: bool,
+
+    /// Exit when a model fails to load at start.
+    #[arg(long, env = "TRTIS_EXIT_ON_ERROR", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    exit_on_error: bool,
+
+    /// On SIGINT/SIGTERM, how long requests in flight may take to finish.
+    #[arg(long, env = "TRTIS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    exit_timeout_secs: u64,
+
+    /// The server id reported by server metadata.
+    #[arg(long, env = "TRTIS_ID", default_value = "triton")]
+    id: String,
+
+    /// Verbose logging level (0: off).
+    #[arg(long, env = "TRTIS_LOG_VERBOSE", default_value_t = 0)]
+    log_verbose: u32,
+}
+
+fn log(level: char, message: &str) {
+    eprintln!("{level} trtis] {message}");
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let started = Instant::now();
+    let mut config = ServerConfig::new(&args.model_store);
+    config.control_mode = match args.model_control_mode {
+        Mode::None => ControlMode::None,
+        Mode::Explicit => ControlMode::Explicit,
+    };
+    if config.control_mode != ControlMode::Explicit && !args.load_model.is_empty() {
+        log('E', "--load-model requires --model-control-mode=explicit");
+        return ExitCode::from(2);
+    }
+    if args.load_model.iter().any(|m| m == "*") && args.load_model.len() > 1 {
+        log('E', "--load-model=* must be the only --load-model");
+        return ExitCode::from(2);
+    }
+    config.load_models = args.load_model.clone();
+    config.strict_readiness = args.strict_readiness;
+    config.id = args.id.clone();
+
+    let (engine, errors) = match Engine::start(config) {
+        Ok(started) => started,
+        Err(e) => {
+            log('E', &format!("error: creating server: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    for e in &errors {
+        log('E', &e.message);
+    }
+    for entry in engine.index(false).unwrap_or_default() {
+        if args.log_verbose > 0 || !entry.reason.is_empty() {
+            log(
+                'I',
+                &format!(
+                    "model '{}' version {}: {} {}",
+                    entry.name,
+                    entry.version,
+                    entry.state.name(),
+                    entry.reason
+                ),
+            );
+        }
+    }
+    if !errors.is_empty() && args.exit_on_error {
+        log(
+            'E',
+            "error: creating server: Internal - failed to load all models",
+        );
+        engine.shutdown();
+        return ExitCode::from(1);
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("trtis-rt")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log('E', &format!("failed to start the async runtime: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(serve(engine.clone(), &args, started));
+    engine.shutdown();
+    code
+}
+
+async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
+    if !args.allow_http {
+        log(
+            'E',
+            "no frontend is enabled (--allow-http=false); nothing to serve",
+        );
+        return ExitCode::from(2);
+    }
+    let addr = format!("{}:{}", args.http_address, args.http_port);
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            log('E', &format!("failed to start HTTP service at {addr}: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    let local: SocketAddr = listener
+        .local_addr()
+        .map(|a| a)
+        .unwrap_or_else(|_| addr.parse().unwrap());
+    log('I', &format!("Started HTTPService at {local}"));
+    log(
+        'I',
+        &format!("ready in {:.3} s", started.elapsed().as_secs_f64()),
+    );
+
+    let app = router(AppState {
+        engine,
+        max_input_size: args.http_max_input_size,
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    shutdown_signal().await;
+    log('I', "shutting down: waiting for requests in flight");
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), server).await {
+        Ok(Ok(Ok(()))) => ExitCode::SUCCESS,
+        Ok(Ok(Err(e))) => {
+            log('E', &format!("HTTP service failed: {e}"));
+            ExitCode::from(1)
+        }
+        Ok(Err(e)) => {
+            log('E', &format!("HTTP service task failed: {e}"));
+            ExitCode::from(1)
+        }
+        Err(_) => {
+            log(
+                'W',
+                &format!(
+                    "requests still in flight after {} s; exiting",
+                    args.exit_timeout_secs
+                ),
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

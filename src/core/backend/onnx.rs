@@ -1,0 +1,379 @@
+//! The ONNX Runtime backend (`platform: "onnxruntime_onnx"`, `backend:
+//! "onnxruntime"`, file `model.onnx`) through `ort` with `load-dynamic`: the
+//! shared library comes from the `onnxruntime` PyPI wheel and is found at run
+//! time (see [`find_library`]). One `Session` per instance, owned by that
+//! instance's thread (`Session::run` takes `&mut self`).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use half::f16;
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, Result};
+use crate::core::types::{element_count, DataType, Tensor};
+
+use super::LoadContext;
+
+/// What to install when the library cannot be found.
+pub const INSTALL_HINT: &str =
+    "install it with `pip install onnxruntime==1.31.1` (scripts/setup.sh does, into .venv) \
+     or set ORT_DYLIB_PATH to libonnxruntime.so";
+
+/// Locates `libonnxruntime.so`: `ORT_DYLIB_PATH`; then a project-local
+/// `.venv` (beside the working directory or any ancestor of the trtis
+/// executable); then the `onnxruntime` package of the active `python3`.
+pub fn find_library() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        return Err(Error::unavailable(format!(
+            "ORT_DYLIB_PATH names '{}', which is not a file; {INSTALL_HINT}",
+            path.display()
+        )));
+    }
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(cwd);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    for root in roots {
+        if let Some(lib) = lib_in_venv(&root.join(".venv")) {
+            return Ok(lib);
+        }
+    }
+    if let Some(lib) = lib_from_python() {
+        return Ok(lib);
+    }
+    Err(Error::unavailable(format!(
+        "ONNX Runtime library not found; {INSTALL_HINT}"
+    )))
+}
+
+fn lib_in_venv(venv: &Path) -> Option<PathBuf> {
+    let lib = venv.join("lib");
+    for entry in std::fs::read_dir(lib).ok()?.flatten() {
+        let capi = entry.path().join("site-packages/onnxruntime/capi");
+        if let Some(so) = lib_in_dir(&capi) {
+            return Some(so);
+        }
+    }
+    None
+}
+
+fn lib_in_dir(dir: &Path) -> Option<PathBuf> {
+    let mut libs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libonnxruntime.so"))
+        })
+        .collect();
+    libs.sort();
+    libs.pop()
+}
+
+fn lib_from_python() -> Option<PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let dir = String::from_utf8(out.stdout).ok()?;
+    lib_in_dir(&Path::new(dir.trim()).join("capi"))
+}
+
+/// The process-wide ONNX Runtime environment, created on first use.
+pub fn environment() -> Result<&'static Environment> {
+    static ENV: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let path = find_library().map_err(|e| e.message)?;
+        let builder = ort::init_from(&path)
+            .map_err(|e| format!("failed to load ONNX Runtime from {}: {e}", path.display()))?;
+        builder
+            .with_name("trtis")
+            .build()
+            .map_err(|e| format!("failed to create the ONNX Runtime environment: {e}"))
+    })
+    .as_ref()
+    .map_err(|e| Error::unavailable(e.clone()))
+}
+
+/// The intra-op thread count from the model's `parameters`
+/// (`intra_op_thread_count`), default 1 (fastest per session on 2 cores).
+fn thread_param(config: &ModelConfig, key: &str, default: usize) -> Result<usize> {
+    match config.parameters.get(key) {
+        None => Ok(default),
+        Some(p) => p.string_value.trim().parse().map_err(|_| {
+            Error::invalid_arg(format!(
+                "parameter '{key}' of model '{}' must be a whole number, got '{}'",
+                config.name, p.string_value
+            ))
+        }),
+    }
+}
+
+/// Opens a session on `path` with the model's thread settings.
+pub fn open_session(path: &Path, config: &ModelConfig) -> Result<Session> {
+    let env = environment()?;
+    let intra = thread_param(config, "intra_op_thread_count", 1)?;
+    let inter = thread_param(config, "inter_op_thread_count", 1)?;
+    let session = (|| -> ort::Result<Session> {
+        Session::builder(env)?
+            .with_intra_threads(intra)?
+            .with_inter_threads(inter)?
+            .commit_from_file(path)
+    })();
+    session.map_err(|e| Error::internal(format!("failed to load '{}': {e}", path.display())))
+}
+
+/// The protocol type of an ONNX element type (None for unsupported types).
+pub fn data_type_of(ty: TensorElementType) -> Option<DataType> {
+    Some(match ty {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Float64 => DataType::Fp64,
+        TensorElementType::String => DataType::Bytes,
+        _ => return None,
+    })
+}
+
+/// An input or output of an ONNX model, for auto-complete.
+#[derive(Debug, Clone)]
+pub struct IoInfo {
+    pub name: String,
+    pub datatype: Option<DataType>,
+    /// -1 for dynamic dimensions.
+    pub shape: Vec<i64>,
+}
+
+/// The inputs and outputs of the model file at `path`.
+pub fn model_io(path: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>)> {
+    let session = open_session(path, &ModelConfig::default())?;
+    let info = |outlets: &[ort::value::Outlet]| -> Vec<IoInfo> {
+        outlets
+            .iter()
+            .map(|o| {
+                let (datatype, shape) = match o.dtype() {
+                    ValueType::Tensor { ty, shape, .. } => {
+                        (data_type_of(*ty), shape.iter().copied().collect())
+                    }
+                    _ => (None, Vec::new()),
+                };
+                IoInfo {
+                    name: o.name().to_string(),
+                    datatype,
+                    shape,
+                }
+            })
+            .collect()
+    };
+    Ok((info(session.inputs()), info(session.outputs())))
+}
+
+pub struct OnnxInstance {
+    session: Session,
+}
+
+impl OnnxInstance {
+    pub fn load(ctx: &LoadContext) -> Result<Self> {
+        let file = if ctx.config.default_model_filename.is_empty() {
+            "model.onnx"
+        } else {
+            ctx.config.default_model_filename.as_str()
+        };
+        let session = open_session(&ctx.version_dir.join(file), ctx.config)?;
+        Ok(OnnxInstance { session })
+    }
+}
+
+macro_rules! le_vec {
+    ($data:expr, $t:ty) => {
+        $data
+            .chunks_exact(std::mem::size_of::<$t>())
+            .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<$t>>()
+    };
+}
+
+fn ort_err(e: ort::Error) -> Error {
+    Error::internal(format!("onnxruntime: {e}"))
+}
+
+/// Our tensor → an ORT value.
+fn to_value(t: &Tensor) -> Result<DynValue> {
+    let shape = t.shape.clone();
+    let v = match t.datatype {
+        DataType::Bool => {
+            OrtTensor::from_array((shape, t.data.iter().map(|&b| b != 0).collect::<Vec<bool>>()))
+                .map(|v| v.into_dyn())
+        }
+        DataType::Uint8 => OrtTensor::from_array((shape, t.data.clone())).map(|v| v.into_dyn()),
+        DataType::Int8 => {
+            OrtTensor::from_array((shape, t.data.iter().map(|&b| b as i8).collect::<Vec<i8>>()))
+                .map(|v| v.into_dyn())
+        }
+        DataType::Uint16 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, u16))).map(|v| v.into_dyn())
+        }
+        DataType::Int16 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, i16))).map(|v| v.into_dyn())
+        }
+        DataType::Uint32 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, u32))).map(|v| v.into_dyn())
+        }
+        DataType::Int32 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, i32))).map(|v| v.into_dyn())
+        }
+        DataType::Uint64 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, u64))).map(|v| v.into_dyn())
+        }
+        DataType::Int64 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, i64))).map(|v| v.into_dyn())
+        }
+        DataType::Fp16 => {
+            let v: Vec<f16> = le_vec!(t.data, u16)
+                .into_iter()
+                .map(f16::from_bits)
+                .collect();
+            OrtTensor::from_array((shape, v)).map(|v| v.into_dyn())
+        }
+        DataType::Fp32 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, f32))).map(|v| v.into_dyn())
+        }
+        DataType::Fp64 => {
+            OrtTensor::from_array((shape, le_vec!(t.data, f64))).map(|v| v.into_dyn())
+        }
+        DataType::Bytes => {
+            let strings = Tensor::bytes_elements(&t.data)?
+                .into_iter()
+                .map(|e| {
+                    String::from_utf8(e.to_vec()).map_err(|_| {
+                        Error::invalid_arg(format!(
+                            "input '{}': ONNX Runtime string tensors must be valid UTF-8",
+                            t.name
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<String>>>()?;
+            let count = strings.len();
+            let shape_len = element_count(&t.shape).unwrap_or(usize::MAX);
+            if count != shape_len {
+                return Err(Error::invalid_arg(format!(
+                    "input '{}' has {count} BYTES elements, its shape needs {shape_len}",
+                    t.name
+                )));
+            }
+            OrtTensor::from_string_array((t.shape.clone(), strings.as_slice()))
+                .map(|v| v.into_dyn())
+        }
+        DataType::Bf16 => {
+            return Err(Error::unsupported(format!(
+                "input '{}': BF16 is not supported by the ONNX Runtime backend",
+                t.name
+            )))
+        }
+    };
+    v.map_err(ort_err)
+}
+
+macro_rules! extract {
+    ($value:expr, $t:ty) => {{
+        let (shape, data) = $value.try_extract_tensor::<$t>().map_err(ort_err)?;
+        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        (shape.iter().copied().collect::<Vec<i64>>(), bytes)
+    }};
+}
+
+/// An ORT output value → our tensor.
+fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
+    let ty = match value.dtype() {
+        ValueType::Tensor { ty, .. } => *ty,
+        other => {
+            return Err(Error::unsupported(format!(
+                "output '{name}' is not a tensor: {other:?}"
+            )))
+        }
+    };
+    let datatype = data_type_of(ty).ok_or_else(|| {
+        Error::unsupported(format!("output '{name}' has unsupported type {ty:?}"))
+    })?;
+    let (shape, data) = match datatype {
+        DataType::Bool => {
+            let (shape, data) = value.try_extract_tensor::<bool>().map_err(ort_err)?;
+            (
+                shape.iter().copied().collect(),
+                data.iter().map(|&b| b as u8).collect(),
+            )
+        }
+        DataType::Uint8 => extract!(value, u8),
+        DataType::Int8 => extract!(value, i8),
+        DataType::Uint16 => extract!(value, u16),
+        DataType::Int16 => extract!(value, i16),
+        DataType::Uint32 => extract!(value, u32),
+        DataType::Int32 => extract!(value, i32),
+        DataType::Uint64 => extract!(value, u64),
+        DataType::Int64 => extract!(value, i64),
+        DataType::Fp16 => extract!(value, f16),
+        DataType::Fp32 => extract!(value, f32),
+        DataType::Fp64 => extract!(value, f64),
+        DataType::Bytes => {
+            let (shape, strings) = value.try_extract_strings().map_err(ort_err)?;
+            (
+                shape.iter().copied().collect(),
+                Tensor::serialize_bytes(strings.iter().map(|s| s.as_bytes())),
+            )
+        }
+        DataType::Bf16 => unreachable!("data_type_of never yields BF16"),
+    };
+    Ok(Tensor {
+        name: name.to_string(),
+        datatype,
+        shape,
+        data,
+    })
+}
+
+impl super::InstanceExec for OnnxInstance {
+    fn execute(&mut self, inputs: &[Tensor], outputs: &[String]) -> Result<Vec<Tensor>> {
+        let values = inputs
+            .iter()
+            .map(|t| Ok((t.name.as_str(), to_value(t)?)))
+            .collect::<Result<Vec<(&str, DynValue)>>>()?;
+        let results = self.session.run(values).map_err(ort_err)?;
+        outputs
+            .iter()
+            .map(|name| {
+                let value = results.get(name).ok_or_else(|| {
+                    Error::internal(format!("onnxruntime did not produce output '{name}'"))
+                })?;
+                from_value(name, value)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,487 @@
+//! `Engine`: the one API the frontends, the CLI and tests call. A cheap
+//! `Clone` handle over the model manager.
+//!
+//! `infer` validates a request against the model's config (Triton's checks
+//! and messages), queues it on the model's instances, waits for the result
+//! without blocking the runtime, applies classification and records
+//! statistics. Dropping the returned future (a client that went away) drops
+//! the queued request.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, ErrorKind, Result};
+use crate::core::instance::Work;
+use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::types::{
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
+};
+
+/// Server settings the engine needs (the frontends have their own).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub model_repository: PathBuf,
+    pub control_mode: ControlMode,
+    /// `--load-model` (explicit mode); `*` loads all.
+    pub load_models: Vec<String>,
+    /// Ready only when every model is ready.
+    pub strict_readiness: bool,
+    /// `--id`, reported as the server name.
+    pub id: String,
+    pub gpu_count: usize,
+    /// Capacity of each model version's request queue.
+    pub queue_capacity: usize,
+}
+
+impl ServerConfig {
+    pub fn new(model_repository: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            model_repository: model_repository.into(),
+            control_mode: ControlMode::None,
+            load_models: Vec::new(),
+            strict_readiness: true,
+            id: "triton".to_string(),
+            gpu_count: crate::core::device::gpu_count(),
+            queue_capacity: 1024,
+        }
+    }
+}
+
+/// The extensions the server really implements, for server metadata.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "statistics",
+];
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ServerConfig,
+    manager: ModelManager,
+}
+
+impl Engine {
+    /// Creates the engine and loads the startup models (all of them, or the
+    /// `--load-model` ones in explicit mode). Returns the engine and the
+    /// models that failed to load. Blocking.
+    pub fn start(config: ServerConfig) -> Result<(Engine, Vec<Error>)> {
+        if !config.model_repository.is_dir() {
+            return Err(Error::invalid_arg(format!(
+                "failed to stat file {}: repository path is not a valid directory",
+                config.model_repository.display()
+            )));
+        }
+        let manager = ModelManager::new(ManagerOptions {
+            repository: config.model_repository.clone(),
+            mode: config.control_mode,
+            gpu_count: config.gpu_count,
+            queue_capacity: config.queue_capacity,
+        });
+        let names = match config.control_mode {
+            ControlMode::Explicit if !config.load_models.iter().any(|m| m == "*") => {
+                config.load_models.clone()
+            }
+            _ => manager.repository_models()?,
+        };
+        let engine = Engine {
+            inner: Arc::new(Inner { config, manager }),
+        };
+        let errors = names
+            .iter()
+            .filter_map(|n| engine.inner.manager.load(n).err())
+            .collect();
+        Ok((engine, errors))
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub fn live(&self) -> bool {
+        true
+    }
+
+    pub fn ready(&self) -> bool {
+        !self.inner.config.strict_readiness || self.inner.manager.all_ready()
+    }
+
+    /// A ready model version (the latest when `version` is empty).
+    pub fn model(&self, name: &str, version: &str) -> Result<Arc<LoadedModel>> {
+        let v = parse_version(version)?;
+        self.inner.manager.get(name, v)
+    }
+
+    pub fn model_ready(&self, name: &str, version: &str) -> bool {
+        self.model(name, version).is_ok()
+    }
+
+    /// Ready versions of a model, for metadata.
+    pub fn ready_versions(&self, name: &str) -> Vec<i64> {
+        self.inner.manager.ready_versions(name)
+    }
+
+    pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        self.inner.manager.index(ready_only)
+    }
+
+    fn check_control(&self) -> Result<()> {
+        match self.inner.config.control_mode {
+            ControlMode::Explicit => Ok(()),
+            ControlMode::Poll => Err(Error::unsupported(
+                "explicit model load / unload is not allowed if polling is enabled",
+            )),
+            ControlMode::None => Err(Error::unsupported(
+                "explicit model load / unload is not allowed if model control mode is 'none'",
+            )),
+        }
+    }
+
+    pub async fn load(&self, name: &str) -> Result<()> {
+        self.check_control()?;
+        let engine = self.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || engine.inner.manager.load(&name))
+            .await
+            .map_err(|e| Error::internal(format!("model load task failed: {e}")))?
+    }
+
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        self.check_control()?;
+        let engine = self.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || engine.inner.manager.unload(&name))
+            .await
+            .map_err(|e| Error::internal(format!("model unload task failed: {e}")))?
+    }
+
+    /// Unloads every model (shutdown). Blocking.
+    pub fn shutdown(&self) {
+        self.inner.manager.unload_all();
+    }
+
+    /// Runs one inference request.
+    pub async fn infer(
+        &self,
+        name: &str,
+        version: &str,
+        request: InferRequest,
+    ) -> Result<InferResponse> {
+        let start = Instant::now();
+        let model = self.model(name, version)?;
+        let (inputs, outputs, batch) =
+            match validate(&model.config, request.inputs, &request.outputs) {
+                Ok(v) => v,
+                Err(e) => {
+                    model.stats.record_failure(start.elapsed());
+                    return Err(e);
+                }
+            };
+        let (reply, done_rx) = oneshot::channel();
+        let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
+        let work = Work {
+            inputs,
+            outputs: names,
+            enqueued: Instant::now(),
+            reply,
+        };
+        if let Err(e) = model.pool.submit(work) {
+            model.stats.record_failure(start.elapsed());
+            return Err(e);
+        }
+        let done = done_rx
+            .await
+            .map_err(|_| Error::internal("the model instance stopped before answering"))?;
+        let tensors = match done
+            .result
+            .and_then(|t| classify(&model, &outputs, t, batch))
+        {
+            Ok(t) => t,
+            Err(e) => {
+                model.stats.record_failure(start.elapsed());
+                return Err(e);
+            }
+        };
+        model
+            .stats
+            .record_success(batch, start.elapsed(), done.queue, done.compute);
+        Ok(InferResponse {
+            model_name: model.name.clone(),
+            model_version: model.version.to_string(),
+            id: request.id,
+            outputs: tensors,
+        })
+    }
+}
+
+fn parse_version(version: &str) -> Result<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version
+        .parse::<i64>()
+        .map(Some)
+        .map_err(|_| Error::invalid_arg(format!("failed to parse model version '{version}'")))
+}
+
+fn dims_string(dims: &[i64]) -> String {
+    let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// Triton's request checks. Returns the inputs in config order, the outputs
+/// to produce (all when none were requested) and the batch size.
+fn validate(
+    config: &ModelConfig,
+    mut inputs: Vec<Tensor>,
+    requested: &[RequestedOutput],
+) -> Result<(Vec<Tensor>, Vec<RequestedOutput>, usize)> {
+    let model = &config.name;
+    let batching = config.max_batch_size > 0;
+    for (i, t) in inputs.iter().enumerate() {
+        if inputs[..i].iter().any(|o| o.name == t.name) {
+            return Err(Error::invalid_arg(format!(
+                "input '{}' already exists in request for model '{model}'",
+                t.name
+            )));
+        }
+    }
+    let mut batch = None::<i64>;
+    for t in &inputs {
+        let Some(spec) = config.input.iter().find(|i| i.name == t.name) else {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                t.name
+            )));
+        };
+        let expected = DataType::from_config(spec.data_type);
+        if expected != Some(t.datatype) {
+            return Err(Error::invalid_arg(format!(
+                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                t.name,
+                t.datatype.name(),
+                expected.map(|d| d.name()).unwrap_or("INVALID")
+            )));
+        }
+        let dims = &spec.dims;
+        let (b, rest) = if batching {
+            match t.shape.split_first() {
+                Some((b, rest)) => (Some(*b), rest),
+                None => {
+                    return Err(Error::invalid_arg(format!(
+                        "inference input '{}' for model '{model}' has no batch dimension; its shape is []",
+                        t.name
+                    )))
+                }
+            }
+        } else {
+            (None, &t.shape[..])
+        };
+        let matches =
+            rest.len() == dims.len() && rest.iter().zip(dims).all(|(&s, &d)| d == -1 || s == d);
+        if !matches || t.shape.iter().any(|&d| d < 0) {
+            let full: Vec<i64> = if batching {
+                std::iter::once(-1).chain(dims.iter().copied()).collect()
+            } else {
+                dims.clone()
+            };
+            return Err(Error::invalid_arg(format!(
+                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                t.name,
+                dims_string(&full),
+                dims_string(&t.shape)
+            )));
+        }
+        if let Some(b) = b {
+            if let Some(prev) = batch {
+                if prev != b {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{}' batch size does not match other inputs for '{model}'",
+                        t.name
+                    )));
+                }
+            }
+            batch = Some(b);
+        }
+        let count =
+            element_count(&t.shape).ok_or_else(|| Error::invalid_arg("shape is too large"))?;
+        match t.datatype.size() {
+            Some(size) => {
+                let expected = count.checked_mul(size).unwrap_or(usize::MAX);
+                if t.data.len() != expected {
+                    return Err(Error::invalid_arg(format!(
+                        "input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",
+                        t.name,
+                        t.data.len()
+                    )));
+                }
+            }
+            None => {
+                let n = Tensor::bytes_elements(&t.data)?.len();
+                if n != count {
+                    return Err(Error::invalid_arg(format!(
+                        "expected {count} string elements for inference input '{}' for model '{model}', got {n}",
+                        t.name
+                    )));
+                }
+            }
+        }
+    }
+    if let Some(b) = batch {
+        if b < 1 || b > config.max_batch_size as i64 {
+            return Err(Error::invalid_arg(format!(
+                "inference request batch-size must be <= {} for '{model}'",
+                config.max_batch_size
+            )));
+        }
+    }
+    let missing: Vec<&str> = config
+        .input
+        .iter()
+        .filter(|spec| !spec.optional && !inputs.iter().any(|t| t.name == spec.name))
+        .map(|spec| spec.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
+        let want: Vec<String> = missing.iter().map(|m| format!("'{m}'")).collect();
+        return Err(Error::invalid_arg(format!(
+            "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
+            config.input.iter().filter(|i| !i.optional).count(),
+            inputs.len(),
+            got.join(","),
+            want.join(",")
+        )));
+    }
+    for o in requested {
+        if !config.output.iter().any(|spec| spec.name == o.name) {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference output '{}' for model '{model}'",
+                o.name
+            )));
+        }
+    }
+    let outputs = if requested.is_empty() {
+        config
+            .output
+            .iter()
+            .map(|o| RequestedOutput {
+                name: o.name.clone(),
+                classification: None,
+            })
+            .collect()
+    } else {
+        requested.to_vec()
+    };
+    inputs.sort_by_key(|t| config.input.iter().position(|i| i.name == t.name));
+    Ok((inputs, outputs, batch.unwrap_or(1) as usize))
+}
+
+/// Replaces outputs asked for as classifications by their top-N
+/// `"<value>:<index>[:<label>]"` strings (a BYTES tensor `[batch, N]`).
+fn classify(
+    model: &LoadedModel,
+    outputs: &[RequestedOutput],
+    tensors: Vec<Tensor>,
+    batch: usize,
+) -> Result<Vec<Tensor>> {
+    let batching = model.config.max_batch_size > 0;
+    tensors
+        .into_iter()
+        .zip(outputs)
+        .map(|(t, req)| {
+            let Some(n) = req.classification else {
+                return Ok(t);
+            };
+            let values = as_f64(&t)?;
+            let rows = if batching { batch.max(1) } else { 1 };
+            let per_row = values.len() / rows.max(1);
+            let labels = model.labels.get(&t.name);
+            let mut elements: Vec<Vec<u8>> = Vec::new();
+            let k = n.min(per_row);
+            for row in values.chunks(per_row.max(1)).take(rows) {
+                let mut idx: Vec<usize> = (0..row.len()).collect();
+                idx.sort_by(|&a, &b| {
+                    row[b]
+                        .partial_cmp(&row[a])
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(a.cmp(&b))
+                });
+                for &i in idx.iter().take(k) {
+                    let mut s = format!("{}:{}", fmt_value(row[i], t.datatype), i);
+                    if let Some(label) = labels.and_then(|l| l.get(i)) {
+                        s.push(':');
+                        s.push_str(label);
+                    }
+                    elements.push(s.into_bytes());
+                }
+            }
+            let shape = if batching {
+                vec![rows as i64, k as i64]
+            } else {
+                vec![k as i64]
+            };
+            Ok(Tensor {
+                name: t.name,
+                datatype: DataType::Bytes,
+                shape,
+                data: Tensor::serialize_bytes(elements.iter().map(|e| e.as_slice())),
+            })
+        })
+        .collect()
+}
+
+fn fmt_value(v: f64, dt: DataType) -> String {
+    match dt {
+        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16 => format!("{v:.6}"),
+        _ => format!("{v}"),
+    }
+}
+
+/// The elements of a numeric tensor as f64, for ranking.
+fn as_f64(t: &Tensor) -> Result<Vec<f64>> {
+    macro_rules! conv {
+        ($t:ty) => {
+            t.data
+                .chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect()
+        };
+    }
+    Ok(match t.datatype {
+        DataType::Bool | DataType::Uint8 => t.data.iter().map(|&b| b as f64).collect(),
+        DataType::Int8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
+        DataType::Uint16 => conv!(u16),
+        DataType::Int16 => conv!(i16),
+        DataType::Uint32 => conv!(u32),
+        DataType::Int32 => conv!(i32),
+        DataType::Uint64 => conv!(u64),
+        DataType::Int64 => conv!(i64),
+        DataType::Fp32 => conv!(f32),
+        DataType::Fp64 => conv!(f64),
+        DataType::Fp16 => t
+            .data
+            .chunks_exact(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+            .collect(),
+        DataType::Bf16 => t
+            .data
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+            .collect(),
+        DataType::Bytes => {
+            return Err(Error::new(
+                ErrorKind::InvalidArg,
+                format!("class result not available for output due to unsupported type 'BYTES' of output '{}'", t.name),
+            ))
+        }
+    })
+}

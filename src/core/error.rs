@@ -1,0 +1,64 @@
+//! The error kinds of Triton's status codes, and the engine's error type.
+//! The frontends map `ErrorKind` to HTTP status and gRPC code, each in one
+//! table (`frontend::http::status_of`).
+
+use std::fmt;
+
+/// Triton's error codes (`TRITONSERVER_Error_Code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    Unknown,
+    Internal,
+    NotFound,
+    InvalidArg,
+    Unavailable,
+    Unsupported,
+    AlreadyExists,
+    Cancelled,
+}
+
+/// An engine error: a kind and Triton's message text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid_arg(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArg, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,374 @@
+//! The KServe v2 HTTP/REST API with Triton's routes and extensions (binary
+//! tensor data, classification, model configuration, statistics, model
+//! repository). A thin adapter: parse, call the engine, encode.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::core::engine::{Engine, EXTENSIONS};
+use crate::core::error::{Error, ErrorKind};
+use crate::core::protocol::{config_json, kserve_json};
+use crate::core::repository::LoadedModel;
+use crate::core::stats::Duration64;
+use crate::core::types::DataType;
+
+/// The header that carries the JSON part's length in binary requests.
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    /// `--http-max-input-size`: the largest request body accepted.
+    pub max_input_size: usize,
+}
+
+/// The one table from engine error kinds to HTTP status (Triton's
+/// `HttpCodeFromError`).
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::Unknown
+        | ErrorKind::InvalidArg
+        | ErrorKind::AlreadyExists
+        | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// An engine error as `{"error": "..."}`.
+pub struct ApiError(pub Error);
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            status_of(self.0.kind),
+            axum::Json(json!({ "error": self.0.message })),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The router: every route Triton serves that trtis implements.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2", get(server_metadata))
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{model}", get(model_metadata))
+        .route("/v2/models/{model}/versions/{version}", get(model_metadata))
+        .route("/v2/models/{model}/ready", get(model_ready))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(model_ready),
+        )
+        .route("/v2/models/{model}/config", get(model_config))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(model_config),
+        )
+        .route("/v2/models/{model}/stats", get(model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(model_stats),
+        )
+        .route("/v2/models/{model}/infer", post(infer))
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer))
+        .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/models/{model}/load", post(repository_load))
+        .route(
+            "/v2/repository/models/{model}/unload",
+            post(repository_unload),
+        )
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(json!({ "error": "Not Found" })),
+            )
+        })
+        .with_state(state)
+}
+
+type Params = Path<HashMap<String, String>>;
+
+fn model_and_version(p: &HashMap<String, String>) -> (String, String) {
+    (
+        p.get("model").cloned().unwrap_or_default(),
+        p.get("version").cloned().unwrap_or_default(),
+    )
+}
+
+async fn live(State(s): State<AppState>) -> StatusCode {
+    if s.engine.live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn ready(State(s): State<AppState>) -> StatusCode {
+    if s.engine.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn server_metadata(State(s): State<AppState>) -> axum::Json<Value> {
+    axum::Json(json!({
+        "name": s.engine.config().id,
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": EXTENSIONS,
+    }))
+}
+
+async fn model_ready(State(s): State<AppState>, Path(p): Params) -> StatusCode {
+    let (model, version) = model_and_version(&p);
+    if s.engine.model_ready(&model, &version) {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+fn tensor_metadata(name: &str, data_type: i32, dims: &[i64], batching: bool) -> Value {
+    let shape: Vec<i64> = if batching {
+        std::iter::once(-1).chain(dims.iter().copied()).collect()
+    } else {
+        dims.to_vec()
+    };
+    json!({
+        "name": name,
+        "datatype": DataType::from_config(data_type).map(|d| d.name()).unwrap_or("INVALID"),
+        "shape": shape,
+    })
+}
+
+async fn model_metadata(
+    State(s): State<AppState>,
+    Path(p): Params,
+) -> ApiResult<axum::Json<Value>> {
+    let (name, version) = model_and_version(&p);
+    let model = s.engine.model(&name, &version)?;
+    let c = &model.config;
+    let batching = c.max_batch_size > 0;
+    let versions: Vec<String> = s
+        .engine
+        .ready_versions(&name)
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    let platform = if c.platform.is_empty() {
+        &c.backend
+    } else {
+        &c.platform
+    };
+    Ok(axum::Json(json!({
+        "name": name,
+        "versions": versions,
+        "platform": platform,
+        "inputs": c.input.iter().map(|i| tensor_metadata(&i.name, i.data_type, &i.dims, batching)).collect::<Vec<_>>(),
+        "outputs": c.output.iter().map(|o| tensor_metadata(&o.name, o.data_type, &o.dims, batching)).collect::<Vec<_>>(),
+    })))
+}
+
+async fn model_config(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+    let (name, version) = model_and_version(&p);
+    let model = s.engine.model(&name, &version)?;
+    Ok(axum::Json(config_json::to_json(&model.config)?))
+}
+
+fn duration(d: &Duration64) -> Value {
+    let (count, ns) = d.get();
+    json!({ "count": count, "ns": ns })
+}
+
+fn stats_json(m: &LoadedModel) -> Value {
+    let st = &m.stats;
+    let batch_stats: Vec<Value> = st
+        .batch
+        .by_size
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.get().0 > 0)
+        .map(|(size, d)| {
+            let (count, _) = d.get();
+            json!({
+                "batch_size": size,
+                "compute_input": { "count": count, "ns": 0 },
+                "compute_infer": duration(d),
+                "compute_output": { "count": count, "ns": 0 },
+            })
+        })
+        .collect();
+    json!({
+        "name": m.name,
+        "version": m.version.to_string(),
+        "last_inference": st.last_inference.load(Relaxed),
+        "inference_count": st.inference_count.load(Relaxed),
+        "execution_count": st.execution_count.load(Relaxed),
+        "inference_stats": {
+            "success": duration(&st.success),
+            "fail": duration(&st.fail),
+            "queue": duration(&st.queue),
+            "compute_input": duration(&st.compute_input),
+            "compute_infer": duration(&st.compute_infer),
+            "compute_output": duration(&st.compute_output),
+            "cache_hit": { "count": 0, "ns": 0 },
+            "cache_miss": { "count": 0, "ns": 0 },
+        },
+        "batch_stats": batch_stats,
+        "memory_usage": [],
+    })
+}
+
+async fn model_stats(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+    let (name, version) = model_and_version(&p);
+    let stats = if version.is_empty() {
+        let versions = s.engine.ready_versions(&name);
+        if versions.is_empty() {
+            // Triton: an unknown (or unloaded) model is an error.
+            s.engine.model(&name, "")?;
+        }
+        versions
+            .iter()
+            .filter_map(|v| s.engine.model(&name, &v.to_string()).ok())
+            .map(|m| stats_json(&m))
+            .collect()
+    } else {
+        vec![stats_json(&*s.engine.model(&name, &version)?)]
+    };
+    Ok(axum::Json(json!({ "model_stats": stats })))
+}
+
+async fn all_stats(State(s): State<AppState>) -> ApiResult<axum::Json<Value>> {
+    let mut stats = Vec::new();
+    for entry in s.engine.index(true)? {
+        if let Ok(m) = s.engine.model(&entry.name, &entry.version) {
+            stats.push(stats_json(&m));
+        }
+    }
+    Ok(axum::Json(json!({ "model_stats": stats })))
+}
+
+/// Reads a JSON body that may be empty (the repository routes).
+fn optional_json(body: &Bytes) -> ApiResult<Value> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError(Error::invalid_arg(format!(
+            "failed to parse the request JSON buffer: {e}"
+        )))
+    })
+}
+
+async fn repository_index(State(s): State<AppState>, body: Bytes) -> ApiResult<axum::Json<Value>> {
+    let req = optional_json(&body)?;
+    let ready_only = req.get("ready").and_then(Value::as_bool).unwrap_or(false);
+    let entries: Vec<Value> = s
+        .engine
+        .index(ready_only)?
+        .into_iter()
+        .map(|e| {
+            let mut v = json!({ "name": e.name, "state": e.state.name(), "reason": e.reason });
+            if !e.version.is_empty() {
+                v["version"] = json!(e.version);
+            }
+            v
+        })
+        .collect();
+    Ok(axum::Json(Value::Array(entries)))
+}
+
+async fn repository_load(
+    State(s): State<AppState>,
+    Path(p): Params,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    optional_json(&body)?;
+    let (name, _) = model_and_version(&p);
+    s.engine.load(&name).await?;
+    Ok(StatusCode::OK)
+}
+
+async fn repository_unload(
+    State(s): State<AppState>,
+    Path(p): Params,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    optional_json(&body)?;
+    let (name, _) = model_and_version(&p);
+    s.engine.unload(&name).await?;
+    Ok(StatusCode::OK)
+}
+
+async fn infer(
+    State(s): State<AppState>,
+    Path(p): Params,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let (name, version) = model_and_version(&p);
+    let body = axum::body::to_bytes(body, s.max_input_size).await.map_err(|_| {
+        ApiError(Error::invalid_arg(format!(
+            "request body is larger than the maximum input size of {} bytes (--http-max-input-size)",
+            s.max_input_size
+        )))
+    })?;
+    let header_length = match headers.get(HEADER_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .ok_or_else(|| {
+                    ApiError(Error::invalid_arg(
+                        "Inference-Header-Content-Length must be a non-negative integer",
+                    ))
+                })?,
+        ),
+    };
+    let model = s.engine.model(&name, &version)?;
+    let (request, format) = kserve_json::parse_request(&body, header_length, &model.config)?;
+    drop(model);
+    let response = s.engine.infer(&name, &version, request).await?;
+    let (bytes, json_len) = kserve_json::build_response(&response, &format)?;
+    let mut resp = Response::new(Body::from(bytes));
+    let h = resp.headers_mut();
+    match json_len {
+        Some(len) => {
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            h.insert(HEADER_LENGTH, HeaderValue::from(len));
+        }
+        None => {
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+    }
+    Ok(resp)
+}

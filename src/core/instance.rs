@@ -1,0 +1,165 @@
+//! Model instances on their own OS threads: the boundary between the async
+//! runtime and blocking backend code.
+//!
+//! An `InstancePool` owns one named thread per instance (`trtis:<model>:<n>`)
+//! and one bounded queue they all take work from (Triton's default
+//! scheduler: FIFO, no batching). Backends are loaded on their instance's
+//! thread; `submit` never blocks (a full queue is an `Unavailable` error);
+//! a request whose caller went away is dropped, not computed; a panicking
+//! backend fails that request, not the server.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::core::backend::InstanceExec;
+use crate::core::error::{Error, Result};
+use crate::core::types::Tensor;
+
+/// One request for an instance.
+pub struct Work {
+    /// Inputs in the model config's order.
+    pub inputs: Vec<Tensor>,
+    /// Output names to produce.
+    pub outputs: Vec<String>,
+    /// When the request entered the queue.
+    pub enqueued: Instant,
+    /// Where the result goes; closed when the caller has gone away.
+    pub reply: oneshot::Sender<Done>,
+}
+
+/// A finished request with its timing.
+pub struct Done {
+    pub result: Result<Vec<Tensor>>,
+    /// Time in the queue before an instance took it.
+    pub queue: Duration,
+    /// Time the backend spent (Triton's compute_infer; input/output copies
+    /// are part of it for the built-in backends).
+    pub compute: Duration,
+}
+
+/// How to create one instance (called on the instance's own thread).
+pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
+
+/// The instances of one model version and their shared queue.
+pub struct InstancePool {
+    /// The queue; `None` once shutting down, which lets the threads exit.
+    work_tx: Option<SyncSender<Work>>,
+    /// Joined on drop.
+    threads: Vec<JoinHandle<()>>,
+    label: String,
+}
+
+impl InstancePool {
+    /// Starts one thread per loader and waits until every instance loaded;
+    /// the first load error fails the whole pool.
+    pub fn start(label: &str, loaders: Vec<Loader>, queue_capacity: usize) -> Result<Self> {
+        let (work_tx, work_rx) = mpsc::sync_channel::<Work>(queue_capacity.max(1));
+        let work_rx = Arc::new(Mutex::new(work_rx));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
+        let mut threads = Vec::new();
+        let count = loaders.len();
+        for (i, loader) in loaders.into_iter().enumerate() {
+            let rx = Arc::clone(&work_rx);
+            let ready = ready_tx.clone();
+            // Linux keeps 15 bytes of a thread name.
+            let name: String = format!("trtis:{label}:{i}").chars().take(15).collect();
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || run_instance(loader, rx, ready))
+                .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
+            threads.push(handle);
+        }
+        drop(ready_tx);
+        let mut pool = InstancePool {
+            work_tx: Some(work_tx),
+            threads,
+            label: label.to_string(),
+        };
+        for _ in 0..count {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::internal("an instance thread exited while loading")),
+            }
+        }
+        pool.label.shrink_to_fit();
+        Ok(pool)
+    }
+
+    /// Queues work for the next free instance.
+    pub fn submit(&self, work: Work) -> Result<()> {
+        let tx = self
+            .work_tx
+            .as_ref()
+            .ok_or_else(|| Error::unavailable(format!("model '{}' is unloading", self.label)))?;
+        tx.try_send(work).map_err(|e| match e {
+            TrySendError::Full(_) => Error::unavailable(format!(
+                "inference request queue of model '{}' is full",
+                self.label
+            )),
+            TrySendError::Disconnected(_) => {
+                Error::unavailable(format!("model '{}' is unloading", self.label))
+            }
+        })
+    }
+}
+
+impl Drop for InstancePool {
+    fn drop(&mut self) {
+        // Closing the queue ends each thread after the work already queued.
+        self.work_tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_instance(
+    loader: Loader,
+    work_rx: Arc<Mutex<Receiver<Work>>>,
+    ready: mpsc::Sender<Result<()>>,
+) {
+    let loaded = catch_unwind(AssertUnwindSafe(loader))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while loading")));
+    let mut instance = match loaded {
+        Ok(instance) => {
+            let _ = ready.send(Ok(()));
+            instance
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    drop(ready);
+    loop {
+        let next = {
+            let Ok(rx) = work_rx.lock() else { return };
+            rx.recv()
+        };
+        let Ok(work) = next else { return };
+        if work.reply.is_closed() {
+            continue; // the caller went away: do not compute it
+        }
+        let taken = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            instance.execute(&work.inputs, &work.outputs)
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the backend panicked while executing the request",
+            ))
+        });
+        let done = Done {
+            result,
+            queue: taken - work.enqueued,
+            compute: taken.elapsed(),
+        };
+        let _ = work.reply.send(done);
+    }
+}

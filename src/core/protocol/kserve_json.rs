@@ -1,0 +1,515 @@
+//! The KServe v2 REST protocol with Triton's binary tensor data extension:
+//! request bodies (JSON, JSON + binary tail, raw single input) into engine
+//! requests, and engine responses into JSON or JSON + binary.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, Result};
+use crate::core::types::{
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
+};
+
+/// How the client wants each output back.
+#[derive(Debug, Clone, Default)]
+pub struct OutputFormat {
+    /// `binary_data_output` request parameter: the default for outputs.
+    pub binary_default: bool,
+    /// Per-output `binary_data` parameter.
+    pub binary: BTreeMap<String, bool>,
+}
+
+impl OutputFormat {
+    fn is_binary(&self, name: &str) -> bool {
+        self.binary
+            .get(name)
+            .copied()
+            .unwrap_or(self.binary_default)
+    }
+}
+
+fn bad(message: impl Into<String>) -> Error {
+    Error::invalid_arg(message)
+}
+
+/// Parses an inference request body. `header_length` is the
+/// `Inference-Header-Content-Length` header: the JSON part's size, the rest
+/// being binary tensor data; `Some(0)` is a raw request holding the data of
+/// the model's single input.
+pub fn parse_request(
+    body: &[u8],
+    header_length: Option<usize>,
+    config: &ModelConfig,
+) -> Result<(InferRequest, OutputFormat)> {
+    if header_length == Some(0) {
+        return raw_request(body, config);
+    }
+    let json_len = header_length.unwrap_or(body.len());
+    if json_len > body.len() {
+        return Err(bad(format!(
+            "Inference-Header-Content-Length {json_len} is larger than the request body ({} bytes)",
+            body.len()
+        )));
+    }
+    let (head, mut binary) = body.split_at(json_len);
+    let doc: Value = serde_json::from_slice(head)
+        .map_err(|e| bad(format!("failed to parse the request JSON buffer: {e}")))?;
+    let obj = doc
+        .as_object()
+        .ok_or_else(|| bad("the request JSON must be an object"))?;
+
+    let id = match obj.get("id") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad("'id' must be a string")),
+    };
+    let mut format = OutputFormat::default();
+    if let Some(params) = obj.get("parameters") {
+        let params = params
+            .as_object()
+            .ok_or_else(|| bad("'parameters' must be an object"))?;
+        if let Some(v) = params.get("binary_data_output") {
+            format.binary_default = v
+                .as_bool()
+                .ok_or_else(|| bad("'binary_data_output' must be a boolean"))?;
+        }
+    }
+    let inputs_json = obj
+        .get("inputs")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("the request must have an 'inputs' array"))?;
+    let mut inputs = Vec::with_capacity(inputs_json.len());
+    for input in inputs_json {
+        inputs.push(parse_input(input, &mut binary)?);
+    }
+    if !binary.is_empty() {
+        return Err(bad(format!(
+            "the request has {} bytes of binary data that no input uses",
+            binary.len()
+        )));
+    }
+    let mut outputs = Vec::new();
+    if let Some(outs) = obj.get("outputs") {
+        let outs = outs
+            .as_array()
+            .ok_or_else(|| bad("'outputs' must be an array"))?;
+        for out in outs {
+            let name = out
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("each requested output needs a 'name'"))?
+                .to_string();
+            let mut classification = None;
+            if let Some(params) = out.get("parameters").and_then(Value::as_object) {
+                if let Some(b) = params.get("binary_data") {
+                    let b = b
+                        .as_bool()
+                        .ok_or_else(|| bad("'binary_data' must be a boolean"))?;
+                    format.binary.insert(name.clone(), b);
+                }
+                if let Some(c) = params.get("classification") {
+                    let n = c.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                        bad(format!(
+                            "'classification' of output '{name}' must be a positive integer"
+                        ))
+                    })?;
+                    classification = Some(n as usize);
+                }
+            }
+            outputs.push(RequestedOutput {
+                name,
+                classification,
+            });
+        }
+    }
+    Ok((
+        InferRequest {
+            id,
+            inputs,
+            outputs,
+        },
+        format,
+    ))
+}
+
+fn parse_input(input: &Value, binary: &mut &[u8]) -> Result<Tensor> {
+    let name = input
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("each input needs a 'name'"))?
+        .to_string();
+    let dt_name = input
+        .get("datatype")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("input '{name}' needs a 'datatype'")))?;
+    let datatype = DataType::from_name(dt_name)
+        .ok_or_else(|| bad(format!("invalid datatype for input '{name}': '{dt_name}'")))?;
+    let shape: Vec<i64> = input
+        .get("shape")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad(format!("input '{name}' needs a 'shape'")))?
+        .iter()
+        .map(|d| d.as_i64().filter(|&d| d >= 0))
+        .collect::<Option<Vec<i64>>>()
+        .ok_or_else(|| {
+            bad(format!(
+                "the shape of input '{name}' must be non-negative integers"
+            ))
+        })?;
+    let binary_size = input
+        .get("parameters")
+        .and_then(|p| p.get("binary_data_size"))
+        .map(|v| {
+            v.as_u64().ok_or_else(|| {
+                bad(format!(
+                    "'binary_data_size' of input '{name}' must be a non-negative integer"
+                ))
+            })
+        })
+        .transpose()?;
+    let data = match (binary_size, input.get("data")) {
+        (Some(_), Some(_)) => {
+            return Err(bad(format!(
+                "input '{name}' has both 'data' and 'binary_data_size'"
+            )));
+        }
+        (Some(size), None) => {
+            let size = size as usize;
+            if size > binary.len() {
+                return Err(bad(format!(
+                    "unexpected size for input '{name}': binary_data_size {size} but only {} bytes of binary data remain",
+                    binary.len()
+                )));
+            }
+            let (mine, rest) = binary.split_at(size);
+            *binary = rest;
+            mine.to_vec()
+        }
+        (None, Some(data)) => json_data(&name, datatype, &shape, data)?,
+        (None, None) => {
+            return Err(bad(format!(
+                "input '{name}' must have 'data' or 'binary_data_size'"
+            )))
+        }
+    };
+    Ok(Tensor {
+        name,
+        datatype,
+        shape,
+        data,
+    })
+}
+
+/// Flattens a (possibly nested) JSON array.
+fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+    match v {
+        Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
+        other => out.push(other),
+    }
+}
+
+fn json_data(name: &str, dt: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>> {
+    if matches!(dt, DataType::Fp16 | DataType::Bf16) {
+        return Err(bad(format!(
+            "receiving {} data via JSON is not supported. Please use the binary data format for input '{name}'",
+            dt.name()
+        )));
+    }
+    let mut elements = Vec::new();
+    flatten(data, &mut elements);
+    let expected = element_count(shape)
+        .ok_or_else(|| bad(format!("the shape of input '{name}' is too large")))?;
+    if elements.len() != expected {
+        return Err(bad(format!(
+            "unexpected number of elements for input '{name}': the shape {shape:?} needs {expected}, the data has {}",
+            elements.len()
+        )));
+    }
+    let wrong = |v: &Value| {
+        bad(format!(
+            "unable to parse '{v}' as {} for input '{name}'",
+            dt.name()
+        ))
+    };
+    let mut out = Vec::with_capacity(expected * dt.size().unwrap_or(8));
+    macro_rules! ints {
+        ($t:ty) => {
+            for v in &elements {
+                let x = v
+                    .as_i64()
+                    .and_then(|x| <$t>::try_from(x).ok())
+                    .or_else(|| v.as_u64().and_then(|x| <$t>::try_from(x).ok()))
+                    .ok_or_else(|| wrong(v))?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match dt {
+        DataType::Bool => {
+            for v in &elements {
+                out.push(v.as_bool().ok_or_else(|| wrong(v))? as u8);
+            }
+        }
+        DataType::Uint8 => ints!(u8),
+        DataType::Uint16 => ints!(u16),
+        DataType::Uint32 => ints!(u32),
+        DataType::Uint64 => ints!(u64),
+        DataType::Int8 => ints!(i8),
+        DataType::Int16 => ints!(i16),
+        DataType::Int32 => ints!(i32),
+        DataType::Int64 => ints!(i64),
+        DataType::Fp32 => {
+            for v in &elements {
+                out.extend_from_slice(&(v.as_f64().ok_or_else(|| wrong(v))? as f32).to_le_bytes());
+            }
+        }
+        DataType::Fp64 => {
+            for v in &elements {
+                out.extend_from_slice(&v.as_f64().ok_or_else(|| wrong(v))?.to_le_bytes());
+            }
+        }
+        DataType::Bytes => {
+            for v in &elements {
+                let s = v.as_str().ok_or_else(|| wrong(v))?;
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
+    }
+    Ok(out)
+}
+
+/// A raw request: the body is the data of the model's only input, batch 1.
+fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, OutputFormat)> {
+    let [input] = config.input.as_slice() else {
+        return Err(bad(format!(
+            "raw binary request requires the model to have exactly one input, model '{}' has {}",
+            config.name,
+            config.input.len()
+        )));
+    };
+    let dt = DataType::from_config(input.data_type).ok_or_else(|| bad("invalid input datatype"))?;
+    let mut shape = input.dims.clone();
+    let (data, shape) = match dt.size() {
+        None => {
+            if shape != [1] && shape != [-1] {
+                return Err(bad(
+                    "raw binary request of BYTES input requires the input shape [1]",
+                ));
+            }
+            (Tensor::serialize_bytes([body]), vec![1])
+        }
+        Some(size) => {
+            let variable = shape.iter().filter(|&&d| d == -1).count();
+            if variable > 1 {
+                return Err(bad(format!(
+                    "raw binary request for input '{}' needs at most one variable dimension",
+                    input.name
+                )));
+            }
+            let fixed: i64 = shape.iter().filter(|&&d| d != -1).product();
+            let elements = (body.len() / size) as i64;
+            if variable == 1 {
+                let missing = if fixed > 0 { elements / fixed } else { 0 };
+                for d in shape.iter_mut().filter(|d| **d == -1) {
+                    *d = missing;
+                }
+            }
+            (body.to_vec(), shape)
+        }
+    };
+    let shape = if config.max_batch_size > 0 {
+        std::iter::once(1).chain(shape).collect()
+    } else {
+        shape
+    };
+    let request = InferRequest {
+        id: String::new(),
+        inputs: vec![Tensor {
+            name: input.name.clone(),
+            datatype: dt,
+            shape,
+            data,
+        }],
+        outputs: Vec::new(),
+    };
+    let format = OutputFormat {
+        binary_default: true,
+        binary: BTreeMap::new(),
+    };
+    Ok((request, format))
+}
+
+/// Builds the response body; returns it and, when any output is binary, the
+/// length of its JSON part (the `Inference-Header-Content-Length`).
+pub fn build_response(
+    response: &InferResponse,
+    format: &OutputFormat,
+) -> Result<(Vec<u8>, Option<usize>)> {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    for t in &response.outputs {
+        let mut out = Map::new();
+        out.insert("name".into(), json!(t.name));
+        out.insert("datatype".into(), json!(t.datatype.name()));
+        out.insert("shape".into(), json!(t.shape));
+        if format.is_binary(&t.name) {
+            out.insert(
+                "parameters".into(),
+                json!({ "binary_data_size": t.data.len() }),
+            );
+            tail.extend_from_slice(&t.data);
+        } else {
+            out.insert("data".into(), json_values(t)?);
+        }
+        outputs.push(Value::Object(out));
+    }
+    let mut doc = Map::new();
+    doc.insert("model_name".into(), json!(response.model_name));
+    doc.insert("model_version".into(), json!(response.model_version));
+    if !response.id.is_empty() {
+        doc.insert("id".into(), json!(response.id));
+    }
+    doc.insert("outputs".into(), Value::Array(outputs));
+    let mut body =
+        serde_json::to_vec(&Value::Object(doc)).map_err(|e| Error::internal(e.to_string()))?;
+    if tail.is_empty() {
+        return Ok((body, None));
+    }
+    let header = body.len();
+    body.extend_from_slice(&tail);
+    Ok((body, Some(header)))
+}
+
+/// A tensor's elements as a flat JSON array.
+fn json_values(t: &Tensor) -> Result<Value> {
+    macro_rules! nums {
+        ($ty:ty) => {
+            t.data
+                .chunks_exact(std::mem::size_of::<$ty>())
+                .map(|c| json!(<$ty>::from_le_bytes(c.try_into().unwrap())))
+                .collect::<Vec<Value>>()
+        };
+    }
+    let values = match t.datatype {
+        DataType::Bool => t.data.iter().map(|&b| json!(b != 0)).collect(),
+        DataType::Uint8 => t.data.iter().map(|&b| json!(b)).collect(),
+        DataType::Int8 => t.data.iter().map(|&b| json!(b as i8)).collect(),
+        DataType::Uint16 => nums!(u16),
+        DataType::Int16 => nums!(i16),
+        DataType::Uint32 => nums!(u32),
+        DataType::Int32 => nums!(i32),
+        DataType::Uint64 => nums!(u64),
+        DataType::Int64 => nums!(i64),
+        DataType::Fp32 => nums!(f32),
+        DataType::Fp64 => nums!(f64),
+        DataType::Fp16 => t
+            .data
+            .chunks_exact(2)
+            .map(|c| json!(half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
+            .collect(),
+        DataType::Bf16 => t
+            .data
+            .chunks_exact(2)
+            .map(|c| json!(half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
+            .collect(),
+        DataType::Bytes => Tensor::bytes_elements(&t.data)?
+            .into_iter()
+            .map(|e| json!(String::from_utf8_lossy(e)))
+            .collect(),
+    };
+    Ok(Value::Array(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ModelConfig {
+        crate::core::config::parse_config(
+            br#"name: "m" max_batch_size: 8
+                input [ { name: "A" data_type: TYPE_INT32 dims: [ -1 ] } ]
+                output [ { name: "B" data_type: TYPE_INT32 dims: [ -1 ] } ]"#,
+        )
+        .unwrap()
+        .config
+    }
+
+    #[test]
+    fn json_and_binary_inputs() {
+        let mut body = br#"{"inputs":[{"name":"A","datatype":"INT32","shape":[1,2],"data":[[1,2]]},
+            {"name":"C","datatype":"INT32","shape":[1],"parameters":{"binary_data_size":4}}],
+            "outputs":[{"name":"B","parameters":{"binary_data":true,"classification":2}}]}"#
+            .to_vec();
+        let header = body.len();
+        body.extend_from_slice(&7i32.to_le_bytes());
+        let (req, fmt) = parse_request(&body, Some(header), &config()).unwrap();
+        assert_eq!(
+            req.inputs[0].data,
+            [1i32.to_le_bytes(), 2i32.to_le_bytes()].concat()
+        );
+        assert_eq!(req.inputs[1].data, 7i32.to_le_bytes());
+        assert_eq!(req.outputs[0].classification, Some(2));
+        assert!(fmt.is_binary("B"));
+    }
+
+    #[test]
+    fn element_count_and_fp16_json_are_rejected() {
+        let body = br#"{"inputs":[{"name":"A","datatype":"INT32","shape":[1,3],"data":[1,2]}]}"#;
+        let e = parse_request(body, None, &config()).unwrap_err();
+        assert!(
+            e.message.contains("needs 3, the data has 2"),
+            "{}",
+            e.message
+        );
+        let body = br#"{"inputs":[{"name":"A","datatype":"FP16","shape":[1],"data":[1.0]}]}"#;
+        let e = parse_request(body, None, &config()).unwrap_err();
+        assert!(e.message.contains("binary data format"), "{}", e.message);
+        let e = parse_request(b"{not json", None, &config()).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("failed to parse the request JSON buffer"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn raw_request_is_batch_one_of_the_single_input() {
+        let data: Vec<u8> = (1i32..=3).flat_map(|x| x.to_le_bytes()).collect();
+        let (req, fmt) = parse_request(&data, Some(0), &config()).unwrap();
+        assert_eq!(req.inputs[0].shape, vec![1, 3]);
+        assert!(fmt.binary_default);
+    }
+
+    #[test]
+    fn response_binary_tail_follows_the_json() {
+        let resp = InferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            outputs: vec![Tensor {
+                name: "B".into(),
+                datatype: DataType::Int32,
+                shape: vec![1, 1],
+                data: 5i32.to_le_bytes().to_vec(),
+            }],
+        };
+        let fmt = OutputFormat {
+            binary_default: true,
+            ..Default::default()
+        };
+        let (body, header) = build_response(&resp, &fmt).unwrap();
+        let header = header.unwrap();
+        let doc: Value = serde_json::from_slice(&body[..header]).unwrap();
+        assert_eq!(doc["outputs"][0]["parameters"]["binary_data_size"], 4);
+        assert_eq!(&body[header..], 5i32.to_le_bytes());
+        let (body, header) = build_response(&resp, &OutputFormat::default()).unwrap();
+        assert!(header.is_none());
+        let doc: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["outputs"][0]["data"], json!([5]));
+    }
+}

@@ -1,0 +1,7 @@
+//! Wire formats. Only this module and the frontends know them: the KServe v2
+//! JSON + binary tensor extension (`kserve_json`) and the JSON form of
+//! `ModelConfig` as Triton emits it (`config_json`). Engine types stay free of
+//! serialization.
+
+pub mod config_json;
+pub mod kserve_json;

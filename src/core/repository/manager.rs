@@ -1,0 +1,457 @@
+//! The model lifecycle: loading models from the repository into instance
+//! pools, version by version, unloading them, and their states (READY,
+//! LOADING, UNLOADING, UNAVAILABLE with a reason).
+//!
+//! Configs are loaded through `check::check_repository`, the same path as
+//! `validate-config`, with a missing GPU as an error. A reloaded model keeps
+//! serving its old versions until the new ones are ready; requests hold an
+//! `Arc<LoadedModel>`, so a version that goes away finishes its in-flight
+//! requests before its instances stop.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use crate::core::backend::{load_instance, LoadContext};
+use crate::core::config::{ModelConfig, Severity};
+use crate::core::error::{Error, Result};
+use crate::core::instance::{InstancePool, Loader};
+use crate::core::stats::ModelStats;
+
+use super::check::{check_repository, CheckOptions};
+
+/// `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlMode {
+    /// Load everything at start; no load/unload API.
+    None,
+    /// Load everything at start and rescan every `--repository-poll-secs`.
+    Poll,
+    /// Load only `--load-model` at start; the API loads and unloads.
+    Explicit,
+}
+
+/// Triton's model states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelState {
+    Loading,
+    Ready,
+    Unloading,
+    Unavailable,
+}
+
+impl ModelState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelState::Loading => "LOADING",
+            ModelState::Ready => "READY",
+            ModelState::Unloading => "UNLOADING",
+            ModelState::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// A model version that is loaded and serving.
+pub struct LoadedModel {
+    pub name: String,
+    pub version: i64,
+    /// The normalized config.
+    pub config: ModelConfig,
+    pub pool: InstancePool,
+    pub stats: ModelStats,
+    /// Output name → labels from its `label_filename`.
+    pub labels: BTreeMap<String, Vec<String>>,
+}
+
+/// One line of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    /// Empty when the model failed before any version was known.
+    pub version: String,
+    pub state: ModelState,
+    pub reason: String,
+}
+
+struct VersionSlot {
+    state: ModelState,
+    reason: String,
+    model: Option<Arc<LoadedModel>>,
+}
+
+#[derive(Default)]
+struct ModelEntry {
+    versions: BTreeMap<i64, VersionSlot>,
+    /// Why the model as a whole is not available (config errors).
+    reason: Option<String>,
+}
+
+/// Settings of the manager.
+#[derive(Debug, Clone)]
+pub struct ManagerOptions {
+    pub repository: PathBuf,
+    pub mode: ControlMode,
+    pub gpu_count: usize,
+    /// Capacity of each model's request queue.
+    pub queue_capacity: usize,
+}
+
+/// All models of the repository and their versions.
+pub struct ModelManager {
+    opts: ManagerOptions,
+    models: RwLock<BTreeMap<String, ModelEntry>>,
+}
+
+impl ModelManager {
+    pub fn new(opts: ManagerOptions) -> Self {
+        ModelManager {
+            opts,
+            models: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn mode(&self) -> ControlMode {
+        self.opts.mode
+    }
+
+    /// Model directory names in the repository.
+    pub fn repository_models(&self) -> Result<Vec<String>> {
+        let dirs = super::layout::list_model_dirs(&self.opts.repository).map_err(|e| {
+            Error::internal(format!(
+                "failed to open directory {}: {e}",
+                self.opts.repository.display()
+            ))
+        })?;
+        Ok(dirs
+            .iter()
+            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect())
+    }
+
+    /// Loads (or reloads) a model: every version its policy selects.
+    /// Blocking: call it off the async runtime.
+    pub fn load(&self, name: &str) -> Result<()> {
+        let opts = CheckOptions {
+            gpu_count: self.opts.gpu_count,
+            missing_gpu: Severity::Error,
+        };
+        let checked = check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
+            .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
+        let Some(model) = checked.into_iter().next() else {
+            return Err(Error::internal(format!(
+                "failed to load '{name}', failed to poll from model repository"
+            )));
+        };
+        let first_error = model
+            .findings
+            .iter()
+            .find(|f| f.severity == Severity::Error)
+            .map(|f| f.message.clone());
+        let config = match (first_error, model.config.clone()) {
+            (None, Some(config)) => config,
+            (error, _) => {
+                let reason = error.unwrap_or_else(|| {
+                    format!("model configuration is not provided for model '{name}'")
+                });
+                self.entry_failed(name, &reason);
+                return Err(Error::invalid_arg(format!(
+                    "load failed for model '{name}': {reason}"
+                )));
+            }
+        };
+        let labels = read_labels(&model.dir.path, &config)?;
+
+        let mut failures = Vec::new();
+        let mut loaded = BTreeMap::new();
+        for &version in &model.versions {
+            self.set_state(name, version, ModelState::Loading, "");
+            match self.load_version(name, version, &model.dir.path, &config, &labels) {
+                Ok(m) => {
+                    loaded.insert(version, Arc::new(m));
+                }
+                Err(e) => {
+                    self.set_state(name, version, ModelState::Unavailable, &e.message);
+                    failures.push(format!(
+                        "version {version} is at UNAVAILABLE state: {};",
+                        e.message
+                    ));
+                }
+            }
+        }
+        // Swap in the new versions, then retire the ones no longer selected.
+        let retired: Vec<Arc<LoadedModel>> = {
+            let mut models = self.models.write().unwrap();
+            let entry = models.entry(name.to_string()).or_default();
+            entry.reason = None;
+            for (version, m) in loaded {
+                entry.versions.insert(
+                    version,
+                    VersionSlot {
+                        state: ModelState::Ready,
+                        reason: String::new(),
+                        model: Some(m),
+                    },
+                );
+            }
+            let mut retired = Vec::new();
+            for (version, slot) in entry.versions.iter_mut() {
+                if !model.versions.contains(version) {
+                    if let Some(m) = slot.model.take() {
+                        retired.push(m);
+                    }
+                    slot.state = ModelState::Unavailable;
+                    slot.reason = "unloaded".to_string();
+                }
+            }
+            retired
+        };
+        drop(retired);
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid_arg(format!(
+                "load failed for model '{name}': {}",
+                failures.join("\n")
+            )))
+        }
+    }
+
+    fn load_version(
+        &self,
+        name: &str,
+        version: i64,
+        model_dir: &std::path::Path,
+        config: &ModelConfig,
+        labels: &BTreeMap<String, Vec<String>>,
+    ) -> Result<LoadedModel> {
+        let version_dir = model_dir.join(version.to_string());
+        let mut loaders: Vec<Loader> = Vec::new();
+        for group in &config.instance_group {
+            for i in 0..group.count.max(1) {
+                let ctx_config = config.clone();
+                let model_dir = model_dir.to_path_buf();
+                let version_dir = version_dir.clone();
+                let instance_name = format!("{}_{}", group.name, i);
+                loaders.push(Box::new(move || {
+                    load_instance(&LoadContext {
+                        config: &ctx_config,
+                        model_dir: &model_dir,
+                        version_dir,
+                        instance_name,
+                    })
+                }));
+            }
+        }
+        if loaders.is_empty() {
+            return Err(Error::invalid_arg(format!(
+                "model '{name}' has no instances"
+            )));
+        }
+        let pool = InstancePool::start(name, loaders, self.opts.queue_capacity)?;
+        Ok(LoadedModel {
+            name: name.to_string(),
+            version,
+            config: config.clone(),
+            pool,
+            stats: ModelStats::default(),
+            labels: labels.clone(),
+        })
+    }
+
+    /// Unloads every version of a model. Requests in flight finish first.
+    pub fn unload(&self, name: &str) -> Result<()> {
+        let retired: Vec<Arc<LoadedModel>> = {
+            let mut models = self.models.write().unwrap();
+            let Some(entry) = models.get_mut(name) else {
+                return Err(Error::invalid_arg(format!(
+                    "failed to unload '{name}', model is not loaded"
+                )));
+            };
+            let mut retired = Vec::new();
+            for slot in entry.versions.values_mut() {
+                if let Some(m) = slot.model.take() {
+                    retired.push(m);
+                }
+                slot.state = ModelState::Unavailable;
+                slot.reason = "unloaded".to_string();
+            }
+            retired
+        };
+        // Dropping the last reference joins the instance threads.
+        drop(retired);
+        Ok(())
+    }
+
+    /// Drops every model (shutdown).
+    pub fn unload_all(&self) {
+        let names: Vec<String> = self.models.read().unwrap().keys().cloned().collect();
+        for name in names {
+            let _ = self.unload(&name);
+        }
+    }
+
+    /// The model version to run: the given one, or the highest ready one.
+    pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
+        let models = self.models.read().unwrap();
+        let Some(entry) = models.get(name) else {
+            return Err(Error::not_found(format!(
+                "Request for unknown model: '{name}' is not found"
+            )));
+        };
+        match version {
+            Some(v) => match entry.versions.get(&v) {
+                Some(VersionSlot {
+                    model: Some(m),
+                    state: ModelState::Ready,
+                    ..
+                }) => Ok(Arc::clone(m)),
+                Some(slot) => Err(Error::unavailable(format!(
+                    "Request for unknown model: '{name}' version {v} is not at ready state"
+                ))
+                .with_reason(&slot.reason)),
+                None => Err(Error::not_found(format!(
+                    "Request for unknown model: '{name}' version {v} is not found"
+                ))),
+            },
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|s| s.model.as_ref().filter(|_| s.state == ModelState::Ready))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions"
+                    ))
+                }),
+        }
+    }
+
+    /// Versions of a model that are ready.
+    pub fn ready_versions(&self, name: &str) -> Vec<i64> {
+        let models = self.models.read().unwrap();
+        models
+            .get(name)
+            .map(|e| {
+                e.versions
+                    .iter()
+                    .filter(|(_, s)| s.state == ModelState::Ready)
+                    .map(|(v, _)| *v)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether every model known to the manager has a ready version and no
+    /// load failure (`--strict-readiness`).
+    pub fn all_ready(&self) -> bool {
+        let models = self.models.read().unwrap();
+        models.values().all(|e| {
+            e.reason.is_none()
+                && !e.versions.is_empty()
+                && e.versions.values().any(|s| s.state == ModelState::Ready)
+                && !e.versions.values().any(|s| s.state == ModelState::Loading)
+        })
+    }
+
+    /// The repository index: every model directory, with the state of each
+    /// version the manager knows.
+    pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        let models = self.models.read().unwrap();
+        let mut out = Vec::new();
+        let mut names: Vec<String> = self.repository_models()?;
+        for known in models.keys() {
+            if !names.contains(known) {
+                names.push(known.clone());
+            }
+        }
+        names.sort();
+        for name in names {
+            match models.get(&name) {
+                Some(entry) if !entry.versions.is_empty() => {
+                    for (v, slot) in &entry.versions {
+                        out.push(IndexEntry {
+                            name: name.clone(),
+                            version: v.to_string(),
+                            state: slot.state,
+                            reason: slot.reason.clone(),
+                        });
+                    }
+                }
+                Some(entry) => out.push(IndexEntry {
+                    name: name.clone(),
+                    version: String::new(),
+                    state: ModelState::Unavailable,
+                    reason: entry.reason.clone().unwrap_or_default(),
+                }),
+                None => out.push(IndexEntry {
+                    name,
+                    version: String::new(),
+                    state: ModelState::Unavailable,
+                    reason: String::new(),
+                }),
+            }
+        }
+        if ready_only {
+            out.retain(|e| e.state == ModelState::Ready);
+        }
+        Ok(out)
+    }
+
+    fn set_state(&self, name: &str, version: i64, state: ModelState, reason: &str) {
+        let mut models = self.models.write().unwrap();
+        let entry = models.entry(name.to_string()).or_default();
+        let slot = entry.versions.entry(version).or_insert(VersionSlot {
+            state,
+            reason: String::new(),
+            model: None,
+        });
+        // A version that is serving keeps serving while its reload loads.
+        if !(state == ModelState::Loading && slot.model.is_some()) {
+            slot.state = state;
+        }
+        slot.reason = reason.to_string();
+    }
+
+    fn entry_failed(&self, name: &str, reason: &str) {
+        let mut models = self.models.write().unwrap();
+        let entry = models.entry(name.to_string()).or_default();
+        if entry.versions.values().all(|s| s.model.is_none()) {
+            entry.reason = Some(reason.to_string());
+        }
+    }
+}
+
+impl Error {
+    fn with_reason(mut self, reason: &str) -> Self {
+        if !reason.is_empty() {
+            self.message.push_str(&format!(": {reason}"));
+        }
+        self
+    }
+}
+
+/// Labels of every output with a `label_filename`, one per line.
+fn read_labels(
+    model_dir: &std::path::Path,
+    config: &ModelConfig,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut labels = BTreeMap::new();
+    for output in &config.output {
+        if output.label_filename.is_empty() {
+            continue;
+        }
+        let path = model_dir.join(&output.label_filename);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::internal(format!(
+                "failed to open text file for read {}: {e}",
+                path.display()
+            ))
+        })?;
+        labels.insert(
+            output.name.clone(),
+            text.lines().map(str::to_string).collect(),
+        );
+    }
+    Ok(labels)
+}

@@ -1,0 +1,91 @@
+//! Per model-version statistics (Triton's statistics extension): counters
+//! and cumulative durations, updated lock-free on the request path.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A count and a total duration.
+#[derive(Debug, Default)]
+pub struct Duration64 {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl Duration64 {
+    pub fn add(&self, d: Duration) {
+        self.count.fetch_add(1, Relaxed);
+        self.ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
+
+    pub fn get(&self) -> (u64, u64) {
+        (self.count.load(Relaxed), self.ns.load(Relaxed))
+    }
+}
+
+/// The statistics of one model version.
+#[derive(Debug, Default)]
+pub struct ModelStats {
+    pub success: Duration64,
+    pub fail: Duration64,
+    pub queue: Duration64,
+    pub compute_input: Duration64,
+    pub compute_infer: Duration64,
+    pub compute_output: Duration64,
+    /// Batch elements inferred.
+    pub inference_count: AtomicU64,
+    /// Backend executions.
+    pub execution_count: AtomicU64,
+    /// Milliseconds since the epoch of the last inference.
+    pub last_inference: AtomicU64,
+    /// Executions per batch size (index = batch size, up to 64).
+    pub batch: BatchStats,
+}
+
+/// Compute durations by batch size.
+#[derive(Debug)]
+pub struct BatchStats {
+    pub by_size: Vec<Duration64>,
+}
+
+impl Default for BatchStats {
+    fn default() -> Self {
+        BatchStats {
+            by_size: (0..=64).map(|_| Duration64::default()).collect(),
+        }
+    }
+}
+
+impl ModelStats {
+    /// Records a successful execution of `batch` elements.
+    pub fn record_success(
+        &self,
+        batch: usize,
+        total: Duration,
+        queue: Duration,
+        compute: Duration,
+    ) {
+        self.success.add(total);
+        self.queue.add(queue);
+        self.compute_input.add(Duration::ZERO);
+        self.compute_infer.add(compute);
+        self.compute_output.add(Duration::ZERO);
+        self.inference_count.fetch_add(batch as u64, Relaxed);
+        self.execution_count.fetch_add(1, Relaxed);
+        if let Some(b) = self.batch.by_size.get(batch) {
+            b.add(compute);
+        }
+        self.touch();
+    }
+
+    pub fn record_failure(&self, total: Duration) {
+        self.fail.add(total);
+        self.touch();
+    }
+
+    fn touch(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_inference.store(now.as_millis() as u64, Relaxed);
+    }
+}

@@ -1,0 +1,195 @@
+//! Engine data types: tensors and inference requests/responses, independent
+//! of any wire format. Tensor data is raw little-endian, row-major bytes;
+//! BYTES elements are serialized as Triton does (4-byte little-endian length,
+//! then the bytes), which is also the binary-tensor wire form.
+
+use crate::core::config::pb::DataType as ConfigType;
+use crate::core::error::{Error, Result};
+
+/// A tensor element type, by its protocol name (`FP32`, `BYTES`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Bool,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Fp16,
+    Fp32,
+    Fp64,
+    Bytes,
+    Bf16,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 14] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+        DataType::Bf16,
+    ];
+
+    /// The protocol name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Bool => "BOOL",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
+            DataType::Bf16 => "BF16",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Bytes per element; None for BYTES (variable).
+    pub fn size(self) -> Option<usize> {
+        Some(match self {
+            DataType::Bool | DataType::Uint8 | DataType::Int8 => 1,
+            DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => 2,
+            DataType::Uint32 | DataType::Int32 | DataType::Fp32 => 4,
+            DataType::Uint64 | DataType::Int64 | DataType::Fp64 => 8,
+            DataType::Bytes => return None,
+        })
+    }
+
+    /// From the config enum value (`TYPE_FP32` → FP32).
+    pub fn from_config(dt: i32) -> Option<Self> {
+        Some(match ConfigType::try_from(dt).ok()? {
+            ConfigType::TypeBool => DataType::Bool,
+            ConfigType::TypeUint8 => DataType::Uint8,
+            ConfigType::TypeUint16 => DataType::Uint16,
+            ConfigType::TypeUint32 => DataType::Uint32,
+            ConfigType::TypeUint64 => DataType::Uint64,
+            ConfigType::TypeInt8 => DataType::Int8,
+            ConfigType::TypeInt16 => DataType::Int16,
+            ConfigType::TypeInt32 => DataType::Int32,
+            ConfigType::TypeInt64 => DataType::Int64,
+            ConfigType::TypeFp16 => DataType::Fp16,
+            ConfigType::TypeFp32 => DataType::Fp32,
+            ConfigType::TypeFp64 => DataType::Fp64,
+            ConfigType::TypeString => DataType::Bytes,
+            ConfigType::TypeBf16 => DataType::Bf16,
+            ConfigType::TypeInvalid => return None,
+        })
+    }
+
+    /// The config enum value.
+    pub fn to_config(self) -> ConfigType {
+        match self {
+            DataType::Bool => ConfigType::TypeBool,
+            DataType::Uint8 => ConfigType::TypeUint8,
+            DataType::Uint16 => ConfigType::TypeUint16,
+            DataType::Uint32 => ConfigType::TypeUint32,
+            DataType::Uint64 => ConfigType::TypeUint64,
+            DataType::Int8 => ConfigType::TypeInt8,
+            DataType::Int16 => ConfigType::TypeInt16,
+            DataType::Int32 => ConfigType::TypeInt32,
+            DataType::Int64 => ConfigType::TypeInt64,
+            DataType::Fp16 => ConfigType::TypeFp16,
+            DataType::Fp32 => ConfigType::TypeFp32,
+            DataType::Fp64 => ConfigType::TypeFp64,
+            DataType::Bytes => ConfigType::TypeString,
+            DataType::Bf16 => ConfigType::TypeBf16,
+        }
+    }
+}
+
+/// The number of elements of a shape (None on overflow or a negative dim).
+pub fn element_count(shape: &[i64]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
+}
+
+/// A tensor: name, type, shape and raw data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    /// Little-endian row-major elements; BYTES as length-prefixed elements.
+    pub data: Vec<u8>,
+}
+
+impl Tensor {
+    /// Splits serialized BYTES data into its elements.
+    pub fn bytes_elements(data: &[u8]) -> Result<Vec<&[u8]>> {
+        let mut out = Vec::new();
+        let mut rest = data;
+        while !rest.is_empty() {
+            if rest.len() < 4 {
+                return Err(Error::invalid_arg("truncated BYTES element length"));
+            }
+            let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            rest = &rest[4..];
+            if rest.len() < len {
+                return Err(Error::invalid_arg("BYTES element is longer than the data"));
+            }
+            out.push(&rest[..len]);
+            rest = &rest[len..];
+        }
+        Ok(out)
+    }
+
+    /// Serializes BYTES elements (length-prefixed).
+    pub fn serialize_bytes<'a>(elements: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for e in elements {
+            out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+            out.extend_from_slice(e);
+        }
+        out
+    }
+}
+
+/// An output the client asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestedOutput {
+    pub name: String,
+    /// Top-N classification instead of the tensor (classification extension).
+    pub classification: Option<usize>,
+}
+
+/// A validated-later inference request, as the engine receives it.
+#[derive(Debug, Clone, Default)]
+pub struct InferRequest {
+    pub id: String,
+    pub inputs: Vec<Tensor>,
+    /// Empty: every output of the model.
+    pub outputs: Vec<RequestedOutput>,
+}
+
+/// The engine's answer.
+#[derive(Debug, Clone)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    pub id: String,
+    pub outputs: Vec<Tensor>,
+}

@@ -5,6 +5,7 @@ mod util;
 
 mod cli;
 mod config_cases;
+mod http;
 mod parse;
 mod schema;
 mod tidy;

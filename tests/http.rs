@@ -1,0 +1,405 @@
+//! The HTTP frontend through real sockets: an in-process `Engine` and router
+//! on 127.0.0.1:0, driven with plain HTTP/1.1 requests.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+
+use serde_json::{json, Value};
+use trtis::core::frontend::http::{router, AppState};
+use trtis::core::repository::ControlMode;
+use trtis::core::{Engine, ServerConfig};
+
+/// A server on an ephemeral port, stopped on drop.
+pub struct TestServer {
+    pub addr: std::net::SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+    _engine: Engine,
+}
+
+impl TestServer {
+    pub fn start(
+        repo: &Path,
+        mode: ControlMode,
+        load: &[&str],
+        max_input_size: usize,
+    ) -> TestServer {
+        let mut config = ServerConfig::new(repo);
+        config.control_mode = mode;
+        config.load_models = load.iter().map(|s| s.to_string()).collect();
+        let (engine, errors) = Engine::start(config).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = router(AppState {
+            engine: engine.clone(),
+            max_input_size,
+        });
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        TestServer {
+            addr,
+            _runtime: runtime,
+            _engine: engine,
+        }
+    }
+
+    /// Sends one request; returns status, headers (lower-case names) and body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a complete response");
+        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+        let mut lines = head.lines();
+        let status: u16 = lines
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let mut body = raw[split + 4..].to_vec();
+        if headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v == "chunked")
+        {
+            body = dechunk(&body);
+        }
+        (status, headers, body)
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
+        let bytes = if body.is_null() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&body).unwrap()
+        };
+        let (status, _, body) = self.request(method, path, &[], &bytes);
+        let value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body).unwrap_or(Value::Null)
+        };
+        (status, value)
+    }
+}
+
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = body.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&body[end + 2..end + 2 + size]);
+        body = &body[end + 2 + size + 2..];
+    }
+    out
+}
+
+/// A repository with identity models (no native library needed).
+fn identity_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write(
+        "ident/config.pbtxt",
+        r#"backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] label_filename: "labels.txt" } ]
+"#,
+    );
+    write("ident/labels.txt", "zero\none\ntwo\nthree\n");
+    write("ident/1/.keep", "");
+    write(
+        "bytes/config.pbtxt",
+        r#"backend: "identity"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+"#,
+    );
+    write("bytes/1/.keep", "");
+    write("bytes/2/.keep", "");
+    dir
+}
+
+const MB: usize = 1 << 20;
+
+#[test]
+fn health_metadata_and_config() {
+    let repo = identity_repo();
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
+    assert_eq!(s.request("GET", "/v2/health/live", &[], b"").0, 200);
+    assert_eq!(s.request("GET", "/v2/health/ready", &[], b"").0, 200);
+    let (status, meta) = s.json("GET", "/v2", Value::Null);
+    assert_eq!(status, 200);
+    assert_eq!(meta["name"], "triton");
+    assert!(meta["extensions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("binary_tensor_data")));
+
+    let (status, meta) = s.json("GET", "/v2/models/ident", Value::Null);
+    assert_eq!(status, 200);
+    assert_eq!(
+        meta["inputs"][0],
+        json!({"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]})
+    );
+    assert_eq!(meta["versions"], json!(["1"]));
+    // latest 1 of versions 1 and 2
+    let (_, meta) = s.json("GET", "/v2/models/bytes", Value::Null);
+    assert_eq!(meta["versions"], json!(["2"]));
+    assert_eq!(
+        s.request("GET", "/v2/models/bytes/versions/2/ready", &[], b"")
+            .0,
+        200
+    );
+    assert_eq!(
+        s.request("GET", "/v2/models/bytes/versions/1/ready", &[], b"")
+            .0,
+        400
+    );
+
+    let (status, config) = s.json("GET", "/v2/models/ident/config", Value::Null);
+    assert_eq!(status, 200);
+    assert_eq!(config["max_batch_size"], 4);
+    assert_eq!(config["input"][0]["dims"], json!([-1]));
+    assert_eq!(config["instance_group"][0]["kind"], "KIND_CPU");
+
+    let (status, err) = s.json("GET", "/v2/models/nope", Value::Null);
+    assert_eq!(status, 404);
+    assert_eq!(
+        err["error"],
+        "Request for unknown model: 'nope' is not found"
+    );
+    assert_eq!(s.request("GET", "/v2/no/such/route", &[], b"").0, 404);
+}
+
+#[test]
+fn infer_json_binary_classification_and_stats() {
+    let repo = identity_repo();
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/ident/infer",
+        json!({"id": "r1", "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [0.5, 3.0, 1.0, 2.0]}],
+               "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["id"], "r1");
+    assert_eq!(out["outputs"][0]["datatype"], "BYTES");
+    assert_eq!(out["outputs"][0]["shape"], json!([1, 2]));
+    assert_eq!(
+        out["outputs"][0]["data"],
+        json!(["3.000000:1:one", "2.000000:3:three"])
+    );
+
+    // Binary in, binary out, with NUL and non-UTF-8 bytes.
+    let elements: [&[u8]; 2] = [b"a\0b", b"\xff\xfe"];
+    let mut data = Vec::new();
+    for e in elements {
+        data.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        data.extend_from_slice(e);
+    }
+    let header = json!({"inputs": [{"name": "IN", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": data.len()}}],
+                        "outputs": [{"name": "OUT", "parameters": {"binary_data": true}}]});
+    let mut body = serde_json::to_vec(&header).unwrap();
+    let json_len = body.len();
+    body.extend_from_slice(&data);
+    let (status, headers, resp) = s.request(
+        "POST",
+        "/v2/models/bytes/infer",
+        &[("Inference-Header-Content-Length", json_len.to_string())],
+        &body,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "inference-header-content-length")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let head: Value = serde_json::from_slice(&resp[..len]).unwrap();
+    assert_eq!(
+        head["outputs"][0]["parameters"]["binary_data_size"],
+        data.len()
+    );
+    assert_eq!(&resp[len..], &data[..]);
+
+    let (_, stats) = s.json("GET", "/v2/models/ident/stats", Value::Null);
+    let st = &stats["model_stats"][0];
+    assert_eq!(st["inference_count"], 1);
+    assert_eq!(st["execution_count"], 1);
+    assert_eq!(st["inference_stats"]["success"]["count"], 1);
+}
+
+#[test]
+fn request_errors_are_400_with_a_message_and_the_server_lives_on() {
+    let repo = identity_repo();
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], 4096);
+    let cases = [
+        (
+            json!({"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}),
+            "unexpected inference input 'X' for model 'ident'",
+        ),
+        (
+            json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]}),
+            "inference input 'INPUT0' data-type is 'INT32', but model 'ident' expects 'FP32'",
+        ),
+        (
+            json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [8, 1], "data": [1,2,3,4,5,6,7,8]}]}),
+            "inference request batch-size must be <= 4 for 'ident'",
+        ),
+        (
+            json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1.0]}]}),
+            "unexpected number of elements for input 'INPUT0'",
+        ),
+        (
+            json!({"inputs": []}),
+            "expected 1 inputs but got 0 inputs for model 'ident'",
+        ),
+        (
+            json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}], "outputs": [{"name": "NOPE"}]}),
+            "unexpected inference output 'NOPE' for model 'ident'",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, err) = s.json("POST", "/v2/models/ident/infer", body);
+        assert_eq!(status, 400, "{err}");
+        assert!(
+            err["error"].as_str().unwrap().contains(message),
+            "{err} should contain {message}"
+        );
+    }
+    let (status, _, body) = s.request("POST", "/v2/models/ident/infer", &[], b"{not json");
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("failed to parse the request JSON buffer"));
+    let big = vec![b' '; 8192];
+    let (status, _, body) = s.request("POST", "/v2/models/ident/infer", &[], &big);
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("--http-max-input-size"));
+    assert_eq!(s.request("GET", "/v2/health/ready", &[], b"").0, 200);
+}
+
+#[test]
+fn explicit_mode_loads_and_unloads() {
+    let repo = identity_repo();
+    let s = TestServer::start(repo.path(), ControlMode::Explicit, &["bytes"], MB);
+    assert_eq!(s.request("GET", "/v2/models/ident/ready", &[], b"").0, 400);
+    let (_, index) = s.json("POST", "/v2/repository/index", Value::Null);
+    assert_eq!(
+        index,
+        json!([
+            {"name": "bytes", "version": "2", "state": "READY", "reason": ""},
+            {"name": "ident", "state": "UNAVAILABLE", "reason": ""},
+        ])
+    );
+    assert_eq!(
+        s.json("POST", "/v2/repository/models/ident/load", Value::Null)
+            .0,
+        200
+    );
+    assert_eq!(s.request("GET", "/v2/models/ident/ready", &[], b"").0, 200);
+    assert_eq!(
+        s.json(
+            "POST",
+            "/v2/repository/models/ident/unload",
+            json!({"parameters": {}})
+        )
+        .0,
+        200
+    );
+    assert_eq!(s.request("GET", "/v2/models/ident/ready", &[], b"").0, 400);
+    let (_, index) = s.json("POST", "/v2/repository/index", json!({"ready": true}));
+    assert_eq!(index.as_array().unwrap().len(), 1);
+    let (status, err) = s.json("POST", "/v2/repository/models/missing/load", Value::Null);
+    assert_eq!(status, 500);
+    assert_eq!(
+        err["error"],
+        "failed to load 'missing', failed to poll from model repository"
+    );
+}
+
+#[test]
+fn load_unload_api_is_refused_without_explicit_mode() {
+    let repo = identity_repo();
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
+    let (status, err) = s.json("POST", "/v2/repository/models/ident/unload", Value::Null);
+    assert_eq!(status, 501);
+    assert!(err["error"]
+        .as_str()
+        .unwrap()
+        .contains("explicit model load / unload is not allowed"));
+}
+
+#[test]
+fn onnx_simple_model_adds_and_subtracts() {
+    if trtis::core::backend::onnx::find_library().is_err() {
+        assert!(
+            std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
+            "ONNX Runtime not found: run scripts/setup.sh"
+        );
+        eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    crate::util::copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/model_repository/simple"),
+        &repo.path().join("simple"),
+    );
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
+    let a: Vec<i32> = (0..16).collect();
+    let b: Vec<i32> = vec![3; 16];
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/simple/infer",
+        json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": a},
+                          {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": b}]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let sum: Vec<i64> = (0..16).map(|x| x + 3).collect();
+    let diff: Vec<i64> = (0..16).map(|x| x - 3).collect();
+    assert_eq!(out["outputs"][0]["data"], json!(sum));
+    assert_eq!(out["outputs"][1]["data"], json!(diff));
+}

@@ -97,10 +97,58 @@ fn unknown_subcommands_are_not_offered() {
     assert!(help.contains("validate-config"));
     assert!(help.contains("serve"));
     // Subcommands that do not work yet are not shown as stubs.
-    for missing in ["perf", "gen-config", "infer", "status"] {
+    for missing in ["perf", "infer", "status"] {
         assert!(
             !help.contains(&format!("  {missing} ")),
             "{missing} appears in help:\n{help}"
         );
     }
+}
+
+#[test]
+fn gen_config_output_validates_and_round_trips() {
+    if trtis::core::backend::onnx::find_library().is_err() {
+        assert!(
+            std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
+            "ONNX Runtime not found: run scripts/setup.sh"
+        );
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let model = repo.path().join("simple");
+    std::fs::create_dir_all(model.join("1")).unwrap();
+    let examples =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/model_repository");
+    std::fs::copy(
+        examples.join("simple/1/model.onnx"),
+        model.join("1/model.onnx"),
+    )
+    .unwrap();
+    let out = trtis(
+        repo.path(),
+        &["gen-config", "simple/1/model.onnx", "--instance-count", "2"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("name: \"simple\""), "{text}");
+    assert!(text.contains("max_batch_size: 4"), "{text}");
+    std::fs::write(model.join("config.pbtxt"), &text).unwrap();
+    let out = trtis(repo.path(), &["validate-config", "."]);
+    assert_eq!(stdout(&out), "OK: 1 model checked, 0 errors, 0 warnings\n");
+
+    let out = trtis(
+        repo.path(),
+        &["gen-config", "simple/1/model.onnx", "--max-batch-size", "0"],
+    );
+    let text = stdout(&out);
+    assert!(text.contains("dims: [-1, 16]"), "{text}");
+    assert!(!text.contains("dynamic_batching"), "{text}");
+
+    let out = trtis(repo.path(), &["gen-config", "missing.onnx"]);
+    assert_eq!(out.status.code(), Some(1));
 }

@@ -403,3 +403,46 @@ fn onnx_simple_model_adds_and_subtracts() {
     assert_eq!(out["outputs"][0]["data"], json!(sum));
     assert_eq!(out["outputs"][1]["data"], json!(diff));
 }
+
+fn onnx_available() -> bool {
+    if trtis::core::backend::onnx::find_library().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
+        "ONNX Runtime not found: run scripts/setup.sh"
+    );
+    eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
+    false
+}
+
+#[test]
+fn a_model_without_config_is_auto_completed_from_the_onnx_file() {
+    if !onnx_available() {
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path().join("adder/1");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/model_repository/simple/1/model.onnx"),
+        dir.join("model.onnx"),
+    )
+    .unwrap();
+    let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
+    let (status, config) = s.json("GET", "/v2/models/adder/config", Value::Null);
+    assert_eq!(status, 200, "{config}");
+    assert_eq!(config["max_batch_size"], 4);
+    assert_eq!(config["backend"], "onnxruntime");
+    assert_eq!(config["input"][1]["name"], "INPUT1");
+    assert_eq!(config["input"][1]["dims"], json!([16]));
+    assert_eq!(config["output"][0]["data_type"], "TYPE_INT32");
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/adder/infer",
+        json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [2, 16], "data": vec![1; 32]},
+                          {"name": "INPUT1", "datatype": "INT32", "shape": [2, 16], "data": vec![2; 32]}]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["outputs"][0]["data"], json!(vec![3; 32]));
+}

@@ -2,6 +2,7 @@
 //! `Args` and a `run` that returns the process exit code. Only this module
 //! knows about flags, stdout formatting and exit codes.
 
+mod gen_config;
 mod serve;
 mod validate_config;
 
@@ -21,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve a Triton model repository over the KServe v2 HTTP/REST API.
     Serve(serve::Args),
+    /// Print the config.pbtxt that auto-complete makes for an ONNX model.
+    GenConfig(gen_config::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
     /// model: every finding with file, line and field.
     ValidateConfig(validate_config::Args),
@@ -31,5 +34,6 @@ pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::ValidateConfig(args) => validate_config::run(args),
+        Command::GenConfig(args) => gen_config::run(args),
     }
 }

@@ -67,6 +67,16 @@ pub struct Args {
     #[arg(long, env = "TRTIS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
     exit_timeout_secs: u64,
 
+    /// Use config.pbtxt files exactly as written: no completion of inputs,
+    /// outputs or batching from the model file.
+    #[arg(long, env = "TRTIS_DISABLE_AUTO_COMPLETE_CONFIG")]
+    disable_auto_complete_config: bool,
+
+    /// Deprecated alias: --strict-model-config=true is
+    /// --disable-auto-complete-config.
+    #[arg(long, env = "TRTIS_STRICT_MODEL_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    strict_model_config: bool,
+
     /// The server id reported by server metadata.
     #[arg(long, env = "TRTIS_ID", default_value = "triton")]
     id: String,
@@ -98,6 +108,7 @@ pub fn run(args: Args) -> ExitCode {
     config.load_models = args.load_model.clone();
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
+    config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
 
     let (engine, errors) = match Engine::start(config) {
         Ok(started) => started,

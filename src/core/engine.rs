@@ -35,6 +35,8 @@ pub struct ServerConfig {
     pub gpu_count: usize,
     /// Capacity of each model version's request queue.
     pub queue_capacity: usize,
+    /// Complete configs from model files (off: `--disable-auto-complete-config`).
+    pub auto_complete: bool,
 }
 
 impl ServerConfig {
@@ -47,6 +49,7 @@ impl ServerConfig {
             id: "triton".to_string(),
             gpu_count: crate::core::device::gpu_count(),
             queue_capacity: 1024,
+            auto_complete: true,
         }
     }
 }
@@ -86,6 +89,7 @@ impl Engine {
             mode: config.control_mode,
             gpu_count: config.gpu_count,
             queue_capacity: config.queue_capacity,
+            auto_complete: config.auto_complete,
         });
         let names = match config.control_mode {
             ControlMode::Explicit if !config.load_models.iter().any(|m| m == "*") => {

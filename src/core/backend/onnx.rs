@@ -12,6 +12,7 @@ use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
 
+use crate::core::config::autocomplete::ModelTensor;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::{element_count, DataType, Tensor};
@@ -163,19 +164,10 @@ pub fn data_type_of(ty: TensorElementType) -> Option<DataType> {
     })
 }
 
-/// An input or output of an ONNX model, for auto-complete.
-#[derive(Debug, Clone)]
-pub struct IoInfo {
-    pub name: String,
-    pub datatype: Option<DataType>,
-    /// -1 for dynamic dimensions.
-    pub shape: Vec<i64>,
-}
-
 /// The inputs and outputs of the model file at `path`.
-pub fn model_io(path: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>)> {
+pub fn model_io(path: &Path) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
     let session = open_session(path, &ModelConfig::default())?;
-    let info = |outlets: &[ort::value::Outlet]| -> Vec<IoInfo> {
+    let info = |outlets: &[ort::value::Outlet]| -> Vec<ModelTensor> {
         outlets
             .iter()
             .map(|o| {
@@ -185,7 +177,7 @@ pub fn model_io(path: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>)> {
                     }
                     _ => (None, Vec::new()),
                 };
-                IoInfo {
+                ModelTensor {
                     name: o.name().to_string(),
                     datatype,
                     shape,

@@ -5,6 +5,7 @@
 //! no backend. The repository layer (`core::repository`) reads the files and
 //! supplies the context (directory name, version directories, GPU count).
 
+pub mod autocomplete;
 pub mod diagnostic;
 mod lexer;
 pub mod normalize;

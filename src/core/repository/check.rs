@@ -184,7 +184,7 @@ fn check_model(dir: ModelDir, opts: &CheckOptions) -> CheckedModel {
         m.push_dir(Severity::Warning, warning);
     }
     let config_path = m.dir.config_path();
-    let mut config = match std::fs::read(&config_path) {
+    let config = match std::fs::read(&config_path) {
         Ok(bytes) => match parse_config(&bytes) {
             Ok(parsed) => {
                 m.source_map = parsed.source_map;
@@ -217,6 +217,24 @@ fn check_model(dir: ModelDir, opts: &CheckOptions) -> CheckedModel {
             return m;
         }
     };
+    check_config(m, config, opts)
+}
+
+/// Checks a config that did not come from the model's `config.pbtxt` (an
+/// auto-completed one): normalize, validate, files.
+pub fn check_completed(dir: ModelDir, config: ModelConfig, opts: &CheckOptions) -> CheckedModel {
+    let m = CheckedModel {
+        dir,
+        config: None,
+        versions: Vec::new(),
+        findings: Vec::new(),
+        source_map: SourceMap::default(),
+    };
+    check_config(m, config, opts)
+}
+
+/// Normalize, validate and check the files of a parsed config.
+fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOptions) -> CheckedModel {
     let given_name = config.name.clone();
     let ctx = NormalizeContext {
         model_name: m.dir.name.clone(),

@@ -13,12 +13,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use crate::core::backend::{load_instance, LoadContext};
+use crate::core::config::autocomplete;
+use crate::core::config::validate::{validate, ValidateContext};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
 use crate::core::instance::{InstancePool, Loader};
 use crate::core::stats::ModelStats;
 
-use super::check::{check_repository, CheckOptions};
+use super::check::{check_completed, check_repository, CheckOptions};
 
 /// `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +96,9 @@ pub struct ManagerOptions {
     pub gpu_count: usize,
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
+    /// Complete configs from the model file (Triton's default; off with
+    /// `--disable-auto-complete-config`).
+    pub auto_complete: bool,
 }
 
 /// All models of the repository and their versions.
@@ -137,18 +142,22 @@ impl ModelManager {
         };
         let checked = check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
             .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
-        let Some(model) = checked.into_iter().next() else {
+        let Some(mut model) = checked.into_iter().next() else {
             return Err(Error::internal(format!(
                 "failed to load '{name}', failed to poll from model repository"
             )));
         };
+        if model.config.is_none() && !model.has_errors() && self.opts.auto_complete {
+            // No config.pbtxt: start from an empty one, as Triton does.
+            model = check_completed(model.dir.clone(), ModelConfig::default(), &opts);
+        }
         let first_error = model
             .findings
             .iter()
             .find(|f| f.severity == Severity::Error)
             .map(|f| f.message.clone());
         let config = match (first_error, model.config.clone()) {
-            (None, Some(config)) => config,
+            (None, Some(config)) => self.auto_complete(config, &model)?,
             (error, _) => {
                 let reason = error.unwrap_or_else(|| {
                     format!("model configuration is not provided for model '{name}'")
@@ -214,6 +223,45 @@ impl ModelManager {
                 failures.join("\n")
             )))
         }
+    }
+
+    /// Fills inputs, outputs and batching from the model file when the
+    /// config leaves them out (ONNX models), then validates the result.
+    fn auto_complete(
+        &self,
+        mut config: ModelConfig,
+        model: &super::CheckedModel,
+    ) -> Result<ModelConfig> {
+        let needs = config.input.is_empty() || config.output.is_empty();
+        if !self.opts.auto_complete || !needs || config.backend != "onnxruntime" {
+            return Ok(config);
+        }
+        let Some(version_dir) = model
+            .versions
+            .last()
+            .map(|v| model.dir.path.join(v.to_string()))
+        else {
+            return Ok(config);
+        };
+        let (inputs, outputs) = crate::core::backend::onnx::model_io(
+            &version_dir.join(&config.default_model_filename),
+        )?;
+        let name = config.name.clone();
+        let fail = |e: String| Error::invalid_arg(format!("load failed for model '{name}': {e}"));
+        let unset =
+            config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
+        autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
+        let vctx = ValidateContext {
+            gpu_count: self.opts.gpu_count,
+            missing_gpu: Severity::Error,
+        };
+        if let Some(issue) = validate(&config, &vctx)
+            .into_iter()
+            .find(|i| i.severity == Severity::Error)
+        {
+            return Err(fail(issue.message));
+        }
+        Ok(config)
     }
 
     fn load_version(

@@ -13,8 +13,8 @@ use trtis::core::{Engine, ServerConfig};
 /// A server on an ephemeral port, stopped on drop.
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-    _engine: Engine,
+    runtime: tokio::runtime::Runtime,
+    engine: Engine,
 }
 
 impl TestServer {
@@ -45,9 +45,17 @@ impl TestServer {
         runtime.spawn(async move { axum::serve(listener, app).await });
         TestServer {
             addr,
-            _runtime: runtime,
-            _engine: engine,
+            runtime,
+            engine,
         }
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine.clone()
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
     }
 
     /// Sends one request; returns status, headers (lower-case names) and body.

@@ -6,6 +6,7 @@ mod util;
 mod cli;
 mod config_cases;
 mod http;
+mod lifecycle;
 mod parse;
 mod schema;
 mod tidy;

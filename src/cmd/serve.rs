@@ -15,6 +15,9 @@ use trtis::core::{Engine, ServerConfig};
 enum Mode {
     /// Load every model at start; no load/unload API.
     None,
+    /// Load every model at start, then rescan the repository every
+    /// --repository-poll-secs: new, changed and removed models.
+    Poll,
     /// Load only --load-model models at start; the API loads and unloads.
     Explicit,
 }
@@ -46,10 +49,15 @@ pub struct Args {
     #[arg(long, env = "TRTIS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     http_max_input_size: usize,
 
-    /// none: load everything at start; explicit: only --load-model, then the
-    /// repository API loads and unloads.
+    /// none: load everything at start; poll: and rescan the repository;
+    /// explicit: only --load-model, then the repository API loads and
+    /// unloads.
     #[arg(long, env = "TRTIS_MODEL_CONTROL_MODE", value_enum, default_value_t = Mode::None)]
     model_control_mode: Mode,
+
+    /// Seconds between repository scans in poll mode.
+    #[arg(long, env = "TRTIS_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    repository_poll_secs: u64,
 
     /// A model to load at start in explicit mode (repeatable; `*` = all).
     #[arg(long = "load-model", env = "TRTIS_LOAD_MODEL", value_delimiter = ',')]
@@ -95,6 +103,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut config = ServerConfig::new(&args.model_store);
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,
+        Mode::Poll => ControlMode::Poll,
         Mode::Explicit => ControlMode::Explicit,
     };
     if config.control_mode != ControlMode::Explicit && !args.load_model.is_empty() {
@@ -108,6 +117,7 @@ pub fn run(args: Args) -> ExitCode {
     config.load_models = args.load_model.clone();
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
+    config.repository_poll_secs = args.repository_poll_secs;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
 
     let (engine, errors) = match Engine::start(config) {
@@ -185,6 +195,20 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
         &format!("ready in {:.3} s", started.elapsed().as_secs_f64()),
     );
 
+    if engine.config().control_mode == ControlMode::Poll {
+        let poller = engine.clone();
+        let every = Duration::from_secs(args.repository_poll_secs.max(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                for e in poller.poll().await {
+                    log('E', &e.message);
+                }
+            }
+        });
+    }
     let app = router(AppState {
         engine,
         max_input_size: args.http_max_input_size,

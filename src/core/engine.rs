@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub queue_capacity: usize,
     /// Complete configs from model files (off: `--disable-auto-complete-config`).
     pub auto_complete: bool,
+    /// Seconds between repository polls (poll mode).
+    pub repository_poll_secs: u64,
 }
 
 impl ServerConfig {
@@ -50,6 +52,7 @@ impl ServerConfig {
             gpu_count: crate::core::device::gpu_count(),
             queue_capacity: 1024,
             auto_complete: true,
+            repository_poll_secs: 15,
         }
     }
 }
@@ -166,6 +169,14 @@ impl Engine {
         tokio::task::spawn_blocking(move || engine.inner.manager.unload(&name))
             .await
             .map_err(|e| Error::internal(format!("model unload task failed: {e}")))?
+    }
+
+    /// One repository poll (poll mode): new, changed and removed models.
+    pub async fn poll(&self) -> Vec<Error> {
+        let engine = self.clone();
+        tokio::task::spawn_blocking(move || engine.inner.manager.poll())
+            .await
+            .unwrap_or_else(|e| vec![Error::internal(format!("repository poll failed: {e}"))])
     }
 
     /// Unloads every model (shutdown). Blocking.

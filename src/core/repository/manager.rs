@@ -86,6 +86,8 @@ struct ModelEntry {
     versions: BTreeMap<i64, VersionSlot>,
     /// Why the model as a whole is not available (config errors).
     reason: Option<String>,
+    /// The model directory's files when last loaded, to see changes (poll).
+    fingerprint: Option<u64>,
 }
 
 /// Settings of the manager.
@@ -136,6 +138,13 @@ impl ModelManager {
     /// Loads (or reloads) a model: every version its policy selects.
     /// Blocking: call it off the async runtime.
     pub fn load(&self, name: &str) -> Result<()> {
+        let fingerprint = fingerprint(&self.opts.repository.join(name));
+        self.models
+            .write()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .fingerprint = Some(fingerprint);
         let opts = CheckOptions {
             gpu_count: self.opts.gpu_count,
             missing_gpu: Severity::Error,
@@ -330,6 +339,44 @@ impl ModelManager {
         Ok(())
     }
 
+    /// One poll of the repository (`--model-control-mode=poll`): loads new
+    /// models, reloads changed ones (the old versions serve until the new
+    /// ones are ready) and unloads removed ones. Returns the load errors.
+    /// Blocking.
+    pub fn poll(&self) -> Vec<Error> {
+        let names = match self.repository_models() {
+            Ok(n) => n,
+            Err(e) => return vec![e],
+        };
+        let mut errors = Vec::new();
+        for name in &names {
+            let known = self
+                .models
+                .read()
+                .unwrap()
+                .get(name)
+                .and_then(|e| e.fingerprint);
+            if known != Some(fingerprint(&self.opts.repository.join(name))) {
+                if let Err(e) = self.load(name) {
+                    errors.push(e);
+                }
+            }
+        }
+        let removed: Vec<String> = self
+            .models
+            .read()
+            .unwrap()
+            .keys()
+            .filter(|k| !names.contains(k))
+            .cloned()
+            .collect();
+        for name in removed {
+            let _ = self.unload(&name);
+            self.models.write().unwrap().remove(&name);
+        }
+        errors
+    }
+
     /// Drops every model (shutdown).
     pub fn unload_all(&self) {
         let names: Vec<String> = self.models.read().unwrap().keys().cloned().collect();
@@ -477,6 +524,37 @@ impl Error {
         }
         self
     }
+}
+
+/// A hash of every path, size and modification time under `dir`.
+fn fingerprint(dir: &std::path::Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(
+        dir: &std::path::Path,
+        h: &mut std::collections::hash_map::DefaultHasher,
+        depth: usize,
+    ) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            e.file_name().hash(h);
+            if let Ok(meta) = e.metadata() {
+                meta.len().hash(h);
+                if let Ok(t) = meta.modified() {
+                    t.hash(h);
+                }
+                if meta.is_dir() && depth < 4 {
+                    walk(&e.path(), h, depth + 1);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    walk(dir, &mut h, 0);
+    h.finish()
 }
 
 /// Labels of every output with a `label_filename`, one per line.

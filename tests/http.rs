@@ -301,7 +301,7 @@ fn request_errors_are_400_with_a_message_and_the_server_lives_on() {
         ),
         (
             json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1.0]}]}),
-            "unexpected number of elements for input 'INPUT0'",
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
         ),
         (
             json!({"inputs": []}),
@@ -326,7 +326,9 @@ fn request_errors_are_400_with_a_message_and_the_server_lives_on() {
     let big = vec![b' '; 8192];
     let (status, _, body) = s.request("POST", "/v2/models/ident/infer", &[], &big);
     assert_eq!(status, 400);
-    assert!(String::from_utf8_lossy(&body).contains("--http-max-input-size"));
+    assert!(String::from_utf8_lossy(&body).contains(
+        "Request JSON size of 8192 bytes exceeds the maximum allowed value of 4096 bytes. Use --http-max-input-size to increase the limit."
+    ));
     assert_eq!(s.request("GET", "/v2/health/ready", &[], b"").0, 200);
 }
 
@@ -340,7 +342,7 @@ fn explicit_mode_loads_and_unloads() {
         index,
         json!([
             {"name": "bytes", "version": "2", "state": "READY", "reason": ""},
-            {"name": "ident", "state": "UNAVAILABLE", "reason": ""},
+            {"name": "ident"},
         ])
     );
     assert_eq!(
@@ -374,11 +376,11 @@ fn load_unload_api_is_refused_without_explicit_mode() {
     let repo = identity_repo();
     let s = TestServer::start(repo.path(), ControlMode::None, &[], MB);
     let (status, err) = s.json("POST", "/v2/repository/models/ident/unload", Value::Null);
-    assert_eq!(status, 501);
-    assert!(err["error"]
-        .as_str()
-        .unwrap()
-        .contains("explicit model load / unload is not allowed"));
+    assert_eq!(status, 503);
+    assert_eq!(
+        err["error"],
+        "explicit model load / unload is not allowed if polling is enabled"
+    );
 }
 
 #[test]

@@ -117,7 +117,11 @@ fn unloading_lets_requests_in_flight_finish() {
     }
     // After the unload, new requests are refused cleanly.
     let (status, err) = s.json("POST", "/v2/models/slow/infer", infer_body(9));
-    assert_eq!(status, 503, "{err}");
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(
+        err["error"],
+        "Request for unknown model: 'slow' has no available versions"
+    );
 }
 
 #[test]

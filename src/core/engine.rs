@@ -122,6 +122,28 @@ impl Engine {
         !self.inner.config.strict_readiness || self.inner.manager.all_ready()
     }
 
+    /// Statistics of a model (every ready version) or one version, with
+    /// Triton's errors for an unknown model or version.
+    pub fn model_stats(&self, name: &str, version: &str) -> Result<Vec<Arc<LoadedModel>>> {
+        let versions = self.ready_versions(name);
+        if versions.is_empty() {
+            return Err(Error::invalid_arg(format!(
+                "requested model '{name}' is not available"
+            )));
+        }
+        if version.is_empty() {
+            return Ok(versions
+                .iter()
+                .filter_map(|v| self.model(name, &v.to_string()).ok())
+                .collect());
+        }
+        self.model(name, version).map(|m| vec![m]).map_err(|_| {
+            Error::invalid_arg(format!(
+                "requested model version is not available for model '{name}'"
+            ))
+        })
+    }
+
     /// A ready model version (the latest when `version` is empty).
     pub fn model(&self, name: &str, version: &str) -> Result<Arc<LoadedModel>> {
         let v = parse_version(version)?;
@@ -144,11 +166,9 @@ impl Engine {
     fn check_control(&self) -> Result<()> {
         match self.inner.config.control_mode {
             ControlMode::Explicit => Ok(()),
-            ControlMode::Poll => Err(Error::unsupported(
+            // Triton answers this (UNAVAILABLE) in both modes.
+            ControlMode::Poll | ControlMode::None => Err(Error::unavailable(
                 "explicit model load / unload is not allowed if polling is enabled",
-            )),
-            ControlMode::None => Err(Error::unsupported(
-                "explicit model load / unload is not allowed if model control mode is 'none'",
             )),
         }
     }
@@ -194,7 +214,7 @@ impl Engine {
         let start = Instant::now();
         let model = self.model(name, version)?;
         let (inputs, outputs, batch) =
-            match validate(&model.config, request.inputs, &request.outputs) {
+            match validate(&model.config, &request.id, request.inputs, &request.outputs) {
                 Ok(v) => v,
                 Err(e) => {
                     model.stats.record_failure(start.elapsed());
@@ -253,128 +273,181 @@ fn dims_string(dims: &[i64]) -> String {
     format!("[{}]", parts.join(","))
 }
 
-/// Triton's request checks. Returns the inputs in config order, the outputs
-/// to produce (all when none were requested) and the batch size.
+/// Triton's prefix for messages about a request (`LogRequest()`).
+fn request_prefix(id: &str) -> String {
+    format!(
+        "[request id: {}] ",
+        if id.is_empty() { "<id_unknown>" } else { id }
+    )
+}
+
+/// Triton's request checks (`InferenceRequest::Normalize`), in Triton's
+/// order and with its messages. Returns the inputs in config order, the
+/// outputs to produce (all when none were requested) and the batch size.
 fn validate(
     config: &ModelConfig,
+    id: &str,
     mut inputs: Vec<Tensor>,
     requested: &[RequestedOutput],
 ) -> Result<(Vec<Tensor>, Vec<RequestedOutput>, usize)> {
     let model = &config.name;
+    let lr = request_prefix(id);
     let batching = config.max_batch_size > 0;
     for (i, t) in inputs.iter().enumerate() {
         if inputs[..i].iter().any(|o| o.name == t.name) {
             return Err(Error::invalid_arg(format!(
-                "input '{}' already exists in request for model '{model}'",
+                "{lr}input '{}' already exists in request",
                 t.name
             )));
         }
     }
-    let mut batch = None::<i64>;
+    let required = config.input.iter().filter(|i| !i.optional).count();
+    let missing: Vec<String> = config
+        .input
+        .iter()
+        .filter(|spec| !spec.optional && !inputs.iter().any(|t| t.name == spec.name))
+        .map(|spec| format!("'{}'", spec.name))
+        .collect();
+    if inputs.len() > config.input.len() || inputs.len() < required {
+        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
+        let expected = if required == config.input.len() {
+            format!("expected {required} inputs")
+        } else {
+            format!(
+                "expected number of inputs between {required} and {}",
+                config.input.len()
+            )
+        };
+        return Err(Error::invalid_arg(format!(
+            "{lr}{expected} but got {} inputs for model '{model}'. Got inputs [{}], but missing required inputs [{}]. Please provide all required inputs.",
+            inputs.len(),
+            got.join(","),
+            missing.join(",")
+        )));
+    }
     for t in &inputs {
-        let Some(spec) = config.input.iter().find(|i| i.name == t.name) else {
+        if !config.input.iter().any(|i| i.name == t.name) {
             return Err(Error::invalid_arg(format!(
                 "unexpected inference input '{}' for model '{model}'",
                 t.name
             )));
-        };
+        }
+    }
+    if !missing.is_empty() {
+        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
+        return Err(Error::invalid_arg(format!(
+            "{lr}expected {required} inputs but got {} inputs for model '{model}'. Got inputs [{}], but missing required inputs [{}]. Please provide all required inputs.",
+            inputs.len(),
+            got.join(","),
+            missing.join(",")
+        )));
+    }
+    let mut batch = 1usize;
+    if batching {
+        let mut first: Option<i64> = None;
+        for t in &inputs {
+            let b = t.shape.first().copied().unwrap_or(0);
+            match first {
+                None => first = Some(b),
+                Some(f) if f != b => {
+                    return Err(Error::invalid_arg(format!(
+                        "{lr}input '{}' batch size does not match other inputs for '{model}'",
+                        t.name
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let b = first.unwrap_or(0);
+        if b < 1 || b > config.max_batch_size as i64 {
+            return Err(Error::invalid_arg(format!(
+                "{lr}inference request batch-size must be <= {} for '{model}'",
+                config.max_batch_size
+            )));
+        }
+        batch = b as usize;
+    }
+    for t in &inputs {
+        let spec = config
+            .input
+            .iter()
+            .find(|i| i.name == t.name)
+            .expect("checked above");
         let expected = DataType::from_config(spec.data_type);
         if expected != Some(t.datatype) {
             return Err(Error::invalid_arg(format!(
-                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                "{lr}inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
                 t.name,
                 t.datatype.name(),
                 expected.map(|d| d.name()).unwrap_or("INVALID")
             )));
         }
+        if t.shape.iter().any(|&d| d < 0) {
+            return Err(Error::invalid_arg(format!(
+                "{lr}All input dimensions should be specified for input '{}' for model '{model}', got {}",
+                t.name,
+                dims_string(&t.shape)
+            )));
+        }
         let dims = &spec.dims;
-        let (b, rest) = if batching {
-            match t.shape.split_first() {
-                Some((b, rest)) => (Some(*b), rest),
-                None => {
-                    return Err(Error::invalid_arg(format!(
-                        "inference input '{}' for model '{model}' has no batch dimension; its shape is []",
-                        t.name
-                    )))
-                }
-            }
+        let rest = if batching {
+            &t.shape[1..]
         } else {
-            (None, &t.shape[..])
+            &t.shape[..]
         };
         let matches =
             rest.len() == dims.len() && rest.iter().zip(dims).all(|(&s, &d)| d == -1 || s == d);
-        if !matches || t.shape.iter().any(|&d| d < 0) {
+        if !matches {
             let full: Vec<i64> = if batching {
                 std::iter::once(-1).chain(dims.iter().copied()).collect()
             } else {
                 dims.clone()
             };
+            let note = if batching {
+                ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be \
+                 prepended to each input shape. If you want to specify the full shape including the batch dim in \
+                 your input dims config, try setting max_batch_size to zero. See the model configuration docs for \
+                 more info on max_batch_size."
+            } else {
+                ""
+            };
             return Err(Error::invalid_arg(format!(
-                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                "{lr}unexpected shape for input '{}' for model '{model}'. Expected {}, got {}{note}",
                 t.name,
                 dims_string(&full),
                 dims_string(&t.shape)
             )));
         }
-        if let Some(b) = b {
-            if let Some(prev) = batch {
-                if prev != b {
-                    return Err(Error::invalid_arg(format!(
-                        "input '{}' batch size does not match other inputs for '{model}'",
-                        t.name
-                    )));
-                }
-            }
-            batch = Some(b);
-        }
-        let count =
-            element_count(&t.shape).ok_or_else(|| Error::invalid_arg("shape is too large"))?;
+    }
+    for t in &inputs {
+        let count = element_count(&t.shape).ok_or_else(|| {
+            Error::invalid_arg(format!("{lr}shape of input '{}' is too large", t.name))
+        })?;
         match t.datatype.size() {
             Some(size) => {
                 let expected = count.checked_mul(size).unwrap_or(usize::MAX);
                 if t.data.len() != expected {
                     return Err(Error::invalid_arg(format!(
-                        "input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",
+                        "{lr}input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",
                         t.name,
                         t.data.len()
                     )));
                 }
             }
             None => {
-                let n = Tensor::bytes_elements(&t.data)?.len();
+                let n = Tensor::bytes_elements(&t.data)
+                    .map_err(|e| {
+                        Error::invalid_arg(format!("{lr}input '{}': {}", t.name, e.message))
+                    })?
+                    .len();
                 if n != count {
                     return Err(Error::invalid_arg(format!(
-                        "expected {count} string elements for inference input '{}' for model '{model}', got {n}",
+                        "{lr}expected {count} string elements for inference input '{}' for model '{model}', got {n}",
                         t.name
                     )));
                 }
             }
         }
-    }
-    if let Some(b) = batch {
-        if b < 1 || b > config.max_batch_size as i64 {
-            return Err(Error::invalid_arg(format!(
-                "inference request batch-size must be <= {} for '{model}'",
-                config.max_batch_size
-            )));
-        }
-    }
-    let missing: Vec<&str> = config
-        .input
-        .iter()
-        .filter(|spec| !spec.optional && !inputs.iter().any(|t| t.name == spec.name))
-        .map(|spec| spec.name.as_str())
-        .collect();
-    if !missing.is_empty() {
-        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
-        let want: Vec<String> = missing.iter().map(|m| format!("'{m}'")).collect();
-        return Err(Error::invalid_arg(format!(
-            "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
-            config.input.iter().filter(|i| !i.optional).count(),
-            inputs.len(),
-            got.join(","),
-            want.join(",")
-        )));
     }
     for o in requested {
         if !config.output.iter().any(|spec| spec.name == o.name) {
@@ -397,7 +470,7 @@ fn validate(
         requested.to_vec()
     };
     inputs.sort_by_key(|t| config.input.iter().position(|i| i.name == t.name));
-    Ok((inputs, outputs, batch.unwrap_or(1) as usize))
+    Ok((inputs, outputs, batch))
 }
 
 /// Replaces outputs asked for as classifications by their top-N

@@ -105,6 +105,12 @@ pub fn router(state: AppState) -> Router {
                 axum::Json(json!({ "error": "Not Found" })),
             )
         })
+        .method_not_allowed_fallback(|| async {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                axum::Json(json!({ "error": "Method Not Allowed" })),
+            )
+        })
         .with_state(state)
 }
 
@@ -141,12 +147,16 @@ async fn server_metadata(State(s): State<AppState>) -> axum::Json<Value> {
     }))
 }
 
-async fn model_ready(State(s): State<AppState>, Path(p): Params) -> StatusCode {
+async fn model_ready(State(s): State<AppState>, Path(p): Params) -> Response {
     let (model, version) = model_and_version(&p);
     if s.engine.model_ready(&model, &version) {
-        StatusCode::OK
+        StatusCode::OK.into_response()
     } else {
-        StatusCode::BAD_REQUEST
+        (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({ "error": "Model version not ready" })),
+        )
+            .into_response()
     }
 }
 
@@ -243,20 +253,12 @@ fn stats_json(m: &LoadedModel) -> Value {
 
 async fn model_stats(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
     let (name, version) = model_and_version(&p);
-    let stats = if version.is_empty() {
-        let versions = s.engine.ready_versions(&name);
-        if versions.is_empty() {
-            // Triton: an unknown (or unloaded) model is an error.
-            s.engine.model(&name, "")?;
-        }
-        versions
-            .iter()
-            .filter_map(|v| s.engine.model(&name, &v.to_string()).ok())
-            .map(|m| stats_json(&m))
-            .collect()
-    } else {
-        vec![stats_json(&*s.engine.model(&name, &version)?)]
-    };
+    let stats: Vec<Value> = s
+        .engine
+        .model_stats(&name, &version)?
+        .iter()
+        .map(|m| stats_json(m))
+        .collect();
     Ok(axum::Json(json!({ "model_stats": stats })))
 }
 
@@ -290,6 +292,10 @@ async fn repository_index(State(s): State<AppState>, body: Bytes) -> ApiResult<a
         .index(ready_only)?
         .into_iter()
         .map(|e| {
+            // Triton lists a model that was never loaded by name only.
+            if e.version.is_empty() && e.reason.is_empty() {
+                return json!({ "name": e.name });
+            }
             let mut v = json!({ "name": e.name, "state": e.state.name(), "reason": e.reason });
             if !e.version.is_empty() {
                 v["version"] = json!(e.version);
@@ -329,12 +335,26 @@ async fn infer(
     body: Body,
 ) -> ApiResult<Response> {
     let (name, version) = model_and_version(&p);
-    let body = axum::body::to_bytes(body, s.max_input_size).await.map_err(|_| {
+    let too_large = |size: Option<usize>| {
+        let what = match size {
+            Some(n) => format!("Request JSON size of {n} bytes"),
+            None => "Request body size".to_string(),
+        };
         ApiError(Error::invalid_arg(format!(
-            "request body is larger than the maximum input size of {} bytes (--http-max-input-size)",
+            "{what} exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
             s.max_input_size
         )))
-    })?;
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > s.max_input_size) {
+        return Err(too_large(declared));
+    }
+    let body = axum::body::to_bytes(body, s.max_input_size)
+        .await
+        .map_err(|_| too_large(None))?;
     let header_length = match headers.get(HEADER_LENGTH) {
         None => None,
         Some(v) => Some(

@@ -139,12 +139,6 @@ impl ModelManager {
     /// Blocking: call it off the async runtime.
     pub fn load(&self, name: &str) -> Result<()> {
         let fingerprint = fingerprint(&self.opts.repository.join(name));
-        self.models
-            .write()
-            .unwrap()
-            .entry(name.to_string())
-            .or_default()
-            .fingerprint = Some(fingerprint);
         let opts = CheckOptions {
             gpu_count: self.opts.gpu_count,
             missing_gpu: Severity::Error,
@@ -156,6 +150,12 @@ impl ModelManager {
                 "failed to load '{name}', failed to poll from model repository"
             )));
         };
+        self.models
+            .write()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .fingerprint = Some(fingerprint);
         if model.config.is_none() && !model.has_errors() && self.opts.auto_complete {
             // No config.pbtxt: start from an empty one, as Triton does.
             model = check_completed(model.dir.clone(), ModelConfig::default(), &opts);
@@ -415,7 +415,7 @@ impl ModelManager {
                 .find_map(|s| s.model.as_ref().filter(|_| s.state == ModelState::Ready))
                 .cloned()
                 .ok_or_else(|| {
-                    Error::unavailable(format!(
+                    Error::not_found(format!(
                         "Request for unknown model: '{name}' has no available versions"
                     ))
                 }),
@@ -437,15 +437,18 @@ impl ModelManager {
             .unwrap_or_default()
     }
 
-    /// Whether every model known to the manager has a ready version and no
-    /// load failure (`--strict-readiness`).
+    /// Whether every model known to the manager is ready (`--strict-readiness`):
+    /// each has a ready version and none failed; a model that is unavailable
+    /// only because it was unloaded does not count (as in Triton).
     pub fn all_ready(&self) -> bool {
         let models = self.models.read().unwrap();
         models.values().all(|e| {
-            e.reason.is_none()
-                && !e.versions.is_empty()
-                && e.versions.values().any(|s| s.state == ModelState::Ready)
-                && !e.versions.values().any(|s| s.state == ModelState::Loading)
+            let unloaded =
+                !e.versions.is_empty() && e.versions.values().all(|s| s.reason == "unloaded");
+            unloaded
+                || (e.reason.is_none()
+                    && e.versions.values().any(|s| s.state == ModelState::Ready)
+                    && !e.versions.values().any(|s| s.state == ModelState::Loading))
         })
     }
 

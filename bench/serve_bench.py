@@ -1,0 +1,169 @@
+"""Benchmark of `trtis serve` with Triton's own load generator.
+
+Measures, in one run on this machine:
+  - perf_analyzer (from the tritonclient==2.51.0 wheel) over HTTP against the
+    identity backend (FP32 [16]) and the `simple` ONNX model, at concurrency
+    1, 4 and 16: throughput, p50/p99 latency, and the server's CPU time per
+    inference (utime+stime from /proc over the run / inferences served);
+  - the real image classifier (efficientnet_lite0, batch 1, one instance, one
+    intra-op thread) through trtis against calling ONNX Runtime directly from
+    Python with the same batch size and threads;
+  - start-to-ready time and idle RSS with the example repository loaded.
+
+Run it with scripts/bench-serve.sh (which sets up perf_analyzer).
+"""
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRTIS = os.environ.get("TRTIS_BIN", os.path.join(ROOT, "target/release/trtis"))
+PA = os.environ.get("PERF_ANALYZER", os.path.join(ROOT, "target/bench/perf_analyzer"))
+OUT = os.path.join(ROOT, "target/bench")
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return None, b""
+
+
+class Server:
+    def __init__(self, repo, port):
+        self.port = port
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while get(self.url("/v2/health/ready"))[0] != 200:
+            if self.proc.poll() is not None:
+                sys.exit(f"trtis serve exited with {self.proc.returncode}")
+            time.sleep(0.002)
+        self.ready_s = time.perf_counter() - t0
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def inferences(self, model):
+        status, body = get(self.url(f"/v2/models/{model}/stats"))
+        return sum(s["inference_count"] for s in json.loads(body)["model_stats"])
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=30)
+
+
+def perf(server, model, concurrency, extra=()):
+    csv_path = os.path.join(OUT, f"pa-{model}-c{concurrency}.csv")
+    cpu0, n0 = cpu_seconds(server.proc.pid), server.inferences(model)
+    cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.port}", "-i", "http",
+           "--concurrency-range", str(concurrency), "-p", "2000", "-r", "8", "-s", "15", "-f", csv_path, *extra]
+    try:
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=True)
+    except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
+        return {"error": type(e).__name__}
+    cpu1, n1 = cpu_seconds(server.proc.pid), server.inferences(model)
+    row = next(csv.DictReader(open(csv_path)))
+    return {
+        "throughput": float(row["Inferences/Second"]),
+        "p50_ms": float(row["p50 latency"]) / 1000,
+        "p99_ms": float(row["p99 latency"]) / 1000,
+        "cpu_us": (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6,
+    }
+
+
+def raw_ort(model_path, seconds=8.0):
+    import numpy as np
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    for _ in range(5):
+        sess.run(None, {"input": x})
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, {"input": x})
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    lines = []
+    repo = tempfile.mkdtemp(prefix="trtis-bench-")
+    os.makedirs(os.path.join(repo, "identity_fp32/1"))
+    open(os.path.join(repo, "identity_fp32/1/.keep"), "w").close()
+    open(os.path.join(repo, "identity_fp32/config.pbtxt"), "w").write(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
+    classifier = os.path.join(repo, "efficientnet_lite0")
+    shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0"), classifier)
+
+    server = Server(repo, 18100)
+    lines.append("| model | concurrency | infer/s | p50 ms | p99 ms | server CPU µs / inference |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for model in ("identity_fp32", "simple"):
+        for c in (1, 4, 16):
+            r = perf(server, model, c)
+            if "error" in r:
+                lines.append(f"| {model} | {c} | perf_analyzer: {r['error']} | | | |")
+            else:
+                lines.append(f"| {model} | {c} | {r['throughput']:.0f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us']:.1f} |")
+            print(lines[-1], flush=True)
+    # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
+    # instance busy (the next request crosses the network while one computes),
+    # which is the throughput to set against ONNX Runtime called directly.
+    c1 = perf(server, "efficientnet_lite0", 1, ["-b", "1"])
+    c2 = perf(server, "efficientnet_lite0", 2, ["-b", "1"])
+    server.stop()
+    direct = raw_ort(os.path.join(classifier, "1/model.onnx"))
+    lines.append("")
+    if "error" in c1 or "error" in c2:
+        lines.append(f"efficientnet_lite0 through trtis: perf_analyzer {c1.get('error') or c2.get('error')}")
+    else:
+        lines.append(f"efficientnet_lite0, batch 1, 1 instance, 1 intra-op thread: ONNX Runtime called directly "
+                     f"{direct:.1f} infer/s ({1000 / direct:.2f} ms); trtis over HTTP c=1 {c1['throughput']:.1f} infer/s "
+                     f"(p50 {c1['p50_ms']:.2f} ms), c=2 {c2['throughput']:.1f} infer/s: "
+                     f"throughput ratio {c2['throughput'] / direct:.3f}")
+
+    example = Server(os.path.join(ROOT, "examples/model_repository"), 18101)
+    time.sleep(1.0)
+    lines.append(f"example repository (3 models, 2 ONNX): start to ready {example.ready_s:.3f} s, "
+                 f"idle RSS {rss_mib(example.proc.pid):.0f} MiB")
+    example.stop()
+    shutil.rmtree(repo)
+    report = "\n".join(lines)
+    print(report)
+    open(os.path.join(OUT, "serve-bench.md"), "w").write(report + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,4 +9,5 @@ mod http;
 mod lifecycle;
 mod parse;
 mod schema;
+mod serve;
 mod tidy;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds trtis and checks the example model repository with
-# `trtis validate-config`. (When `trtis serve` lands, this serves it.)
+# Sets up what serving needs (ONNX Runtime's library from PyPI, into .venv),
+# builds trtis in release mode and serves the example model repository over
+# HTTP on port 8000 (override with TRTIS_HTTP_PORT). Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --locked
+./scripts/setup.sh
+cargo build --release --locked --bin trtis
 ./target/release/trtis validate-config examples/model_repository
+exec ./target/release/trtis serve --model-store examples/model_repository "$@"

@@ -456,3 +456,122 @@ fn a_model_without_config_is_auto_completed_from_the_onnx_file() {
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["outputs"][0]["data"], json!(vec![3; 32]));
 }
+
+/// Sends `data` as one binary input of `datatype` and shape `shape`; returns
+/// status and the raw output bytes (or the error body).
+fn binary_roundtrip(
+    s: &TestServer,
+    model: &str,
+    datatype: &str,
+    shape: &[i64],
+    data: &[u8],
+) -> (u16, Vec<u8>) {
+    let header = json!({"inputs": [{"name": "INPUT0", "datatype": datatype, "shape": shape,
+                                     "parameters": {"binary_data_size": data.len()}}],
+                        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]});
+    let mut body = serde_json::to_vec(&header).unwrap();
+    let json_len = body.len();
+    body.extend_from_slice(data);
+    let (status, headers, resp) = s.request(
+        "POST",
+        &format!("/v2/models/{model}/infer"),
+        &[("Inference-Header-Content-Length", json_len.to_string())],
+        &body,
+    );
+    if status != 200 {
+        return (status, resp);
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "inference-header-content-length")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let head: Value = serde_json::from_slice(&resp[..len]).unwrap();
+    assert_eq!(head["outputs"][0]["datatype"], datatype);
+    assert_eq!(head["outputs"][0]["shape"], json!(shape));
+    (status, resp[len..].to_vec())
+}
+
+#[test]
+fn onnx_runtime_carries_all_13_datatypes() {
+    if !onnx_available() {
+        return;
+    }
+    let repo = crate::util::fixtures().join("onnx_types");
+    let s = TestServer::start(&repo, ControlMode::None, &[], MB);
+    let shape = [2i64, 3];
+    for (model, datatype, size) in [
+        ("onnx_bool", "BOOL", 1),
+        ("onnx_uint8", "UINT8", 1),
+        ("onnx_uint16", "UINT16", 2),
+        ("onnx_uint32", "UINT32", 4),
+        ("onnx_uint64", "UINT64", 8),
+        ("onnx_int8", "INT8", 1),
+        ("onnx_int16", "INT16", 2),
+        ("onnx_int32", "INT32", 4),
+        ("onnx_int64", "INT64", 8),
+        ("onnx_fp16", "FP16", 2),
+        ("onnx_fp32", "FP32", 4),
+        ("onnx_fp64", "FP64", 8),
+    ] {
+        // Distinct bytes per element; BOOL must be 0 or 1.
+        let data: Vec<u8> = (0..6 * size)
+            .map(|i| {
+                if datatype == "BOOL" {
+                    (i % 2) as u8
+                } else {
+                    (i * 7 + 3) as u8 % 0x7b
+                }
+            })
+            .collect();
+        let (status, out) = binary_roundtrip(&s, model, datatype, &shape, &data);
+        assert_eq!(status, 200, "{model}: {}", String::from_utf8_lossy(&out));
+        assert_eq!(out, data, "{model} changed the data");
+    }
+    let mut strings = Vec::new();
+    for word in ["a", "", "héllo", "x y", "longer string", "z"] {
+        strings.extend_from_slice(&(word.len() as u32).to_le_bytes());
+        strings.extend_from_slice(word.as_bytes());
+    }
+    let (status, out) = binary_roundtrip(&s, "onnx_string", "BYTES", &shape, &strings);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(out, strings);
+    // ONNX Runtime strings must be UTF-8: a clear error, not a crash.
+    let bad = [2u32.to_le_bytes().as_slice(), b"\xff\xfe"].concat();
+    let (status, out) = binary_roundtrip(&s, "onnx_string", "BYTES", &[1, 1], &bad);
+    assert_eq!(status, 400);
+    assert!(
+        String::from_utf8_lossy(&out).contains("must be valid UTF-8"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+#[test]
+fn raw_binary_request_of_a_single_input() {
+    if !onnx_available() {
+        return;
+    }
+    let repo = crate::util::fixtures().join("onnx_types");
+    let s = TestServer::start(&repo, ControlMode::Explicit, &["onnx_int32"], MB);
+    let data: Vec<u8> = [5i32, -6, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let (status, headers, resp) = s.request(
+        "POST",
+        "/v2/models/onnx_int32/infer",
+        &[("Inference-Header-Content-Length", "0".to_string())],
+        &data,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "inference-header-content-length")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let head: Value = serde_json::from_slice(&resp[..len]).unwrap();
+    assert_eq!(head["outputs"][0]["shape"], json!([1, 3]));
+    assert_eq!(&resp[len..], &data[..]);
+}

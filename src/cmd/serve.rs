@@ -45,6 +45,12 @@ pub struct Args {
     #[arg(long, env = "TRTIS_HTTP_PORT", default_value_t = 8000)]
     http_port: u16,
 
+    /// Threads serving HTTP (the async runtime's workers). Default: half the
+    /// cores, at least 1; the other half runs model instances. On 2 cores one
+    /// thread measured fastest and leanest (scripts/bench-serve.sh).
+    #[arg(long, env = "TRTIS_HTTP_THREAD_COUNT")]
+    http_thread_count: Option<usize>,
+
     /// The largest HTTP request body, in bytes.
     #[arg(long, env = "TRTIS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     http_max_input_size: usize,
@@ -153,7 +159,12 @@ pub fn run(args: Args) -> ExitCode {
         return ExitCode::from(1);
     }
 
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let workers = args.http_thread_count.unwrap_or((cores / 2).max(1)).max(1);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .thread_name("trtis-rt")
         .enable_all()
         .build()

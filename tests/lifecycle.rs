@@ -110,11 +110,17 @@ fn unloading_lets_requests_in_flight_finish() {
             .0,
         200
     );
+    // Requests are still running on it: UNLOADING until they finish.
+    let (_, index) = s.json("POST", "/v2/repository/index", Value::Null);
+    assert_eq!(index[0]["state"], "UNLOADING", "{index}");
     for (i, h) in handles.into_iter().enumerate() {
         let (status, out) = h.join().unwrap();
         assert_eq!(status, 200, "request {i} was lost: {out}");
         assert_eq!(out["outputs"][0]["data"], json!([i]));
     }
+    let (_, index) = s.json("POST", "/v2/repository/index", Value::Null);
+    assert_eq!(index[0]["state"], "UNAVAILABLE", "{index}");
+    assert_eq!(index[0]["reason"], "unloaded");
     // After the unload, new requests are refused cleanly.
     let (status, err) = s.json("POST", "/v2/models/slow/infer", infer_body(9));
     assert_eq!(status, 404, "{err}");

@@ -79,6 +79,39 @@ struct VersionSlot {
     state: ModelState,
     reason: String,
     model: Option<Arc<LoadedModel>>,
+    /// An unloaded version whose requests in flight still hold it: shown as
+    /// UNLOADING until the last one finishes.
+    retiring: Option<std::sync::Weak<LoadedModel>>,
+}
+
+impl VersionSlot {
+    fn new(state: ModelState, model: Option<Arc<LoadedModel>>) -> Self {
+        VersionSlot {
+            state,
+            reason: String::new(),
+            model,
+            retiring: None,
+        }
+    }
+
+    /// Takes the model out of service; returns it for dropping.
+    fn retire(&mut self) -> Option<Arc<LoadedModel>> {
+        let model = self.model.take();
+        self.retiring = model.as_ref().map(Arc::downgrade);
+        self.state = ModelState::Unavailable;
+        self.reason = "unloaded".to_string();
+        model
+    }
+
+    /// The state as clients see it.
+    fn visible_state(&self) -> ModelState {
+        let in_flight = self.retiring.as_ref().is_some_and(|w| w.strong_count() > 0);
+        if self.state == ModelState::Unavailable && in_flight {
+            ModelState::Unloading
+        } else {
+            self.state
+        }
+    }
 }
 
 #[derive(Default)]
@@ -202,23 +235,14 @@ impl ModelManager {
             let entry = models.entry(name.to_string()).or_default();
             entry.reason = None;
             for (version, m) in loaded {
-                entry.versions.insert(
-                    version,
-                    VersionSlot {
-                        state: ModelState::Ready,
-                        reason: String::new(),
-                        model: Some(m),
-                    },
-                );
+                entry
+                    .versions
+                    .insert(version, VersionSlot::new(ModelState::Ready, Some(m)));
             }
             let mut retired = Vec::new();
             for (version, slot) in entry.versions.iter_mut() {
                 if !model.versions.contains(version) {
-                    if let Some(m) = slot.model.take() {
-                        retired.push(m);
-                    }
-                    slot.state = ModelState::Unavailable;
-                    slot.reason = "unloaded".to_string();
+                    retired.extend(slot.retire());
                 }
             }
             retired
@@ -326,11 +350,7 @@ impl ModelManager {
             };
             let mut retired = Vec::new();
             for slot in entry.versions.values_mut() {
-                if let Some(m) = slot.model.take() {
-                    retired.push(m);
-                }
-                slot.state = ModelState::Unavailable;
-                slot.reason = "unloaded".to_string();
+                retired.extend(slot.retire());
             }
             retired
         };
@@ -471,7 +491,7 @@ impl ModelManager {
                         out.push(IndexEntry {
                             name: name.clone(),
                             version: v.to_string(),
-                            state: slot.state,
+                            state: slot.visible_state(),
                             reason: slot.reason.clone(),
                         });
                     }
@@ -499,11 +519,10 @@ impl ModelManager {
     fn set_state(&self, name: &str, version: i64, state: ModelState, reason: &str) {
         let mut models = self.models.write().unwrap();
         let entry = models.entry(name.to_string()).or_default();
-        let slot = entry.versions.entry(version).or_insert(VersionSlot {
-            state,
-            reason: String::new(),
-            model: None,
-        });
+        let slot = entry
+            .versions
+            .entry(version)
+            .or_insert_with(|| VersionSlot::new(state, None));
         // A version that is serving keeps serving while its reload loads.
         if !(state == ModelState::Loading && slot.model.is_some()) {
             slot.state = state;

@@ -36,7 +36,7 @@ pub fn python_required() -> bool {
     std::env::var_os("TRTIS_REQUIRE_PYTHON").is_some()
 }
 
-fn triton_descriptor() -> Option<FileDescriptorProto> {
+fn triton_descriptor(module: &str) -> Option<FileDescriptorProto> {
     let Some(python) = python() else {
         assert!(
             !python_required(),
@@ -48,7 +48,7 @@ fn triton_descriptor() -> Option<FileDescriptorProto> {
     let out = Command::new(&python)
         .args([
             "-c",
-            "import sys\nfrom tritonclient.grpc import model_config_pb2 as m\nsys.stdout.buffer.write(m.DESCRIPTOR.serialized_pb)",
+            &format!("import sys\nfrom tritonclient.grpc import {module} as m\nsys.stdout.buffer.write(m.DESCRIPTOR.serialized_pb)"),
         ])
         .output()
         .expect("python runs");
@@ -60,12 +60,12 @@ fn triton_descriptor() -> Option<FileDescriptorProto> {
     Some(FileDescriptorProto::decode(&out.stdout[..]).expect("a FileDescriptorProto"))
 }
 
-fn ours() -> FileDescriptorProto {
+fn ours(file: &str) -> FileDescriptorProto {
     let set = FileDescriptorSet::decode(trtis::core::config::DESCRIPTOR_SET).unwrap();
     set.file
         .into_iter()
-        .find(|f| f.name() == "model_config.proto")
-        .expect("model_config.proto is compiled in")
+        .find(|f| f.name() == file)
+        .expect("the file is compiled in")
 }
 
 #[derive(Default)]
@@ -188,15 +188,49 @@ fn differences(theirs: &FileDescriptorProto, ours: &FileDescriptorProto) -> Vec<
             diffs.push(format!("extra enum {name}"));
         }
     }
+    for ts in &theirs.service {
+        let Some(os) = ours.service.iter().find(|s| s.name() == ts.name()) else {
+            diffs.push(format!("missing service {}", ts.name()));
+            continue;
+        };
+        let shape = |m: &prost_types::MethodDescriptorProto| {
+            (
+                m.input_type().to_string(),
+                m.output_type().to_string(),
+                m.client_streaming(),
+                m.server_streaming(),
+            )
+        };
+        for tm in &ts.method {
+            match os.method.iter().find(|m| m.name() == tm.name()) {
+                None => diffs.push(format!("missing rpc {}.{}", ts.name(), tm.name())),
+                Some(om) if shape(om) != shape(tm) => diffs.push(format!(
+                    "rpc {}: triton {:?} vs ours {:?}",
+                    tm.name(),
+                    shape(tm),
+                    shape(om)
+                )),
+                Some(_) => {}
+            }
+        }
+        if os.method.len() != ts.method.len() {
+            diffs.push(format!(
+                "service {} has {} rpcs, Triton's {}",
+                ts.name(),
+                os.method.len(),
+                ts.method.len()
+            ));
+        }
+    }
     diffs
 }
 
 #[test]
 fn model_config_proto_matches_tritonclient() {
-    let Some(theirs) = triton_descriptor() else {
+    let Some(theirs) = triton_descriptor("model_config_pb2") else {
         return;
     };
-    let diffs = differences(&theirs, &ours());
+    let diffs = differences(&theirs, &ours("model_config.proto"));
     assert!(
         diffs.is_empty(),
         "model_config.proto differs from Triton's:\n{}",
@@ -208,13 +242,31 @@ fn model_config_proto_matches_tritonclient() {
     );
 }
 
+#[test]
+fn grpc_service_proto_matches_tritonclient() {
+    let Some(theirs) = triton_descriptor("service_pb2") else {
+        return;
+    };
+    let diffs = differences(&theirs, &ours("grpc_service.proto"));
+    assert!(
+        diffs.is_empty(),
+        "grpc_service.proto differs from Triton's:\n{}",
+        diffs.join("\n")
+    );
+    assert_eq!(
+        theirs.service[0].method.len(),
+        20,
+        "the yardstick itself looks wrong"
+    );
+}
+
 /// The comparison can fail: a drift in a field number is caught.
 #[test]
 fn a_drifted_schema_is_caught() {
-    let Some(theirs) = triton_descriptor() else {
+    let Some(theirs) = triton_descriptor("model_config_pb2") else {
         return;
     };
-    let mut drifted = ours();
+    let mut drifted = ours("model_config.proto");
     let config = drifted
         .message_type
         .iter_mut()

@@ -24,7 +24,14 @@ impl Serve {
         if !envs.iter().any(|(k, _)| *k == "TRTIS_HTTP_PORT") {
             cmd.args(["--http-port", "0"]);
         }
-        cmd.args(["--http-address", "127.0.0.1"]);
+        cmd.args([
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-port",
+            "0",
+            "--grpc-address",
+            "127.0.0.1",
+        ]);
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -153,7 +160,14 @@ fn a_model_that_fails_to_load_stops_the_server_unless_told_otherwise() {
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_trtis"))
-        .args(["serve", "--http-port", "0", "--model-store"])
+        .args([
+            "serve",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--model-store",
+        ])
         .arg(repo.path())
         .output()
         .unwrap();

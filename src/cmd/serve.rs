@@ -2,11 +2,11 @@
 //! KServe v2 HTTP/REST API, with Triton's flag names and defaults. Every
 //! flag can also be set from a `TRTIS_` environment variable.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use trtis::core::frontend::grpc::GrpcService;
 use trtis::core::frontend::http::{router, AppState};
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
@@ -44,6 +44,18 @@ pub struct Args {
     /// Port of the HTTP service (0: any free port, printed at start).
     #[arg(long, env = "TRTIS_HTTP_PORT", default_value_t = 8000)]
     http_port: u16,
+
+    /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
+    #[arg(long, env = "TRTIS_ALLOW_GRPC", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_grpc: bool,
+
+    /// Address of the gRPC service.
+    #[arg(long, env = "TRTIS_GRPC_ADDRESS", default_value = "0.0.0.0")]
+    grpc_address: String,
+
+    /// Port of the gRPC service (0: any free port, printed at start).
+    #[arg(long, env = "TRTIS_GRPC_PORT", default_value_t = 8001)]
+    grpc_port: u16,
 
     /// Threads serving HTTP (the async runtime's workers). Default: half the
     /// cores, at least 1; the other half runs model instances. On 2 cores one
@@ -180,27 +192,71 @@ pub fn run(args: Args) -> ExitCode {
     code
 }
 
+async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpListener, ExitCode> {
+    let addr = format!("{address}:{port}");
+    match tokio::net::TcpListener::bind(&addr).await {
+        Ok(listener) => {
+            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
+            log('I', &format!("Started {what} at {local}"));
+            Ok(listener)
+        }
+        Err(e) => {
+            log('E', &format!("failed to start {what} at {addr}: {e}"));
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
 async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
-    if !args.allow_http {
+    if !args.allow_http && !args.allow_grpc {
         log(
             'E',
-            "no frontend is enabled (--allow-http=false); nothing to serve",
+            "no frontend is enabled (--allow-http=false, --allow-grpc=false); nothing to serve",
         );
         return ExitCode::from(2);
     }
-    let addr = format!("{}:{}", args.http_address, args.http_port);
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            log('E', &format!("failed to start HTTP service at {addr}: {e}"));
-            return ExitCode::from(1);
-        }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
     };
-    let local: SocketAddr = listener
-        .local_addr()
-        .map(|a| a)
-        .unwrap_or_else(|_| addr.parse().unwrap());
-    log('I', &format!("Started HTTPService at {local}"));
+    let mut services = Vec::new();
+    if args.allow_grpc {
+        let listener = match bind("GRPCInferenceService", &args.grpc_address, args.grpc_port).await
+        {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let service = GrpcService::new(engine.clone());
+        let shutdown = stopped(stop_rx.clone());
+        services.push(tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service.inference())
+                .add_service(service.health())
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    shutdown,
+                )
+                .await
+                .map_err(|e| format!("gRPC service failed: {e}"))
+        }));
+    }
+    if args.allow_http {
+        let listener = match bind("HTTPService", &args.http_address, args.http_port).await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let app = router(AppState {
+            engine: engine.clone(),
+            max_input_size: args.http_max_input_size,
+        });
+        let shutdown = stopped(stop_rx.clone());
+        services.push(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| format!("HTTP service failed: {e}"))
+        }));
+    }
     log(
         'I',
         &format!("ready in {:.3} s", started.elapsed().as_secs_f64()),
@@ -220,30 +276,27 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             }
         });
     }
-    let app = router(AppState {
-        engine,
-        max_input_size: args.http_max_input_size,
-    });
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
     shutdown_signal().await;
     log('I', "shutting down: waiting for requests in flight");
-    let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), server).await {
-        Ok(Ok(Ok(()))) => ExitCode::SUCCESS,
-        Ok(Ok(Err(e))) => {
-            log('E', &format!("HTTP service failed: {e}"));
-            ExitCode::from(1)
-        }
-        Ok(Err(e)) => {
-            log('E', &format!("HTTP service task failed: {e}"));
-            ExitCode::from(1)
+    let _ = stop_tx.send(true);
+    let all = futures_util::future::join_all(services);
+    match tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), all).await {
+        Ok(results) => {
+            let mut code = ExitCode::SUCCESS;
+            for r in results {
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        log('E', &e);
+                        code = ExitCode::from(1);
+                    }
+                    Err(e) => {
+                        log('E', &format!("service task failed: {e}"));
+                        code = ExitCode::from(1);
+                    }
+                }
+            }
+            code
         }
         Err(_) => {
             log(

@@ -66,6 +66,27 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
 ];
 
+/// A tensor of model metadata: name, protocol datatype, full shape (with -1
+/// for the batch dimension and variable dimensions).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: &'static str,
+    pub shape: Vec<i64>,
+}
+
+/// What the model metadata endpoints report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelMetadata {
+    pub name: String,
+    /// Ready versions.
+    pub versions: Vec<String>,
+    /// The platform, or the backend when the config names none (as Triton).
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
@@ -152,6 +173,47 @@ impl Engine {
 
     pub fn model_ready(&self, name: &str, version: &str) -> bool {
         self.model(name, version).is_ok()
+    }
+
+    /// The metadata of a ready model version.
+    pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {
+        let model = self.model(name, version)?;
+        let c = &model.config;
+        let batching = c.max_batch_size > 0;
+        let tensor = |name: &str, data_type: i32, dims: &[i64]| TensorMetadata {
+            name: name.to_string(),
+            datatype: DataType::from_config(data_type)
+                .map(|d| d.name())
+                .unwrap_or("INVALID"),
+            shape: if batching {
+                std::iter::once(-1).chain(dims.iter().copied()).collect()
+            } else {
+                dims.to_vec()
+            },
+        };
+        Ok(ModelMetadata {
+            name: name.to_string(),
+            versions: self
+                .ready_versions(name)
+                .iter()
+                .map(|v| v.to_string())
+                .collect(),
+            platform: if c.platform.is_empty() {
+                c.backend.clone()
+            } else {
+                c.platform.clone()
+            },
+            inputs: c
+                .input
+                .iter()
+                .map(|i| tensor(&i.name, i.data_type, &i.dims))
+                .collect(),
+            outputs: c
+                .output
+                .iter()
+                .map(|o| tensor(&o.name, o.data_type, &o.dims))
+                .collect(),
+        })
     }
 
     /// Ready versions of a model, for metadata.

@@ -89,3 +89,46 @@ impl ModelStats {
         self.last_inference.store(now.as_millis() as u64, Relaxed);
     }
 }
+
+/// A point-in-time copy of a model version's statistics, for the frontends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub last_inference: u64,
+    pub inference_count: u64,
+    pub execution_count: u64,
+    /// (count, ns) pairs.
+    pub success: (u64, u64),
+    pub fail: (u64, u64),
+    pub queue: (u64, u64),
+    pub compute_input: (u64, u64),
+    pub compute_infer: (u64, u64),
+    pub compute_output: (u64, u64),
+    /// (batch size, executions, compute ns), for sizes that ran.
+    pub batches: Vec<(u64, u64, u64)>,
+}
+
+impl ModelStats {
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            last_inference: self.last_inference.load(Relaxed),
+            inference_count: self.inference_count.load(Relaxed),
+            execution_count: self.execution_count.load(Relaxed),
+            success: self.success.get(),
+            fail: self.fail.get(),
+            queue: self.queue.get(),
+            compute_input: self.compute_input.get(),
+            compute_infer: self.compute_infer.get(),
+            compute_output: self.compute_output.get(),
+            batches: self
+                .batch
+                .by_size
+                .iter()
+                .enumerate()
+                .filter_map(|(size, d)| {
+                    let (count, ns) = d.get();
+                    (count > 0).then_some((size as u64, count, ns))
+                })
+                .collect(),
+        }
+    }
+}

@@ -19,7 +19,7 @@ use prost_reflect::DescriptorPool;
 /// Types generated from `proto/model_config.proto` (package `inference`).
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/inference.rs"));
+    include!(concat!(env!("OUT_DIR"), "/config/inference.rs"));
 }
 
 pub use diagnostic::{Issue, Severity};

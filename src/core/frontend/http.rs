@@ -3,7 +3,6 @@
 //! repository). A thin adapter: parse, call the engine, encode.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -13,12 +12,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::core::engine::{Engine, EXTENSIONS};
+use crate::core::engine::{Engine, TensorMetadata, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::protocol::{config_json, kserve_json};
 use crate::core::repository::LoadedModel;
-use crate::core::stats::Duration64;
-use crate::core::types::DataType;
 
 /// The header that carries the JSON part's length in binary requests.
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -160,44 +157,20 @@ async fn model_ready(State(s): State<AppState>, Path(p): Params) -> Response {
     }
 }
 
-fn tensor_metadata(name: &str, data_type: i32, dims: &[i64], batching: bool) -> Value {
-    let shape: Vec<i64> = if batching {
-        std::iter::once(-1).chain(dims.iter().copied()).collect()
-    } else {
-        dims.to_vec()
-    };
-    json!({
-        "name": name,
-        "datatype": DataType::from_config(data_type).map(|d| d.name()).unwrap_or("INVALID"),
-        "shape": shape,
-    })
-}
-
 async fn model_metadata(
     State(s): State<AppState>,
     Path(p): Params,
 ) -> ApiResult<axum::Json<Value>> {
     let (name, version) = model_and_version(&p);
-    let model = s.engine.model(&name, &version)?;
-    let c = &model.config;
-    let batching = c.max_batch_size > 0;
-    let versions: Vec<String> = s
-        .engine
-        .ready_versions(&name)
-        .iter()
-        .map(|v| v.to_string())
-        .collect();
-    let platform = if c.platform.is_empty() {
-        &c.backend
-    } else {
-        &c.platform
-    };
+    let meta = s.engine.model_metadata(&name, &version)?;
+    let tensor =
+        |t: &TensorMetadata| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape });
     Ok(axum::Json(json!({
-        "name": name,
-        "versions": versions,
-        "platform": platform,
-        "inputs": c.input.iter().map(|i| tensor_metadata(&i.name, i.data_type, &i.dims, batching)).collect::<Vec<_>>(),
-        "outputs": c.output.iter().map(|o| tensor_metadata(&o.name, o.data_type, &o.dims, batching)).collect::<Vec<_>>(),
+        "name": meta.name,
+        "versions": meta.versions,
+        "platform": meta.platform,
+        "inputs": meta.inputs.iter().map(tensor).collect::<Vec<_>>(),
+        "outputs": meta.outputs.iter().map(tensor).collect::<Vec<_>>(),
     })))
 }
 
@@ -207,44 +180,39 @@ async fn model_config(State(s): State<AppState>, Path(p): Params) -> ApiResult<a
     Ok(axum::Json(config_json::to_json(&model.config)?))
 }
 
-fn duration(d: &Duration64) -> Value {
-    let (count, ns) = d.get();
+fn duration((count, ns): (u64, u64)) -> Value {
     json!({ "count": count, "ns": ns })
 }
 
 fn stats_json(m: &LoadedModel) -> Value {
-    let st = &m.stats;
+    let st = m.stats.snapshot();
     let batch_stats: Vec<Value> = st
-        .batch
-        .by_size
+        .batches
         .iter()
-        .enumerate()
-        .filter(|(_, d)| d.get().0 > 0)
-        .map(|(size, d)| {
-            let (count, _) = d.get();
+        .map(|&(size, count, ns)| {
             json!({
                 "batch_size": size,
-                "compute_input": { "count": count, "ns": 0 },
-                "compute_infer": duration(d),
-                "compute_output": { "count": count, "ns": 0 },
+                "compute_input": duration((count, 0)),
+                "compute_infer": duration((count, ns)),
+                "compute_output": duration((count, 0)),
             })
         })
         .collect();
     json!({
         "name": m.name,
         "version": m.version.to_string(),
-        "last_inference": st.last_inference.load(Relaxed),
-        "inference_count": st.inference_count.load(Relaxed),
-        "execution_count": st.execution_count.load(Relaxed),
+        "last_inference": st.last_inference,
+        "inference_count": st.inference_count,
+        "execution_count": st.execution_count,
         "inference_stats": {
-            "success": duration(&st.success),
-            "fail": duration(&st.fail),
-            "queue": duration(&st.queue),
-            "compute_input": duration(&st.compute_input),
-            "compute_infer": duration(&st.compute_infer),
-            "compute_output": duration(&st.compute_output),
-            "cache_hit": { "count": 0, "ns": 0 },
-            "cache_miss": { "count": 0, "ns": 0 },
+            "success": duration(st.success),
+            "fail": duration(st.fail),
+            "queue": duration(st.queue),
+            "compute_input": duration(st.compute_input),
+            "compute_infer": duration(st.compute_infer),
+            "compute_output": duration(st.compute_output),
+            "cache_hit": duration((0, 0)),
+            "cache_miss": duration((0, 0)),
         },
         "batch_stats": batch_stats,
         "memory_usage": [],

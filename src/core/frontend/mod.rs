@@ -1,4 +1,6 @@
 //! Network frontends over the one `Engine`: the KServe v2 HTTP/REST API
-//! (`http`). Each maps `ErrorKind` to its protocol's status in one table.
+//! (`http`) and Triton's gRPC service (`grpc`). Each maps `ErrorKind` to its
+//! protocol's status in one table.
 
+pub mod grpc;
 pub mod http;

@@ -4,4 +4,6 @@
 //! serialization.
 
 pub mod config_json;
+pub mod grpc_convert;
 pub mod kserve_json;
+pub mod pb;

@@ -1,0 +1,330 @@
+//! Triton's gRPC service (`inference.GRPCInferenceService`) and the standard
+//! health service, over the same `Engine` as HTTP. `code_of` is **the**
+//! `ErrorKind` → gRPC code table (Triton's `grpc_utils.cc`).
+
+use std::pin::Pin;
+
+use futures_util::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::core::engine::{Engine, EXTENSIONS};
+use crate::core::error::{Error, ErrorKind};
+use crate::core::protocol::grpc_convert;
+use crate::core::protocol::pb::health::{
+    health_check_response::ServingStatus,
+    health_server::{Health, HealthServer},
+    HealthCheckRequest, HealthCheckResponse,
+};
+use crate::core::protocol::pb::inference::{
+    grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer},
+    repository_index_response::ModelIndex,
+    *,
+};
+
+/// Triton's mapping of error kinds to gRPC codes.
+pub fn code_of(kind: ErrorKind) -> tonic::Code {
+    match kind {
+        ErrorKind::Unknown => tonic::Code::Unknown,
+        ErrorKind::Internal => tonic::Code::Internal,
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::InvalidArg => tonic::Code::InvalidArgument,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::Unsupported => tonic::Code::Unimplemented,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::Cancelled => tonic::Code::Cancelled,
+    }
+}
+
+fn status(e: Error) -> Status {
+    Status::new(code_of(e.kind), e.message)
+}
+
+/// How many requests of one stream may be in flight at once; responses still
+/// come back in request order.
+const STREAM_IN_FLIGHT: usize = 64;
+
+/// The gRPC services over one engine.
+#[derive(Clone)]
+pub struct GrpcService {
+    engine: Engine,
+}
+
+impl GrpcService {
+    pub fn new(engine: Engine) -> Self {
+        GrpcService { engine }
+    }
+
+    /// The inference service, ready to add to a tonic server.
+    pub fn inference(&self) -> GrpcInferenceServiceServer<GrpcService> {
+        GrpcInferenceServiceServer::new(self.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    /// The `grpc.health.v1.Health` service.
+    pub fn health(&self) -> HealthServer<GrpcService> {
+        HealthServer::new(self.clone())
+    }
+
+    async fn infer(engine: &Engine, req: ModelInferRequest) -> Result<ModelInferResponse, Error> {
+        let name = req.model_name.clone();
+        let version = req.model_version.clone();
+        let request = grpc_convert::infer_request(req)?;
+        let response = engine.infer(&name, &version, request).await?;
+        Ok(grpc_convert::infer_response(response))
+    }
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn unimplemented<T>(what: &str) -> GrpcResult<T> {
+    Err(Status::unimplemented(format!(
+        "{what} is not supported by this server yet"
+    )))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for GrpcService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> GrpcResult<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse {
+            live: self.engine.live(),
+        }))
+    }
+
+    async fn server_ready(
+        &self,
+        _: Request<ServerReadyRequest>,
+    ) -> GrpcResult<ServerReadyResponse> {
+        Ok(Response::new(ServerReadyResponse {
+            ready: self.engine.ready(),
+        }))
+    }
+
+    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> GrpcResult<ModelReadyResponse> {
+        let r = req.into_inner();
+        Ok(Response::new(ModelReadyResponse {
+            ready: self.engine.model_ready(&r.name, &r.version),
+        }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> GrpcResult<ServerMetadataResponse> {
+        Ok(Response::new(ServerMetadataResponse {
+            name: self.engine.config().id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> GrpcResult<ModelMetadataResponse> {
+        let r = req.into_inner();
+        let meta = self
+            .engine
+            .model_metadata(&r.name, &r.version)
+            .map_err(status)?;
+        Ok(Response::new(grpc_convert::model_metadata(meta)))
+    }
+
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
+        Self::infer(&self.engine, req.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    type ModelStreamInferStream =
+        Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send + 'static>>;
+
+    async fn model_stream_infer(
+        &self,
+        req: Request<Streaming<ModelInferRequest>>,
+    ) -> GrpcResult<Self::ModelStreamInferStream> {
+        let engine = self.engine.clone();
+        let incoming = req.into_inner();
+        // Requests run concurrently (up to STREAM_IN_FLIGHT); responses keep
+        // request order; a failed request answers with `error_message` and
+        // the stream stays open. The stream ends when the client's does.
+        let responses = incoming
+            .take_while(|r| std::future::ready(r.is_ok()))
+            .filter_map(|r| std::future::ready(r.ok()))
+            .map(move |request| {
+                let engine = engine.clone();
+                async move {
+                    let id = request.id.clone();
+                    let name = request.model_name.clone();
+                    let version = request.model_version.clone();
+                    Ok(match Self::infer(&engine, request).await {
+                        Ok(response) => ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(response),
+                        },
+                        Err(e) => ModelStreamInferResponse {
+                            error_message: e.message,
+                            infer_response: Some(ModelInferResponse {
+                                model_name: name,
+                                model_version: version,
+                                id,
+                                ..Default::default()
+                            }),
+                        },
+                    })
+                }
+            })
+            .buffered(STREAM_IN_FLIGHT);
+        Ok(Response::new(Box::pin(responses)))
+    }
+
+    async fn model_config(
+        &self,
+        req: Request<ModelConfigRequest>,
+    ) -> GrpcResult<ModelConfigResponse> {
+        let r = req.into_inner();
+        let model = self.engine.model(&r.name, &r.version).map_err(status)?;
+        Ok(Response::new(ModelConfigResponse {
+            config: Some(model.config.clone()),
+        }))
+    }
+
+    async fn model_statistics(
+        &self,
+        req: Request<ModelStatisticsRequest>,
+    ) -> GrpcResult<ModelStatisticsResponse> {
+        let r = req.into_inner();
+        let models = if r.name.is_empty() {
+            let mut all = Vec::new();
+            for entry in self.engine.index(true).map_err(status)? {
+                if let Ok(m) = self.engine.model(&entry.name, &entry.version) {
+                    all.push(m);
+                }
+            }
+            all
+        } else {
+            self.engine
+                .model_stats(&r.name, &r.version)
+                .map_err(status)?
+        };
+        Ok(Response::new(ModelStatisticsResponse {
+            model_stats: models
+                .iter()
+                .map(|m| grpc_convert::model_statistics(m))
+                .collect(),
+        }))
+    }
+
+    async fn repository_index(
+        &self,
+        req: Request<RepositoryIndexRequest>,
+    ) -> GrpcResult<RepositoryIndexResponse> {
+        let r = req.into_inner();
+        let models = self
+            .engine
+            .index(r.ready)
+            .map_err(status)?
+            .into_iter()
+            .map(|e| ModelIndex {
+                state: if e.version.is_empty() && e.reason.is_empty() {
+                    String::new()
+                } else {
+                    e.state.name().to_string()
+                },
+                name: e.name,
+                version: e.version,
+                reason: e.reason,
+            })
+            .collect();
+        Ok(Response::new(RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        req: Request<RepositoryModelLoadRequest>,
+    ) -> GrpcResult<RepositoryModelLoadResponse> {
+        let r = req.into_inner();
+        self.engine.load(&r.model_name).await.map_err(status)?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        req: Request<RepositoryModelUnloadRequest>,
+    ) -> GrpcResult<RepositoryModelUnloadResponse> {
+        let r = req.into_inner();
+        self.engine.unload(&r.model_name).await.map_err(status)?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> GrpcResult<SystemSharedMemoryStatusResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<SystemSharedMemoryRegisterResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> GrpcResult<CudaSharedMemoryStatusResponse> {
+        unimplemented("CUDA shared memory (this build has no GPU support)")
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
+        unimplemented("CUDA shared memory (this build has no GPU support)")
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
+        unimplemented("CUDA shared memory (this build has no GPU support)")
+    }
+
+    async fn trace_setting(
+        &self,
+        _: Request<TraceSettingRequest>,
+    ) -> GrpcResult<TraceSettingResponse> {
+        unimplemented("tracing")
+    }
+
+    async fn log_settings(
+        &self,
+        _: Request<LogSettingsRequest>,
+    ) -> GrpcResult<LogSettingsResponse> {
+        unimplemented("log settings")
+    }
+}
+
+#[tonic::async_trait]
+impl Health for GrpcService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        let status = if self.engine.ready() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        Ok(Response::new(HealthCheckResponse {
+            status: status as i32,
+        }))
+    }
+}

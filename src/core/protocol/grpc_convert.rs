@@ -1,0 +1,330 @@
+//! Conversions between the gRPC messages (`pb::inference`) and engine types:
+//! inference requests (typed `contents` or `raw_input_contents`) and
+//! responses (always `raw_output_contents`, as Triton answers), metadata and
+//! statistics.
+
+use crate::core::engine::{ModelMetadata, TensorMetadata};
+use crate::core::error::{Error, Result};
+use crate::core::repository::LoadedModel;
+use crate::core::types::{
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
+};
+
+use super::pb::inference::{
+    infer_parameter::ParameterChoice, model_infer_request::InferInputTensor,
+    model_infer_response::InferOutputTensor, model_metadata_response, InferBatchStatistics,
+    InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
+    ModelMetadataResponse, ModelStatistics, StatisticDuration,
+};
+
+fn bad(message: impl Into<String>) -> Error {
+    Error::invalid_arg(message)
+}
+
+/// A gRPC inference request → an engine request.
+pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
+    let raw = req.raw_input_contents;
+    if !raw.is_empty() && raw.len() != req.inputs.len() {
+        return Err(bad(format!(
+            "expected {} inputs in raw_input_contents but got {} for model '{}'",
+            req.inputs.len(),
+            raw.len(),
+            req.model_name
+        )));
+    }
+    let mut raw = raw.into_iter();
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for input in req.inputs {
+        let data_raw = raw.next();
+        inputs.push(input_tensor(input, data_raw, &req.model_name)?);
+    }
+    let mut outputs = Vec::with_capacity(req.outputs.len());
+    for out in req.outputs {
+        let classification = match out
+            .parameters
+            .get("classification")
+            .and_then(|p| p.parameter_choice.as_ref())
+        {
+            None => None,
+            Some(ParameterChoice::Int64Param(n)) if *n > 0 => Some(*n as usize),
+            Some(ParameterChoice::Uint64Param(n)) if *n > 0 => Some(*n as usize),
+            Some(_) => {
+                return Err(bad(format!(
+                    "'classification' of output '{}' must be a positive integer",
+                    out.name
+                )))
+            }
+        };
+        outputs.push(RequestedOutput {
+            name: out.name,
+            classification,
+        });
+    }
+    Ok(InferRequest {
+        id: req.id,
+        inputs,
+        outputs,
+    })
+}
+
+fn input_tensor(input: InferInputTensor, raw: Option<Vec<u8>>, model: &str) -> Result<Tensor> {
+    let datatype = DataType::from_name(&input.datatype).ok_or_else(|| {
+        bad(format!(
+            "invalid datatype for input '{}': '{}'",
+            input.name, input.datatype
+        ))
+    })?;
+    let data = match (raw, input.contents) {
+        (Some(raw), None) => raw,
+        (Some(_), Some(_)) => {
+            return Err(bad(format!(
+                "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                input.name
+            )))
+        }
+        (None, Some(contents)) => typed_contents(&input.name, datatype, contents)?,
+        (None, None) => {
+            // An input with no data: only a zero-element tensor.
+            if element_count(&input.shape) != Some(0) {
+                return Err(bad(format!(
+                    "unable to find data for input '{}' for model '{model}'",
+                    input.name
+                )));
+            }
+            Vec::new()
+        }
+    };
+    Ok(Tensor {
+        name: input.name,
+        datatype,
+        shape: input.shape,
+        data,
+    })
+}
+
+/// Typed `contents` → raw little-endian bytes.
+fn typed_contents(name: &str, dt: DataType, c: InferTensorContents) -> Result<Vec<u8>> {
+    let range = |v: i64| {
+        bad(format!(
+            "value {v} of input '{name}' is out of range for {}",
+            dt.name()
+        ))
+    };
+    let out: Vec<u8> = match dt {
+        DataType::Bool => c.bool_contents.iter().map(|&b| b as u8).collect(),
+        DataType::Int8 => c
+            .int_contents
+            .iter()
+            .map(|&v| {
+                i8::try_from(v)
+                    .map(|x| x.to_le_bytes().to_vec())
+                    .map_err(|_| range(v as i64))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .concat(),
+        DataType::Int16 => c
+            .int_contents
+            .iter()
+            .map(|&v| {
+                i16::try_from(v)
+                    .map(|x| x.to_le_bytes().to_vec())
+                    .map_err(|_| range(v as i64))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .concat(),
+        DataType::Int32 => c
+            .int_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Int64 => c
+            .int64_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Uint8 => c
+            .uint_contents
+            .iter()
+            .map(|&v| {
+                u8::try_from(v)
+                    .map(|x| vec![x])
+                    .map_err(|_| range(v as i64))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .concat(),
+        DataType::Uint16 => c
+            .uint_contents
+            .iter()
+            .map(|&v| {
+                u16::try_from(v)
+                    .map(|x| x.to_le_bytes().to_vec())
+                    .map_err(|_| range(v as i64))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .concat(),
+        DataType::Uint32 => c
+            .uint_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Uint64 => c
+            .uint64_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Fp32 => c
+            .fp32_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Fp64 => c
+            .fp64_contents
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DataType::Bytes => Tensor::serialize_bytes(c.bytes_contents.iter().map(|b| b.as_slice())),
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(bad(format!(
+                "{} input '{name}' must be sent in raw_input_contents",
+                dt.name()
+            )))
+        }
+    };
+    Ok(out)
+}
+
+/// An engine response → a gRPC response with raw output contents.
+pub fn infer_response(resp: InferResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(resp.outputs.len());
+    let mut raw = Vec::with_capacity(resp.outputs.len());
+    for t in resp.outputs {
+        outputs.push(InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype.name().to_string(),
+            shape: t.shape,
+            parameters: Default::default(),
+            contents: None,
+        });
+        raw.push(t.data);
+    }
+    ModelInferResponse {
+        model_name: resp.model_name,
+        model_version: resp.model_version,
+        id: resp.id,
+        parameters: Default::default(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+pub fn model_metadata(meta: ModelMetadata) -> ModelMetadataResponse {
+    let tensor = |t: TensorMetadata| model_metadata_response::TensorMetadata {
+        name: t.name,
+        datatype: t.datatype.to_string(),
+        shape: t.shape,
+    };
+    ModelMetadataResponse {
+        name: meta.name,
+        versions: meta.versions,
+        platform: meta.platform,
+        inputs: meta.inputs.into_iter().map(tensor).collect(),
+        outputs: meta.outputs.into_iter().map(tensor).collect(),
+    }
+}
+
+fn duration((count, ns): (u64, u64)) -> Option<StatisticDuration> {
+    Some(StatisticDuration { count, ns })
+}
+
+pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
+    let st = m.stats.snapshot();
+    ModelStatistics {
+        name: m.name.clone(),
+        version: m.version.to_string(),
+        last_inference: st.last_inference,
+        inference_count: st.inference_count,
+        execution_count: st.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: duration(st.success),
+            fail: duration(st.fail),
+            queue: duration(st.queue),
+            compute_input: duration(st.compute_input),
+            compute_infer: duration(st.compute_infer),
+            compute_output: duration(st.compute_output),
+            cache_hit: duration((0, 0)),
+            cache_miss: duration((0, 0)),
+        }),
+        batch_stats: st
+            .batches
+            .iter()
+            .map(|&(batch_size, count, ns)| InferBatchStatistics {
+                batch_size,
+                compute_input: duration((count, 0)),
+                compute_infer: duration((count, ns)),
+                compute_output: duration((count, 0)),
+            })
+            .collect(),
+        memory_usage: Vec::new(),
+        response_stats: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::protocol::pb::inference::model_infer_request::InferRequestedOutputTensor;
+    use crate::core::protocol::pb::inference::InferParameter;
+
+    #[test]
+    fn typed_and_raw_contents() {
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![InferInputTensor {
+                name: "A".into(),
+                datatype: "INT16".into(),
+                shape: vec![1, 2],
+                contents: Some(InferTensorContents {
+                    int_contents: vec![-2, 300],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            outputs: vec![InferRequestedOutputTensor {
+                name: "B".into(),
+                parameters: [(
+                    "classification".to_string(),
+                    InferParameter {
+                        parameter_choice: Some(ParameterChoice::Int64Param(3)),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            }],
+            ..Default::default()
+        };
+        let r = infer_request(req).unwrap();
+        assert_eq!(
+            r.inputs[0].data,
+            [(-2i16).to_le_bytes(), 300i16.to_le_bytes()].concat()
+        );
+        assert_eq!(r.outputs[0].classification, Some(3));
+
+        let req = ModelInferRequest {
+            inputs: vec![InferInputTensor {
+                name: "A".into(),
+                datatype: "INT8".into(),
+                shape: vec![1],
+                contents: Some(InferTensorContents {
+                    int_contents: vec![300],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(infer_request(req)
+            .unwrap_err()
+            .message
+            .contains("out of range"));
+    }
+}

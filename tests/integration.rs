@@ -5,6 +5,7 @@ mod util;
 
 mod cli;
 mod config_cases;
+mod grpc;
 mod http;
 mod lifecycle;
 mod parse;

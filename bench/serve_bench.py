@@ -1,10 +1,11 @@
 """Benchmark of `trtis serve` with Triton's own load generator.
 
 Measures, in one run on this machine:
-  - perf_analyzer (from the tritonclient==2.51.0 wheel) over HTTP against the
-    identity backend (FP32 [16]) and the `simple` ONNX model, at concurrency
-    1, 4 and 16: throughput, p50/p99 latency, and the server's CPU time per
-    inference (utime+stime from /proc over the run / inferences served);
+  - perf_analyzer (from the tritonclient==2.51.0 wheel) over HTTP and gRPC
+    against the identity backend (FP32 [16]) and the `simple` ONNX model, at
+    concurrency 1, 4 and 16: throughput, p50/p99 latency, and the server's CPU
+    time per inference (utime+stime from /proc over the run / inferences
+    served);
   - the real image classifier (efficientnet_lite0, batch 1, one instance, one
     intra-op thread) through trtis against calling ONNX Runtime directly from
     Python with the same batch size and threads;
@@ -55,9 +56,11 @@ def get(url):
 class Server:
     def __init__(self, repo, port):
         self.port = port
+        self.grpc_port = port + 1
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1"],
+            [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1",
+             "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while get(self.url("/v2/health/ready"))[0] != 200:
             if self.proc.poll() is not None:
@@ -77,10 +80,11 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def perf(server, model, concurrency, extra=()):
-    csv_path = os.path.join(OUT, f"pa-{model}-c{concurrency}.csv")
+def perf(server, model, concurrency, extra=(), protocol="http"):
+    csv_path = os.path.join(OUT, f"pa-{model}-{protocol}-c{concurrency}.csv")
     cpu0, n0 = cpu_seconds(server.proc.pid), server.inferences(model)
-    cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.port}", "-i", "http",
+    port = server.port if protocol == "http" else server.grpc_port
+    cmd = [PA, "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
            "--concurrency-range", str(concurrency), "-p", "2000", "-r", "8", "-s", "15", "-f", csv_path, *extra]
     try:
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=True)
@@ -128,16 +132,18 @@ def main():
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0"), classifier)
 
     server = Server(repo, 18100)
-    lines.append("| model | concurrency | infer/s | p50 ms | p99 ms | server CPU µs / inference |")
-    lines.append("| --- | --- | --- | --- | --- | --- |")
-    for model in ("identity_fp32", "simple"):
-        for c in (1, 4, 16):
-            r = perf(server, model, c)
-            if "error" in r:
-                lines.append(f"| {model} | {c} | perf_analyzer: {r['error']} | | | |")
-            else:
-                lines.append(f"| {model} | {c} | {r['throughput']:.0f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us']:.1f} |")
-            print(lines[-1], flush=True)
+    lines.append("| protocol | model | concurrency | infer/s | p50 ms | p99 ms | server CPU µs / inference |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for protocol in ("http", "grpc"):
+        for model in ("identity_fp32", "simple"):
+            for c in (1, 4, 16):
+                r = perf(server, model, c, protocol=protocol)
+                if "error" in r:
+                    lines.append(f"| {protocol} | {model} | {c} | perf_analyzer: {r['error']} | | | |")
+                else:
+                    lines.append(f"| {protocol} | {model} | {c} | {r['throughput']:.0f} | {r['p50_ms']:.3f} | "
+                                 f"{r['p99_ms']:.3f} | {r['cpu_us']:.1f} |")
+                print(lines[-1], flush=True)
     # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
     # instance busy (the next request crosses the network while one computes),
     # which is the throughput to set against ONNX Runtime called directly.

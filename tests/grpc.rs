@@ -153,10 +153,21 @@ fn health_metadata_infer_and_errors() {
         err.message(),
         "Request for unknown model: 'missing' is not found"
     );
+    // Typed contents of another type than the datatype: Triton's message.
     let mut bad = request(&[1], "");
     bad.inputs[0].datatype = "FP32".into();
     let err = rt.block_on(c.model_infer(bad)).unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'ident' of type 'INT32', expected datatype 'FP32'"
+    );
+    // Raw contents of the wrong datatype reach the engine's check.
+    let mut bad = request(&[1], "");
+    bad.inputs[0].datatype = "FP32".into();
+    bad.inputs[0].contents = None;
+    bad.raw_input_contents = vec![1.0f32.to_le_bytes().to_vec()];
+    let err = rt.block_on(c.model_infer(bad)).unwrap_err();
     assert!(
         err.message()
             .contains("data-type is 'FP32', but model 'ident' expects 'INT32'"),

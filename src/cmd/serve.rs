@@ -208,6 +208,15 @@ async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpLis
 }
 
 async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
+    // Listen for signals before announcing any listener, so a SIGINT right
+    // after start is a graceful stop, not the default kill.
+    let signal = match shutdown_signal() {
+        Ok(signal) => signal,
+        Err(e) => {
+            log('E', &format!("failed to install signal handlers: {e}"));
+            return ExitCode::from(1);
+        }
+    };
     if !args.allow_http && !args.allow_grpc {
         log(
             'E',
@@ -276,7 +285,7 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             }
         });
     }
-    shutdown_signal().await;
+    signal.await;
     log('I', "shutting down: waiting for requests in flight");
     let _ = stop_tx.send(true);
     let all = futures_util::future::join_all(services);
@@ -311,26 +320,16 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
     }
 }
 
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+/// A future that completes on SIGINT or SIGTERM; the handlers are in place
+/// when this returns.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
+    })
 }

@@ -320,14 +320,21 @@ impl Engine {
     }
 }
 
-fn parse_version(version: &str) -> Result<Option<i64>> {
+/// A version string as Triton reads it (`GetModelVersionFromString`): empty
+/// is the latest; otherwise a positive integer.
+pub fn parse_version(version: &str) -> Result<Option<i64>> {
     if version.is_empty() {
         return Ok(None);
     }
-    version
-        .parse::<i64>()
-        .map(Some)
-        .map_err(|_| Error::invalid_arg(format!("failed to parse model version '{version}'")))
+    match version.trim().parse::<i64>() {
+        Ok(v) if v >= 0 => Ok(Some(v)),
+        Ok(_) => Err(Error::invalid_arg(format!(
+            "invalid model version specified '{version}' , version should be an integral value > 0"
+        ))),
+        Err(_) => Err(Error::invalid_arg(format!(
+            "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
+        ))),
+    }
 }
 
 fn dims_string(dims: &[i64]) -> String {

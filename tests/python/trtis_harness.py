@@ -2,6 +2,12 @@
 model repository, and sends raw HTTP requests where tritonclient would hide
 the status or refuse to send a malformed body.
 
+Every server gets `--grpc-address 127.0.0.1 --grpc-port 0` (unless the test
+passes its own), so no test ever binds Triton's default gRPC port 8001; a
+binary whose `serve --help` has no `--grpc-port` yet gets no gRPC flags.
+`start()` waits for Triton's log lines of every listener that is on
+(`Started HTTPService at ...`, `Started GRPCInferenceService at ...`).
+
 Environment:
   TRTIS_BIN              the trtis executable (default target/debug/trtis)
   TRTIS_SERVE_EXTRA_ARGS extra arguments appended to every `trtis serve`
@@ -30,12 +36,59 @@ EXAMPLES = REPO_ROOT / "examples" / "model_repository"
 STARTUP_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 10.0
 
-# Triton's log line, which trtis prints too (stderr or stdout).
+# Triton's log lines, which trtis prints too (stderr or stdout), in either
+# order (Triton prints the gRPC one first).
 STARTED_RE = re.compile(r"Started HTTPService at (\S+):(\d+)")
+GRPC_STARTED_RE = re.compile(r"Started GRPCInferenceService at (\S+):(\d+)")
 
 
 def trtis_bin() -> Path:
     return Path(os.environ.get("TRTIS_BIN", REPO_ROOT / "target" / "debug" / "trtis"))
+
+
+_GRPC_FLAG_CACHE: dict[str, bool] = {}
+
+
+def grpc_supported() -> bool:
+    """Whether this `trtis serve` has the gRPC frontend (`--grpc-port` in its
+    help). Cached per binary path and modification time."""
+    binary = trtis_bin()
+    try:
+        key = f"{binary}:{binary.stat().st_mtime_ns}"
+    except OSError:
+        return False
+    if key not in _GRPC_FLAG_CACHE:
+        try:
+            out = subprocess.run(
+                [str(binary), "serve", "--help"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+            )
+            text = (out.stdout + out.stderr).decode("utf-8", errors="replace")
+            _GRPC_FLAG_CACHE[key] = "--grpc-port" in text
+        except (OSError, subprocess.TimeoutExpired):
+            _GRPC_FLAG_CACHE[key] = False
+    return _GRPC_FLAG_CACHE[key]
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _flag_is_false(args: list[str], flag: str, env: str) -> bool:
+    """`--allow-x=false` / `--allow-x false` in `args` (last one wins), else
+    the TRTIS_ environment variable the server would read."""
+    value = None
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+        elif a == flag:
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            value = nxt if nxt in ("true", "false") else "true"
+    if value is None:
+        value = os.environ.get(env)
+    return value is not None and value.strip().lower() == "false"
 
 
 # --------------------------------------------------------------------------
@@ -99,14 +152,16 @@ def _write_identity(repo: Path, name: str, config_type: str, dims: str = "-1", l
 
 def build_full_repository(repo: Path) -> Path:
     """`simple` (ONNX), `simple_identity`, one identity model per datatype,
-    `identity_stats` (used only by the statistics test) and
-    `identity_class` (FP32 [4] with a label file)."""
+    `identity_stats` (used only by the HTTP statistics test),
+    `identity_stats_grpc` (only by the gRPC one) and `identity_class`
+    (FP32 [4] with a label file)."""
     repo.mkdir(parents=True, exist_ok=True)
     shutil.copytree(EXAMPLES / "simple", repo / "simple")
     shutil.copytree(EXAMPLES / "simple_identity", repo / "simple_identity")
     for datatype, config_type in IDENTITY_TYPES:
         _write_identity(repo, identity_model_name(datatype), config_type)
     _write_identity(repo, "identity_stats", "TYPE_FP32")
+    _write_identity(repo, "identity_stats_grpc", "TYPE_FP32")
     model = _write_identity(repo, "identity_class", "TYPE_FP32", dims="4", label="labels.txt")
     (model / "labels.txt").write_text("\n".join(CLASS_LABELS) + "\n")
     return repo
@@ -130,7 +185,8 @@ class ServerError(Exception):
 
 
 class TrtisServer:
-    """One `trtis serve` process on an ephemeral port of 127.0.0.1."""
+    """One `trtis serve` process on ephemeral ports of 127.0.0.1: HTTP, and
+    gRPC when the binary has it (`grpc_port`, `grpc_url`)."""
 
     def __init__(self, repo: Path, args: list[str] | None = None, name: str = "server"):
         self.repo = Path(repo)
@@ -139,13 +195,18 @@ class TrtisServer:
         self.proc: subprocess.Popen | None = None
         self.host = "127.0.0.1"
         self.port: int | None = None
+        self.grpc_port: int | None = None
         self.returncode: int | None = None
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._started = threading.Event()
+        self._grpc_started = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
+
+    def _extra_args(self) -> list[str]:
+        return shlex.split(os.environ.get("TRTIS_SERVE_EXTRA_ARGS", ""))
 
     def command(self) -> list[str]:
         cmd = [
@@ -158,9 +219,34 @@ class TrtisServer:
             "--http-port",
             "0",
         ]
+        given = self.args + self._extra_args()
+        if grpc_supported():
+            # Never Triton's default 8001: tests run in parallel with others.
+            if not _has_flag(given, "--grpc-address"):
+                cmd += ["--grpc-address", "127.0.0.1"]
+            if not _has_flag(given, "--grpc-port"):
+                cmd += ["--grpc-port", "0"]
         cmd += self.args
-        cmd += shlex.split(os.environ.get("TRTIS_SERVE_EXTRA_ARGS", ""))
+        cmd += self._extra_args()
         return cmd
+
+    @property
+    def expects_http(self) -> bool:
+        return not _flag_is_false(self.args + self._extra_args(), "--allow-http", "TRTIS_ALLOW_HTTP")
+
+    @property
+    def expects_grpc(self) -> bool:
+        return grpc_supported() and not _flag_is_false(
+            self.args + self._extra_args(), "--allow-grpc", "TRTIS_ALLOW_GRPC"
+        )
+
+    def _expected_lines(self) -> list[tuple[str, threading.Event]]:
+        lines = []
+        if self.expects_http:
+            lines.append(("Started HTTPService at <addr>:<port>", self._started))
+        if self.expects_grpc:
+            lines.append(("Started GRPCInferenceService at <addr>:<port>", self._grpc_started))
+        return lines
 
     def start(self, timeout: float = STARTUP_TIMEOUT_S) -> "TrtisServer":
         binary = trtis_bin()
@@ -170,6 +256,7 @@ class TrtisServer:
                 "or point TRTIS_BIN at one)"
             )
         deadline = time.monotonic() + timeout
+        expected = self._expected_lines()
         self.proc = subprocess.Popen(
             self.command(),
             stdin=subprocess.DEVNULL,
@@ -182,36 +269,38 @@ class TrtisServer:
             t.start()
             self._threads.append(t)
 
-        while not self._started.wait(0.05):
+        def missing() -> str:
+            return " and ".join(f"'{text}'" for text, ev in expected if not ev.is_set())
+
+        while not all(ev.wait(0.05) for _, ev in expected):
             if self.proc.poll() is not None:
                 self._join_pumps()
                 raise ServerError(
                     f"{self.name}: trtis serve exited with {self.proc.returncode} before "
-                    f"printing 'Started HTTPService at ...'\n{self.log_tail()}"
+                    f"printing {missing()}\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 self.kill()
                 raise ServerError(
-                    f"{self.name}: no 'Started HTTPService at <addr>:<port>' line within "
-                    f"{timeout:.0f} s\n{self.log_tail()}"
+                    f"{self.name}: no {missing()} line within {timeout:.0f} s\n"
+                    f"{self.log_tail()}"
                 )
 
         while True:
             try:
-                status, _, _ = self.request("GET", "/v2/health/ready", timeout=2.0)
-                if status == 200:
+                if self.is_ready(timeout=2.0):
                     return self
             except OSError:
                 pass
             if self.proc.poll() is not None:
                 raise ServerError(
                     f"{self.name}: trtis serve exited with {self.proc.returncode} while "
-                    f"waiting for /v2/health/ready\n{self.log_tail()}"
+                    f"waiting for readiness\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 self.kill()
                 raise ServerError(
-                    f"{self.name}: /v2/health/ready not 200 within {timeout:.0f} s\n"
+                    f"{self.name}: server not ready within {timeout:.0f} s\n"
                     f"{self.log_tail()}"
                 )
             time.sleep(0.05)
@@ -226,6 +315,11 @@ class TrtisServer:
                 if m:
                     self.port = int(m.group(2))
                     self._started.set()
+            if not self._grpc_started.is_set():
+                m = GRPC_STARTED_RE.search(line)
+                if m:
+                    self.grpc_port = int(m.group(2))
+                    self._grpc_started.set()
         stream.close()
 
     def _join_pumps(self) -> None:
@@ -263,12 +357,21 @@ class TrtisServer:
             lines = self._lines[-n:]
         return "--- trtis output (last lines) ---\n" + "\n".join(lines)
 
+    def log_lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
     # -- access ------------------------------------------------------------
 
     @property
     def url(self) -> str:
         """host:port as tritonclient.http wants it (no scheme)."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port as tritonclient.grpc wants it."""
+        return f"{self.host}:{self.grpc_port}"
 
     def request(
         self,
@@ -297,9 +400,28 @@ class TrtisServer:
         hdrs.update(headers or {})
         return self.request("POST", path, json.dumps(doc), hdrs)
 
-    def is_ready(self) -> bool:
+    def grpc_ready(self, timeout: float = 5.0) -> bool:
+        """ServerReady over gRPC on a fresh channel (False on any error)."""
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        if self.grpc_port is None:
+            return False
         try:
-            status, _, _ = self.request("GET", "/v2/health/ready", timeout=5.0)
+            with grpc.insecure_channel(self.grpc_url) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                resp = stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=timeout)
+                return bool(resp.ready)
+        except grpc.RpcError:
+            return False
+
+    def is_ready(self, timeout: float = 5.0) -> bool:
+        """/v2/health/ready is 200 (over HTTP, or over gRPC ServerReady when
+        the server has no HTTP listener)."""
+        if self.port is None:
+            return self.grpc_ready(timeout=timeout)
+        try:
+            status, _, _ = self.request("GET", "/v2/health/ready", timeout=timeout)
         except OSError:
             return False
         return status == 200
@@ -324,6 +446,40 @@ def stop_and_check(server: TrtisServer) -> None:
             f"{server.name}: SIGINT should exit 0 within 10 s, got "
             f"{'a hang (killed)' if code is None else code}\n{server.log_tail()}"
         )
+
+
+def require_grpc(server: TrtisServer) -> TrtisServer:
+    """Fails (not skips: a missing frontend is a failure of the gRPC suite)
+    when `server` has no gRPC listener."""
+    if server.grpc_port is None:
+        pytest.fail(
+            f"{server.name} has no gRPC listener: no 'Started GRPCInferenceService at' line "
+            "awaited (turned off by --allow-grpc=false / TRTIS_ALLOW_GRPC=false, or "
+            "`trtis serve --help` has no --grpc-port)",
+            pytrace=False,
+        )
+    return server
+
+
+def grpc_client_for(server: TrtisServer):
+    """A tritonclient.grpc client on `server`'s gRPC port."""
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(require_grpc(server).grpc_url)
+
+
+def grpc_channel_for(server: TrtisServer):
+    """A raw channel to `server`'s gRPC port (no message size limits, like
+    tritonclient's); wrap it with service_pb2_grpc.GRPCInferenceServiceStub."""
+    import grpc
+
+    return grpc.insecure_channel(
+        require_grpc(server).grpc_url,
+        options=[
+            ("grpc.max_send_message_length", 2**31 - 1),
+            ("grpc.max_receive_message_length", 2**31 - 1),
+        ],
+    )
 
 
 def running_server(repo, args=None, name="server"):
@@ -369,6 +525,32 @@ def assert_client_error(exc, status: int, *fragments: str) -> str:
         f"expected HTTP {status}, got {exc.status()}: {exc.message()!r}"
     )
     msg = exc.message()
+    for fragment in fragments:
+        assert fragment in msg, f"expected {fragment!r} in error message {msg!r}"
+    return msg
+
+
+def assert_grpc_error(exc, code: str, *fragments: str) -> str:
+    """Same for a tritonclient.grpc InferenceServerException: `code` is the
+    gRPC status name ("INVALID_ARGUMENT", "NOT_FOUND", ...); tritonclient
+    reports it as "StatusCode.<name>". `code=None` expects no status (the
+    errors tritonclient builds from a stream response's `error_message`)."""
+    want = None if code is None else f"StatusCode.{code}"
+    assert exc.status() == want, (
+        f"expected gRPC {want}, got {exc.status()}: {exc.message()!r}"
+    )
+    msg = exc.message()
+    for fragment in fragments:
+        assert fragment in msg, f"expected {fragment!r} in error message {msg!r}"
+    return msg
+
+
+def assert_rpc_error(err, code: str, *fragments: str) -> str:
+    """Same for a raw grpc.RpcError (calls made with the generated stub)."""
+    assert err.code().name == code, (
+        f"expected gRPC {code}, got {err.code().name}: {err.details()!r}"
+    )
+    msg = err.details() or ""
     for fragment in fragments:
         assert fragment in msg, f"expected {fragment!r} in error message {msg!r}"
     return msg

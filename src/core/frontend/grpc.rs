@@ -7,7 +7,7 @@ use std::pin::Pin;
 use futures_util::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::core::engine::{Engine, EXTENSIONS};
+use crate::core::engine::{parse_version, Engine, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::protocol::grpc_convert;
 use crate::core::protocol::pb::health::{
@@ -17,6 +17,7 @@ use crate::core::protocol::pb::health::{
 };
 use crate::core::protocol::pb::inference::{
     grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer},
+    model_repository_parameter::ParameterChoice as RepoParam,
     repository_index_response::ModelIndex,
     *,
 };
@@ -77,6 +78,17 @@ impl GrpcService {
 
 type GrpcResult<T> = Result<Response<T>, Status>;
 
+/// Triton serves one repository namespace: naming one is refused.
+fn no_repository_name(name: &str) -> Result<(), Status> {
+    if name.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::unimplemented(
+            "'repository_name' specification is not supported",
+        ))
+    }
+}
+
 fn unimplemented<T>(what: &str) -> GrpcResult<T> {
     Err(Status::unimplemented(format!(
         "{what} is not supported by this server yet"
@@ -102,6 +114,7 @@ impl GrpcInferenceService for GrpcService {
 
     async fn model_ready(&self, req: Request<ModelReadyRequest>) -> GrpcResult<ModelReadyResponse> {
         let r = req.into_inner();
+        parse_version(&r.version).map_err(status)?;
         Ok(Response::new(ModelReadyResponse {
             ready: self.engine.model_ready(&r.name, &r.version),
         }))
@@ -156,18 +169,15 @@ impl GrpcInferenceService for GrpcService {
                 let engine = engine.clone();
                 async move {
                     let id = request.id.clone();
-                    let name = request.model_name.clone();
-                    let version = request.model_version.clone();
                     Ok(match Self::infer(&engine, request).await {
                         Ok(response) => ModelStreamInferResponse {
                             error_message: String::new(),
                             infer_response: Some(response),
                         },
+                        // As Triton: only the id, so the client knows which failed.
                         Err(e) => ModelStreamInferResponse {
                             error_message: e.message,
                             infer_response: Some(ModelInferResponse {
-                                model_name: name,
-                                model_version: version,
                                 id,
                                 ..Default::default()
                             }),
@@ -221,6 +231,7 @@ impl GrpcInferenceService for GrpcService {
         req: Request<RepositoryIndexRequest>,
     ) -> GrpcResult<RepositoryIndexResponse> {
         let r = req.into_inner();
+        no_repository_name(&r.repository_name)?;
         let models = self
             .engine
             .index(r.ready)
@@ -245,6 +256,25 @@ impl GrpcInferenceService for GrpcService {
         req: Request<RepositoryModelLoadRequest>,
     ) -> GrpcResult<RepositoryModelLoadResponse> {
         let r = req.into_inner();
+        no_repository_name(&r.repository_name)?;
+        if let Some((key, value)) = r.parameters.iter().next() {
+            let kind = value.parameter_choice.as_ref();
+            let message = match key.as_str() {
+                "config" if !matches!(kind, Some(RepoParam::StringParam(_))) => {
+                    format!("invalid value type for load parameter '{key}', expected string_param.")
+                }
+                k if k.starts_with("file:") && !matches!(kind, Some(RepoParam::BytesParam(_))) => {
+                    format!("invalid value type for load parameter '{key}', expected bytes_param.")
+                }
+                k if k == "config" || k.starts_with("file:") => {
+                    return Err(Status::unimplemented(format!(
+                        "load parameter '{key}' is not supported by this server yet"
+                    )))
+                }
+                _ => format!("unrecognized load parameter '{key}'."),
+            };
+            return Err(Status::invalid_argument(message));
+        }
         self.engine.load(&r.model_name).await.map_err(status)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
@@ -254,6 +284,14 @@ impl GrpcInferenceService for GrpcService {
         req: Request<RepositoryModelUnloadRequest>,
     ) -> GrpcResult<RepositoryModelUnloadResponse> {
         let r = req.into_inner();
+        no_repository_name(&r.repository_name)?;
+        if let Some(v) = r.parameters.get("unload_dependents") {
+            if !matches!(v.parameter_choice, Some(RepoParam::BoolParam(_))) {
+                return Err(Status::invalid_argument(
+                    "invalid value type for 'unload_dependents' parameter, expected bool_param.",
+                ));
+            }
+        }
         self.engine.unload(&r.model_name).await.map_err(status)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }

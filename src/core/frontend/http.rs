@@ -279,7 +279,21 @@ async fn repository_load(
     Path(p): Params,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    optional_json(&body)?;
+    let req = optional_json(&body)?;
+    if let Some((key, _)) = req
+        .get("parameters")
+        .and_then(Value::as_object)
+        .and_then(|m| m.iter().next())
+    {
+        if key == "config" || key.starts_with("file:") {
+            return Err(ApiError(Error::unsupported(format!(
+                "load parameter '{key}' is not supported by this server yet"
+            ))));
+        }
+        return Err(ApiError(Error::invalid_arg(format!(
+            "unrecognized load parameter '{key}'."
+        ))));
+    }
     let (name, _) = model_and_version(&p);
     s.engine.load(&name).await?;
     Ok(StatusCode::OK)

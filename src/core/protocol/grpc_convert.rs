@@ -6,37 +6,54 @@
 use crate::core::engine::{ModelMetadata, TensorMetadata};
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
-use crate::core::types::{
-    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
-};
+use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, Tensor};
 
 use super::pb::inference::{
-    infer_parameter::ParameterChoice, model_infer_request::InferInputTensor,
-    model_infer_response::InferOutputTensor, model_metadata_response, InferBatchStatistics,
-    InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
-    ModelMetadataResponse, ModelStatistics, StatisticDuration,
+    infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
+    model_metadata_response, InferBatchStatistics, InferStatistics, InferTensorContents,
+    ModelInferRequest, ModelInferResponse, ModelMetadataResponse, ModelStatistics,
+    StatisticDuration,
 };
 
 fn bad(message: impl Into<String>) -> Error {
     Error::invalid_arg(message)
 }
 
-/// A gRPC inference request → an engine request.
+/// A gRPC inference request → an engine request (Triton's
+/// `InferGRPCToInput` checks and messages).
 pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
-    let raw = req.raw_input_contents;
-    if !raw.is_empty() && raw.len() != req.inputs.len() {
-        return Err(bad(format!(
-            "expected {} inputs in raw_input_contents but got {} for model '{}'",
-            req.inputs.len(),
-            raw.len(),
-            req.model_name
-        )));
-    }
-    let mut raw = raw.into_iter();
+    let model = req.model_name;
+    let using_raw = !req.raw_input_contents.is_empty();
+    let mut raw = req.raw_input_contents.into_iter();
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for input in req.inputs {
-        let data_raw = raw.next();
-        inputs.push(input_tensor(input, data_raw, &req.model_name)?);
+        let datatype = DataType::from_name(&input.datatype).ok_or_else(|| {
+            bad(format!(
+                "invalid datatype for input '{}': '{}'",
+                input.name, input.datatype
+            ))
+        })?;
+        let data = match input.contents {
+            Some(_) if using_raw => {
+                return Err(bad(format!(
+                    "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                    input.name
+                )))
+            }
+            Some(contents) => typed_contents(&input.name, &model, datatype, contents)?,
+            None => raw.next().ok_or_else(|| {
+                bad(format!(
+                    "unable to find data for input tensor '{}' for model '{model}' in request.",
+                    input.name
+                ))
+            })?,
+        };
+        inputs.push(Tensor {
+            name: input.name,
+            datatype,
+            shape: input.shape,
+            data,
+        });
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for out in req.outputs {
@@ -46,13 +63,16 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
             .and_then(|p| p.parameter_choice.as_ref())
         {
             None => None,
-            Some(ParameterChoice::Int64Param(n)) if *n > 0 => Some(*n as usize),
-            Some(ParameterChoice::Uint64Param(n)) if *n > 0 => Some(*n as usize),
+            Some(ParameterChoice::Int64Param(n)) if *n >= 1 => Some(*n as usize),
+            Some(ParameterChoice::Int64Param(_)) => {
+                return Err(bad(
+                    "invalid value for 'classification' parameter, expected >= 1",
+                ))
+            }
             Some(_) => {
-                return Err(bad(format!(
-                    "'classification' of output '{}' must be a positive integer",
-                    out.name
-                )))
+                return Err(bad(
+                    "invalid value type for 'classification' parameter, expected int64_param",
+                ))
             }
         };
         outputs.push(RequestedOutput {
@@ -67,130 +87,77 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
     })
 }
 
-fn input_tensor(input: InferInputTensor, raw: Option<Vec<u8>>, model: &str) -> Result<Tensor> {
-    let datatype = DataType::from_name(&input.datatype).ok_or_else(|| {
-        bad(format!(
-            "invalid datatype for input '{}': '{}'",
-            input.name, input.datatype
-        ))
-    })?;
-    let data = match (raw, input.contents) {
-        (Some(raw), None) => raw,
-        (Some(_), Some(_)) => {
-            return Err(bad(format!(
-                "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
-                input.name
-            )))
-        }
-        (None, Some(contents)) => typed_contents(&input.name, datatype, contents)?,
-        (None, None) => {
-            // An input with no data: only a zero-element tensor.
-            if element_count(&input.shape) != Some(0) {
-                return Err(bad(format!(
-                    "unable to find data for input '{}' for model '{model}'",
-                    input.name
-                )));
-            }
-            Vec::new()
-        }
-    };
-    Ok(Tensor {
-        name: input.name,
-        datatype,
-        shape: input.shape,
-        data,
-    })
+/// The list a typed `contents` uses, by the datatype name Triton reports for
+/// it; None when empty, Err when more than one list is used.
+fn contents_type(c: &InferTensorContents) -> Result<Option<&'static str>, ()> {
+    let used: Vec<&'static str> = [
+        (!c.bool_contents.is_empty(), "BOOL"),
+        (!c.int_contents.is_empty(), "INT32"),
+        (!c.int64_contents.is_empty(), "INT64"),
+        (!c.uint_contents.is_empty(), "UINT32"),
+        (!c.uint64_contents.is_empty(), "UINT64"),
+        (!c.fp32_contents.is_empty(), "FP32"),
+        (!c.fp64_contents.is_empty(), "FP64"),
+        (!c.bytes_contents.is_empty(), "BYTES"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    match used.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        _ => Err(()),
+    }
 }
 
-/// Typed `contents` → raw little-endian bytes.
-fn typed_contents(name: &str, dt: DataType, c: InferTensorContents) -> Result<Vec<u8>> {
-    let range = |v: i64| {
-        bad(format!(
-            "value {v} of input '{name}' is out of range for {}",
-            dt.name()
-        ))
+/// Typed `contents` → raw little-endian bytes. Like Triton, INT8/INT16 come
+/// in `int_contents` and UINT8/UINT16 in `uint_contents`, narrowed to their
+/// low bytes.
+fn typed_contents(
+    name: &str,
+    model: &str,
+    dt: DataType,
+    c: InferTensorContents,
+) -> Result<Vec<u8>> {
+    let expected_list = match dt {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => "INT32",
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => "UINT32",
+        other => other.name(),
     };
-    let out: Vec<u8> = match dt {
-        DataType::Bool => c.bool_contents.iter().map(|&b| b as u8).collect(),
-        DataType::Int8 => c
-            .int_contents
-            .iter()
-            .map(|&v| {
-                i8::try_from(v)
-                    .map(|x| x.to_le_bytes().to_vec())
-                    .map_err(|_| range(v as i64))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .concat(),
-        DataType::Int16 => c
-            .int_contents
-            .iter()
-            .map(|&v| {
-                i16::try_from(v)
-                    .map(|x| x.to_le_bytes().to_vec())
-                    .map_err(|_| range(v as i64))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .concat(),
-        DataType::Int32 => c
-            .int_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Int64 => c
-            .int64_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Uint8 => c
-            .uint_contents
-            .iter()
-            .map(|&v| {
-                u8::try_from(v)
-                    .map(|x| vec![x])
-                    .map_err(|_| range(v as i64))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .concat(),
-        DataType::Uint16 => c
-            .uint_contents
-            .iter()
-            .map(|&v| {
-                u16::try_from(v)
-                    .map(|x| x.to_le_bytes().to_vec())
-                    .map_err(|_| range(v as i64))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .concat(),
-        DataType::Uint32 => c
-            .uint_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Uint64 => c
-            .uint64_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Fp32 => c
-            .fp32_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Fp64 => c
-            .fp64_contents
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DataType::Bytes => Tensor::serialize_bytes(c.bytes_contents.iter().map(|b| b.as_slice())),
-        DataType::Fp16 | DataType::Bf16 => {
+    match contents_type(&c) {
+        Err(()) => {
             return Err(bad(format!(
-                "{} input '{name}' must be sent in raw_input_contents",
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was already supplied."
+            )))
+        }
+        Ok(Some(found)) if found != expected_list => {
+            return Err(bad(format!(
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type '{found}', expected datatype '{}'",
                 dt.name()
             )))
         }
-    };
-    Ok(out)
+        _ => {}
+    }
+    Ok(match dt {
+        DataType::Bool => c.bool_contents.iter().map(|&b| b as u8).collect(),
+        DataType::Int8 => c.int_contents.iter().map(|&v| v as i8 as u8).collect(),
+        DataType::Int16 => c.int_contents.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
+        DataType::Int32 => c.int_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Int64 => c.int64_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Uint8 => c.uint_contents.iter().map(|&v| v as u8).collect(),
+        DataType::Uint16 => c.uint_contents.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
+        DataType::Uint32 => c.uint_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Uint64 => c.uint64_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Fp32 => c.fp32_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Fp64 => c.fp64_contents.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Bytes => Tensor::serialize_bytes(c.bytes_contents.iter().map(|b| b.as_slice())),
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(bad(format!(
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}': {} must be sent in raw_input_contents",
+                dt.name()
+            )))
+        }
+    })
 }
 
 /// An engine response → a gRPC response with raw output contents.
@@ -272,7 +239,9 @@ pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::protocol::pb::inference::model_infer_request::InferRequestedOutputTensor;
+    use crate::core::protocol::pb::inference::model_infer_request::{
+        InferInputTensor, InferRequestedOutputTensor,
+    };
     use crate::core::protocol::pb::inference::InferParameter;
 
     #[test]
@@ -322,9 +291,29 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert!(infer_request(req)
-            .unwrap_err()
-            .message
-            .contains("out of range"));
+        // Triton keeps the low byte.
+        assert_eq!(
+            infer_request(req).unwrap().inputs[0].data,
+            vec![300i32 as i8 as u8]
+        );
+
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![InferInputTensor {
+                name: "A".into(),
+                datatype: "INT32".into(),
+                shape: vec![1],
+                contents: Some(InferTensorContents {
+                    fp32_contents: vec![1.0],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            infer_request(req).unwrap_err().message,
+            "unexpected explicit tensor data for input tensor 'A' for model 'm' of type 'FP32', expected datatype 'INT32'"
+        );
     }
 }

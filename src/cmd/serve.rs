@@ -103,6 +103,11 @@ pub struct Args {
     #[arg(long, env = "TRTIS_STRICT_MODEL_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     strict_model_config: bool,
 
+    /// Let clients register system shared memory regions (Triton's
+    /// --allow-client-shm; off by default, as in Triton).
+    #[arg(long, env = "TRTIS_ALLOW_CLIENT_SHM", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_client_shm: bool,
+
     /// The server id reported by server metadata.
     #[arg(long, env = "TRTIS_ID", default_value = "triton")]
     id: String,
@@ -136,6 +141,7 @@ pub fn run(args: Args) -> ExitCode {
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
     config.repository_poll_secs = args.repository_poll_secs;
+    config.allow_client_shm = args.allow_client_shm;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
 
     let (engine, errors) = match Engine::start(config) {

@@ -17,6 +17,7 @@ use crate::core::config::ModelConfig;
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::instance::Work;
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::shm::{RegionStatus, SharedMemoryManager};
 use crate::core::types::{
     element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
 };
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     pub auto_complete: bool,
     /// Seconds between repository polls (poll mode).
     pub repository_poll_secs: u64,
+    /// Whether clients may register system shared memory regions
+    /// (`--allow-client-shm`).
+    pub allow_client_shm: bool,
 }
 
 impl ServerConfig {
@@ -53,6 +57,7 @@ impl ServerConfig {
             queue_capacity: 1024,
             auto_complete: true,
             repository_poll_secs: 15,
+            allow_client_shm: false,
         }
     }
 }
@@ -64,6 +69,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "binary_tensor_data",
     "statistics",
+    "system_shared_memory",
 ];
 
 /// A tensor of model metadata: name, protocol datatype, full shape (with -1
@@ -95,6 +101,7 @@ pub struct Engine {
 struct Inner {
     config: ServerConfig,
     manager: ModelManager,
+    shm: SharedMemoryManager,
 }
 
 impl Engine {
@@ -122,7 +129,11 @@ impl Engine {
             _ => manager.repository_models()?,
         };
         let engine = Engine {
-            inner: Arc::new(Inner { config, manager }),
+            inner: Arc::new(Inner {
+                config,
+                manager,
+                shm: SharedMemoryManager::default(),
+            }),
         };
         let errors = names
             .iter()
@@ -266,6 +277,26 @@ impl Engine {
         self.inner.manager.unload_all();
     }
 
+    /// Registers a system shared memory region (only with
+    /// `--allow-client-shm`).
+    pub fn shm_register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<()> {
+        if !self.inner.config.allow_client_shm {
+            return Err(Error::unavailable(
+                "client shared memory is disabled; start the server with --allow-client-shm",
+            ));
+        }
+        self.inner.shm.register(name, key, offset, byte_size)
+    }
+
+    /// Unregisters one region, or all of them.
+    pub fn shm_unregister(&self, name: Option<&str>) {
+        self.inner.shm.unregister(name)
+    }
+
+    pub fn shm_status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>> {
+        self.inner.shm.status(name)
+    }
+
     /// Runs one inference request.
     pub async fn infer(
         &self,
@@ -275,6 +306,16 @@ impl Engine {
     ) -> Result<InferResponse> {
         let start = Instant::now();
         let model = self.model(name, version)?;
+        let mut request = request;
+        for (i, r) in std::mem::take(&mut request.shm_inputs) {
+            match self.inner.shm.read(&r) {
+                Ok(data) => request.inputs[i].data = data,
+                Err(e) => {
+                    model.stats.record_failure(start.elapsed());
+                    return Err(e);
+                }
+            }
+        }
         let (inputs, outputs, batch) =
             match validate(&model.config, &request.id, request.inputs, &request.outputs) {
                 Ok(v) => v,
@@ -301,6 +342,7 @@ impl Engine {
         let tensors = match done
             .result
             .and_then(|t| classify(&model, &outputs, t, batch))
+            .and_then(|t| self.write_shm_outputs(&outputs, t))
         {
             Ok(t) => t,
             Err(e) => {
@@ -317,6 +359,24 @@ impl Engine {
             id: request.id,
             outputs: tensors,
         })
+    }
+}
+
+impl Engine {
+    /// Writes the outputs asked for in shared memory there; their tensors
+    /// keep shape and type but carry no data.
+    fn write_shm_outputs(
+        &self,
+        outputs: &[RequestedOutput],
+        mut tensors: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        for (t, req) in tensors.iter_mut().zip(outputs) {
+            if let Some(r) = &req.shm {
+                self.inner.shm.write(r, &t.name, &t.data)?;
+                t.data.clear();
+            }
+        }
+        Ok(tensors)
     }
 }
 
@@ -533,6 +593,7 @@ fn validate(
             .map(|o| RequestedOutput {
                 name: o.name.clone(),
                 classification: None,
+                shm: None,
             })
             .collect()
     } else {

@@ -11,6 +11,7 @@ pub mod frontend;
 pub mod instance;
 pub mod protocol;
 pub mod repository;
+pub mod shm;
 pub mod stats;
 pub mod types;
 

@@ -168,12 +168,23 @@ impl Tensor {
     }
 }
 
+/// A place in a registered shared memory region (system shared memory
+/// extension): `byte_size` bytes at `offset` from the region's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmRef {
+    pub region: String,
+    pub byte_size: usize,
+    pub offset: usize,
+}
+
 /// An output the client asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestedOutput {
     pub name: String,
     /// Top-N classification instead of the tensor (classification extension).
     pub classification: Option<usize>,
+    /// Write the output into shared memory instead of the response.
+    pub shm: Option<ShmRef>,
 }
 
 /// A validated-later inference request, as the engine receives it.
@@ -181,6 +192,8 @@ pub struct RequestedOutput {
 pub struct InferRequest {
     pub id: String,
     pub inputs: Vec<Tensor>,
+    /// Inputs whose data is in shared memory: (index into `inputs`, where).
+    pub shm_inputs: Vec<(usize, ShmRef)>,
     /// Empty: every output of the model.
     pub outputs: Vec<RequestedOutput>,
 }

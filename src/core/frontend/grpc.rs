@@ -298,23 +298,48 @@ impl GrpcInferenceService for GrpcService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        req: Request<SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<SystemSharedMemoryStatusResponse> {
-        unimplemented("system shared memory")
+        let name = req.into_inner().name;
+        let regions = self
+            .engine
+            .shm_status((!name.is_empty()).then_some(name.as_str()))
+            .map_err(status)?;
+        Ok(Response::new(SystemSharedMemoryStatusResponse {
+            regions: regions
+                .into_iter()
+                .map(|r| {
+                    let status = system_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        key: r.key,
+                        offset: r.offset,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect(),
+        }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        req: Request<SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryRegisterResponse> {
-        unimplemented("system shared memory")
+        let r = req.into_inner();
+        self.engine
+            .shm_register(&r.name, &r.key, r.offset, r.byte_size)
+            .map_err(status)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        req: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
-        unimplemented("system shared memory")
+        let name = req.into_inner().name;
+        self.engine
+            .shm_unregister((!name.is_empty()).then_some(name.as_str()));
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(

@@ -90,6 +90,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
+        .route("/v2/systemsharedmemory/status", get(shm_status))
+        .route(
+            "/v2/systemsharedmemory/region/{region}/status",
+            get(shm_status),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{region}/register",
+            post(shm_register),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{region}/unregister",
+            post(shm_unregister),
+        )
+        .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route(
@@ -308,6 +322,48 @@ async fn repository_unload(
     let (name, _) = model_and_version(&p);
     s.engine.unload(&name).await?;
     Ok(StatusCode::OK)
+}
+
+async fn shm_status(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+    let regions = s.engine.shm_status(p.get("region").map(String::as_str))?;
+    Ok(axum::Json(Value::Array(
+        regions
+            .into_iter()
+            .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
+            .collect(),
+    )))
+}
+
+async fn shm_register(
+    State(s): State<AppState>,
+    Path(p): Params,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let region = p.get("region").cloned().unwrap_or_default();
+    let req = optional_json(&body)?;
+    let key = req.get("key").and_then(Value::as_str).ok_or_else(|| {
+        ApiError(Error::invalid_arg(
+            "Shared memory register request must specify 'key'",
+        ))
+    })?;
+    let number = |field: &str, required: bool| -> ApiResult<u64> {
+        match req.get(field) {
+            None if !required => Ok(0),
+            Some(v) if v.as_u64().is_some() => Ok(v.as_u64().unwrap()),
+            _ => Err(ApiError(Error::invalid_arg(format!(
+                "Shared memory register request must specify '{field}' as a non-negative integer"
+            )))),
+        }
+    };
+    let offset = number("offset", false)?;
+    let byte_size = number("byte_size", true)?;
+    s.engine.shm_register(&region, key, offset, byte_size)?;
+    Ok(StatusCode::OK)
+}
+
+async fn shm_unregister(State(s): State<AppState>, Path(p): Params) -> StatusCode {
+    s.engine.shm_unregister(p.get("region").map(String::as_str));
+    StatusCode::OK
 }
 
 async fn infer(

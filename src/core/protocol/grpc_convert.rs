@@ -6,13 +6,13 @@
 use crate::core::engine::{ModelMetadata, TensorMetadata};
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
-use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, Tensor};
+use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, ShmRef, Tensor};
 
 use super::pb::inference::{
     infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
-    model_metadata_response, InferBatchStatistics, InferStatistics, InferTensorContents,
-    ModelInferRequest, ModelInferResponse, ModelMetadataResponse, ModelStatistics,
-    StatisticDuration,
+    model_metadata_response, InferBatchStatistics, InferParameter, InferStatistics,
+    InferTensorContents, ModelInferRequest, ModelInferResponse, ModelMetadataResponse,
+    ModelStatistics, StatisticDuration,
 };
 
 fn bad(message: impl Into<String>) -> Error {
@@ -26,13 +26,24 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
     let using_raw = !req.raw_input_contents.is_empty();
     let mut raw = req.raw_input_contents.into_iter();
     let mut inputs = Vec::with_capacity(req.inputs.len());
-    for input in req.inputs {
+    let mut shm_inputs = Vec::new();
+    for (i, input) in req.inputs.into_iter().enumerate() {
         let datatype = DataType::from_name(&input.datatype).ok_or_else(|| {
             bad(format!(
                 "invalid datatype for input '{}': '{}'",
                 input.name, input.datatype
             ))
         })?;
+        if let Some(shm) = shm_ref(&input.parameters, &input.name)? {
+            shm_inputs.push((i, shm));
+            inputs.push(Tensor {
+                name: input.name,
+                datatype,
+                shape: input.shape,
+                data: Vec::new(),
+            });
+            continue;
+        }
         let data = match input.contents {
             Some(_) if using_raw => {
                 return Err(bad(format!(
@@ -75,16 +86,55 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
                 ))
             }
         };
+        let shm = shm_ref(&out.parameters, &out.name)?;
         outputs.push(RequestedOutput {
             name: out.name,
             classification,
+            shm,
         });
     }
     Ok(InferRequest {
         id: req.id,
         inputs,
+        shm_inputs,
         outputs,
     })
+}
+
+/// The shared memory parameters of a tensor, if it names a region.
+fn shm_ref(
+    params: &std::collections::HashMap<String, InferParameter>,
+    tensor: &str,
+) -> Result<Option<ShmRef>> {
+    let choice = |key: &str| params.get(key).and_then(|p| p.parameter_choice.as_ref());
+    let Some(region) = choice("shared_memory_region") else {
+        return Ok(None);
+    };
+    let ParameterChoice::StringParam(region) = region else {
+        return Err(bad(format!(
+            "'shared_memory_region' of '{tensor}' must be a string_param"
+        )));
+    };
+    let int = |key: &str| -> Result<Option<usize>> {
+        match choice(key) {
+            None => Ok(None),
+            Some(ParameterChoice::Int64Param(v)) if *v >= 0 => Ok(Some(*v as usize)),
+            Some(ParameterChoice::Uint64Param(v)) => Ok(Some(*v as usize)),
+            Some(_) => Err(bad(format!(
+                "'{key}' of '{tensor}' must be a non-negative int64_param"
+            ))),
+        }
+    };
+    let byte_size = int("shared_memory_byte_size")?.ok_or_else(|| {
+        bad(format!(
+            "'shared_memory_byte_size' is required for '{tensor}' with 'shared_memory_region'"
+        ))
+    })?;
+    Ok(Some(ShmRef {
+        region: region.clone(),
+        byte_size,
+        offset: int("shared_memory_offset")?.unwrap_or(0),
+    }))
 }
 
 /// The list a typed `contents` uses, by the datatype name Triton reports for

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::{
-    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, ShmRef, Tensor,
 };
 
 /// How the client wants each output back.
@@ -19,6 +19,8 @@ pub struct OutputFormat {
     pub binary_default: bool,
     /// Per-output `binary_data` parameter.
     pub binary: BTreeMap<String, bool>,
+    /// Outputs written to shared memory (no data in the response).
+    pub shm: BTreeMap<String, ShmRef>,
 }
 
 impl OutputFormat {
@@ -81,8 +83,13 @@ pub fn parse_request(
         .and_then(Value::as_array)
         .ok_or_else(|| bad("the request must have an 'inputs' array"))?;
     let mut inputs = Vec::with_capacity(inputs_json.len());
-    for input in inputs_json {
-        inputs.push(parse_input(input, &mut binary, &config.name)?);
+    let mut shm_inputs = Vec::new();
+    for (i, input) in inputs_json.iter().enumerate() {
+        let (tensor, shm) = parse_input(input, &mut binary, &config.name)?;
+        inputs.push(tensor);
+        if let Some(shm) = shm {
+            shm_inputs.push((i, shm));
+        }
     }
     if !binary.is_empty() {
         return Err(bad(format!(
@@ -102,7 +109,12 @@ pub fn parse_request(
                 .ok_or_else(|| bad("each requested output needs a 'name'"))?
                 .to_string();
             let mut classification = None;
+            let mut shm = None;
             if let Some(params) = out.get("parameters").and_then(Value::as_object) {
+                shm = shm_ref(params, &name)?;
+                if let Some(r) = &shm {
+                    format.shm.insert(name.clone(), r.clone());
+                }
                 if let Some(b) = params.get("binary_data") {
                     let b = b
                         .as_bool()
@@ -121,6 +133,7 @@ pub fn parse_request(
             outputs.push(RequestedOutput {
                 name,
                 classification,
+                shm,
             });
         }
     }
@@ -128,13 +141,52 @@ pub fn parse_request(
         InferRequest {
             id,
             inputs,
+            shm_inputs,
             outputs,
         },
         format,
     ))
 }
 
-fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<Tensor> {
+/// The shared memory parameters of a tensor, if it names a region.
+fn shm_ref(params: &Map<String, Value>, tensor: &str) -> Result<Option<ShmRef>> {
+    let Some(region) = params.get("shared_memory_region") else {
+        return Ok(None);
+    };
+    let region = region.as_str().ok_or_else(|| {
+        bad(format!(
+            "'shared_memory_region' of '{tensor}' must be a string"
+        ))
+    })?;
+    let byte_size = params
+        .get("shared_memory_byte_size")
+        .ok_or_else(|| {
+            bad(format!(
+                "'shared_memory_byte_size' is required for '{tensor}' with 'shared_memory_region'"
+            ))
+        })?
+        .as_u64()
+        .ok_or_else(|| {
+            bad(format!(
+                "'shared_memory_byte_size' of '{tensor}' must be a non-negative integer"
+            ))
+        })?;
+    let offset = match params.get("shared_memory_offset") {
+        None => 0,
+        Some(v) => v.as_u64().ok_or_else(|| {
+            bad(format!(
+                "'shared_memory_offset' of '{tensor}' must be a non-negative integer"
+            ))
+        })?,
+    };
+    Ok(Some(ShmRef {
+        region: region.to_string(),
+        byte_size: byte_size as usize,
+        offset: offset as usize,
+    }))
+}
+
+fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<(Tensor, Option<ShmRef>)> {
     let name = input
         .get("name")
         .and_then(Value::as_str)
@@ -151,13 +203,34 @@ fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<Tensor>
         .and_then(Value::as_array)
         .ok_or_else(|| bad(format!("input '{name}' needs a 'shape'")))?
         .iter()
-        .map(|d| d.as_i64().filter(|&d| d >= 0))
+        .map(|d| d.as_i64())
         .collect::<Option<Vec<i64>>>()
-        .ok_or_else(|| {
-            bad(format!(
-                "the shape of input '{name}' must be non-negative integers"
-            ))
-        })?;
+        .ok_or_else(|| bad(format!("the shape of input '{name}' must be integers")))?;
+    if shape.iter().any(|&d| d < 0) {
+        // The engine reports it with Triton's message.
+        let tensor = Tensor {
+            name,
+            datatype,
+            shape,
+            data: Vec::new(),
+        };
+        return Ok((tensor, None));
+    }
+    let params = input.get("parameters").and_then(Value::as_object);
+    if let Some(shm) = params.map(|p| shm_ref(p, &name)).transpose()?.flatten() {
+        if input.get("data").is_some() {
+            return Err(bad(format!(
+                "input '{name}' has both 'data' and 'shared_memory_region'"
+            )));
+        }
+        let tensor = Tensor {
+            name,
+            datatype,
+            shape,
+            data: Vec::new(),
+        };
+        return Ok((tensor, Some(shm)));
+    }
     let binary_size = input
         .get("parameters")
         .and_then(|p| p.get("binary_data_size"))
@@ -194,12 +267,15 @@ fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<Tensor>
             )))
         }
     };
-    Ok(Tensor {
-        name,
-        datatype,
-        shape,
-        data,
-    })
+    Ok((
+        Tensor {
+            name,
+            datatype,
+            shape,
+            data,
+        },
+        None,
+    ))
 }
 
 /// Flattens a (possibly nested) JSON array.
@@ -333,11 +409,12 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
             shape,
             data,
         }],
+        shm_inputs: Vec::new(),
         outputs: Vec::new(),
     };
     let format = OutputFormat {
         binary_default: true,
-        binary: BTreeMap::new(),
+        ..Default::default()
     };
     Ok((request, format))
 }
@@ -355,7 +432,16 @@ pub fn build_response(
         out.insert("name".into(), json!(t.name));
         out.insert("datatype".into(), json!(t.datatype.name()));
         out.insert("shape".into(), json!(t.shape));
-        if format.is_binary(&t.name) {
+        if let Some(r) = format.shm.get(&t.name) {
+            let mut params = json!({
+                "shared_memory_region": r.region,
+                "shared_memory_byte_size": r.byte_size,
+            });
+            if r.offset > 0 {
+                params["shared_memory_offset"] = json!(r.offset);
+            }
+            out.insert("parameters".into(), params);
+        } else if format.is_binary(&t.name) {
             out.insert(
                 "parameters".into(),
                 json!({ "binary_data_size": t.data.len() }),

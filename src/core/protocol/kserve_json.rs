@@ -432,15 +432,9 @@ pub fn build_response(
         out.insert("name".into(), json!(t.name));
         out.insert("datatype".into(), json!(t.datatype.name()));
         out.insert("shape".into(), json!(t.shape));
-        if let Some(r) = format.shm.get(&t.name) {
-            let mut params = json!({
-                "shared_memory_region": r.region,
-                "shared_memory_byte_size": r.byte_size,
-            });
-            if r.offset > 0 {
-                params["shared_memory_offset"] = json!(r.offset);
-            }
-            out.insert("parameters".into(), params);
+        if format.shm.contains_key(&t.name) {
+            // Written to shared memory: the response names the tensor only
+            // (perf_analyzer reads `parameters` as binary-data metadata).
         } else if format.is_binary(&t.name) {
             out.insert(
                 "parameters".into(),

@@ -281,7 +281,7 @@ impl Engine {
     /// `--allow-client-shm`).
     pub fn shm_register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<()> {
         if !self.inner.config.allow_client_shm {
-            return Err(Error::unavailable(
+            return Err(Error::invalid_arg(
                 "client shared memory is disabled; start the server with --allow-client-shm",
             ));
         }

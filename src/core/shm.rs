@@ -14,6 +14,9 @@ use memmap2::MmapMut;
 use crate::core::error::{Error, Result};
 use crate::core::types::ShmRef;
 
+/// Keys Triton keeps for its Python backend's own regions.
+const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
+
 /// One registered region.
 struct Region {
     key: String,
@@ -46,10 +49,15 @@ impl SharedMemoryManager {
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
+        if key.contains(RESERVED_PREFIX) {
+            return Err(Error::invalid_arg(format!(
+                "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
+            )));
+        }
         let file_name = key.strip_prefix('/').unwrap_or(key);
         if file_name.is_empty() || file_name.contains('/') || file_name == "." || file_name == ".."
         {
-            return Err(Error::invalid_arg(format!(
+            return Err(Error::internal(format!(
                 "Unable to open shared memory region: '{key}'"
             )));
         }
@@ -58,8 +66,8 @@ impl SharedMemoryManager {
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| {
-                Error::invalid_arg(format!("Unable to open shared memory region: '{key}': {e}"))
+            .map_err(|_| {
+                Error::internal(format!("Unable to open shared memory region: '{key}'"))
             })?;
         let size = file
             .metadata()
@@ -70,7 +78,7 @@ impl SharedMemoryManager {
         let end = offset.checked_add(byte_size);
         if end.is_none_or(|end| end > size) {
             return Err(Error::invalid_arg(format!(
-                "failed to register shared memory region '{name}': offset {offset} + byte size {byte_size} exceeds the size of '{key}' ({size} bytes)"
+                "failed to register shared memory region '{name}': invalid args"
             )));
         }
         // SAFETY: the mapping is of a file the client shares on purpose; we
@@ -133,14 +141,29 @@ impl SharedMemoryManager {
             .get(name)
             .cloned()
             .ok_or_else(|| {
-                Error::invalid_arg(format!("Unable to find shared memory region: '{name}'"))
+                Error::not_found(format!("Unable to find shared memory region: '{name}'"))
             })
     }
 
-    /// The byte range a reference covers inside the mapping, checked.
+    /// The byte range a reference covers inside the mapping, checked in
+    /// Triton's order and with its messages.
     fn range(region: &Region, r: &ShmRef) -> Result<std::ops::Range<usize>> {
-        let end = r.offset.checked_add(r.byte_size);
-        if end.is_none_or(|end| end > region.byte_size) {
+        if r.offset >= region.byte_size && !(r.offset == 0 && r.byte_size == 0) {
+            return Err(Error::invalid_arg(format!(
+                "Invalid offset for shared memory region: '{}'",
+                r.region
+            )));
+        }
+        let Some(end) = r.offset.checked_add(r.byte_size) else {
+            return Err(Error::invalid_arg(format!(
+                "Integer overflow detected: byte_size ({}) + offset ({}) exceeds maximum value ({}) for region '{}'",
+                r.byte_size,
+                r.offset,
+                usize::MAX,
+                r.region
+            )));
+        };
+        if end > region.byte_size {
             return Err(Error::invalid_arg(format!(
                 "Invalid offset + byte size for shared memory region: '{}'",
                 r.region
@@ -163,7 +186,7 @@ impl SharedMemoryManager {
         let region = self.region(&r.region)?;
         let range = Self::range(&region, r)?;
         if data.len() > range.len() {
-            return Err(Error::invalid_arg(format!(
+            return Err(Error::internal(format!(
                 "shared memory size specified with the request for output '{output}' ({} bytes) should be at least {} bytes to hold the results",
                 range.len(),
                 data.len()

@@ -12,10 +12,13 @@ import pytest
 import tritonclient.http as httpclient
 
 from trtis_harness import (
+    ShmRegions,
     build_full_repository,
+    build_shm_repository,
     build_tiny_repository,
     grpc_channel_for,
     grpc_client_for,
+    require_client_shm,
     running_server,
 )
 
@@ -63,3 +66,56 @@ def grpc_stub(server):
     channel = grpc_channel_for(server)
     yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
     channel.close()
+
+
+# -- system shared memory ------------------------------------------------------
+# A separate server started with Triton's `--allow-client-shm=true`, so the
+# main server keeps the default (client shared memory refused).
+
+
+@pytest.fixture(scope="session")
+def shm_repo(tmp_path_factory):
+    return build_shm_repository(tmp_path_factory.mktemp("trtis_shm") / "models")
+
+
+@pytest.fixture(scope="session")
+def shm_server(shm_repo):
+    """`simple`, `identity_bytes`, `identity_fp32`; client shared memory on."""
+    require_client_shm()
+    yield from running_server(shm_repo, ["--allow-client-shm=true"], name="shm server")
+
+
+@pytest.fixture(scope="session")
+def shm_client(shm_server):
+    c = httpclient.InferenceServerClient(
+        shm_server.url, connection_timeout=10.0, network_timeout=30.0
+    )
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def shm_grpc_client(shm_server):
+    c = grpc_client_for(shm_server)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def shm_grpc_stub(shm_server):
+    from tritonclient.grpc import service_pb2_grpc
+
+    channel = grpc_channel_for(shm_server)
+    yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    channel.close()
+
+
+@pytest.fixture
+def shm_regions():
+    """Creates shared-memory objects for one test (ShmRegions.create) and
+    unlinks all of them afterwards, pass or fail."""
+    regions = ShmRegions()
+    try:
+        yield regions
+    finally:
+        regions.destroy_all()

@@ -17,6 +17,7 @@ Environment:
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import re
@@ -70,6 +71,47 @@ def grpc_supported() -> bool:
         except (OSError, subprocess.TimeoutExpired):
             _GRPC_FLAG_CACHE[key] = False
     return _GRPC_FLAG_CACHE[key]
+
+
+_SERVE_HELP_CACHE: dict[str, str] = {}
+
+
+def serve_help_text() -> str:
+    """`trtis serve --help` of the binary under test ("" when it cannot be
+    run). Cached per binary path and modification time."""
+    binary = trtis_bin()
+    try:
+        key = f"{binary}:{binary.stat().st_mtime_ns}"
+    except OSError:
+        return ""
+    if key not in _SERVE_HELP_CACHE:
+        try:
+            out = subprocess.run(
+                [str(binary), "serve", "--help"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+            )
+            _SERVE_HELP_CACHE[key] = (out.stdout + out.stderr).decode("utf-8", errors="replace")
+        except (OSError, subprocess.TimeoutExpired):
+            _SERVE_HELP_CACHE[key] = ""
+    return _SERVE_HELP_CACHE[key]
+
+
+def client_shm_supported() -> bool:
+    """Whether this `trtis serve` has system shared memory: Triton's
+    `--allow-client-shm` flag (default false) in its help."""
+    return "--allow-client-shm" in serve_help_text()
+
+
+def require_client_shm() -> None:
+    """Fails (not skips, as for gRPC) when the binary has no
+    `--allow-client-shm`: the shared-memory suites test that feature."""
+    if not client_shm_supported():
+        pytest.fail(
+            "`trtis serve --help` has no --allow-client-shm: no system shared memory yet",
+            pytrace=False,
+        )
 
 
 def _has_flag(args: list[str], flag: str) -> bool:
@@ -164,6 +206,17 @@ def build_full_repository(repo: Path) -> Path:
     _write_identity(repo, "identity_stats_grpc", "TYPE_FP32")
     model = _write_identity(repo, "identity_class", "TYPE_FP32", dims="4", label="labels.txt")
     (model / "labels.txt").write_text("\n".join(CLASS_LABELS) + "\n")
+    return repo
+
+
+def build_shm_repository(repo: Path) -> Path:
+    """For the shared-memory server: `simple` (ONNX INT32 [-1,16] add/sub),
+    `identity_bytes` and `identity_fp32`."""
+    repo.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(EXAMPLES / "simple", repo / "simple")
+    for datatype, config_type in IDENTITY_TYPES:
+        if datatype in ("BYTES", "FP32"):
+            _write_identity(repo, identity_model_name(datatype), config_type)
     return repo
 
 
@@ -489,6 +542,57 @@ def running_server(repo, args=None, name="server"):
         yield start_or_fail(server)
     finally:
         stop_and_check(server)
+
+
+# --------------------------------------------------------------------------
+# System shared memory (client side)
+# --------------------------------------------------------------------------
+
+
+class ShmRegions:
+    """POSIX shared-memory objects made with tritonclient.utils.shared_memory
+    for one test. Keys are unique to this process (`/trtis_test_<pid>_<n>_
+    <name>`), so parallel runs never share an object; `destroy_all()` unlinks
+    every one (the `shm_regions` fixture calls it, pass or fail)."""
+
+    _counter = itertools.count()
+
+    def __init__(self):
+        self._handles: list = []
+
+    @classmethod
+    def unique_key(cls, name: str) -> str:
+        return f"/trtis_test_{os.getpid()}_{next(cls._counter)}_{name}"
+
+    def create(self, name: str, byte_size: int):
+        """A new object of `byte_size` bytes: (handle, key)."""
+        import tritonclient.utils.shared_memory as shm
+
+        key = self.unique_key(name)
+        handle = shm.create_shared_memory_region(name, key, byte_size)
+        self._handles.append(handle)
+        return handle, key
+
+    def destroy_all(self) -> None:
+        import tritonclient.utils.shared_memory as shm
+
+        errors = []
+        while self._handles:
+            handle = self._handles.pop()
+            try:
+                shm.destroy_shared_memory_region(handle)
+            except Exception as e:  # keep unlinking the others
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+def missing_shm_key(name: str = "missing") -> str:
+    """A key no shared-memory object has (checked in /dev/shm)."""
+    while True:
+        key = ShmRegions.unique_key(name)
+        if not os.path.exists("/dev/shm" + key):
+            return key
 
 
 # --------------------------------------------------------------------------

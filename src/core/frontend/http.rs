@@ -343,16 +343,18 @@ async fn shm_register(
     let req = optional_json(&body)?;
     let key = req.get("key").and_then(Value::as_str).ok_or_else(|| {
         ApiError(Error::invalid_arg(
-            "Shared memory register request must specify 'key'",
+            "Shared memory register request has no 'key' field",
         ))
     })?;
     let number = |field: &str, required: bool| -> ApiResult<u64> {
         match req.get(field) {
             None if !required => Ok(0),
-            Some(v) if v.as_u64().is_some() => Ok(v.as_u64().unwrap()),
-            _ => Err(ApiError(Error::invalid_arg(format!(
-                "Shared memory register request must specify '{field}' as a non-negative integer"
+            None => Err(ApiError(Error::invalid_arg(format!(
+                "Shared memory register request has no '{field}' field"
             )))),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| ApiError(Error::invalid_arg(format!("Unable to parse '{field}'")))),
         }
     };
     let offset = number("offset", false)?;

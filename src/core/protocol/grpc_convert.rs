@@ -35,6 +35,12 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
             ))
         })?;
         if let Some(shm) = shm_ref(&input.parameters, &input.name)? {
+            if input.contents.is_some() {
+                return Err(bad(format!(
+                    "unexpected 'content' provided when using shared memory for input tensor '{}' for model '{model}'",
+                    input.name
+                )));
+            }
             shm_inputs.push((i, shm));
             inputs.push(Tensor {
                 name: input.name,
@@ -87,6 +93,11 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
             }
         };
         let shm = shm_ref(&out.parameters, &out.name)?;
+        if shm.is_some() && classification.is_some() {
+            return Err(bad(
+                "output can't set both 'shared_memory_region' and 'classification'",
+            ));
+        }
         outputs.push(RequestedOutput {
             name: out.name,
             classification,
@@ -101,39 +112,51 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
     })
 }
 
-/// The shared memory parameters of a tensor, if it names a region.
+/// The shared memory parameters of a tensor, if it names a region, with
+/// Triton's gRPC checks and messages.
 fn shm_ref(
     params: &std::collections::HashMap<String, InferParameter>,
     tensor: &str,
 ) -> Result<Option<ShmRef>> {
     let choice = |key: &str| params.get(key).and_then(|p| p.parameter_choice.as_ref());
+    let int = |key: &str| -> Result<Option<usize>> {
+        match choice(key) {
+            None => Ok(None),
+            Some(ParameterChoice::Int64Param(v)) => Ok(Some(*v as usize)),
+            Some(_) => Err(bad(format!(
+                "invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param."
+            ))),
+        }
+    };
+    let offset = int("shared_memory_offset")?;
+    let byte_size = int("shared_memory_byte_size")?;
     let Some(region) = choice("shared_memory_region") else {
+        for (key, value) in [
+            ("shared_memory_offset", offset),
+            ("shared_memory_byte_size", byte_size),
+        ] {
+            if value.is_some() {
+                return Err(bad(format!(
+                    "'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )));
+            }
+        }
         return Ok(None);
     };
     let ParameterChoice::StringParam(region) = region else {
         return Err(bad(format!(
-            "'shared_memory_region' of '{tensor}' must be a string_param"
+            "invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
         )));
     };
-    let int = |key: &str| -> Result<Option<usize>> {
-        match choice(key) {
-            None => Ok(None),
-            Some(ParameterChoice::Int64Param(v)) if *v >= 0 => Ok(Some(*v as usize)),
-            Some(ParameterChoice::Uint64Param(v)) => Ok(Some(*v as usize)),
-            Some(_) => Err(bad(format!(
-                "'{key}' of '{tensor}' must be a non-negative int64_param"
-            ))),
-        }
-    };
-    let byte_size = int("shared_memory_byte_size")?.ok_or_else(|| {
+    let byte_size = byte_size.ok_or_else(|| {
         bad(format!(
-            "'shared_memory_byte_size' is required for '{tensor}' with 'shared_memory_region'"
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
         ))
     })?;
     Ok(Some(ShmRef {
         region: region.clone(),
         byte_size,
-        offset: int("shared_memory_offset")?.unwrap_or(0),
+        offset: offset.unwrap_or(0),
     }))
 }
 

@@ -113,6 +113,16 @@ pub fn parse_request(
             if let Some(params) = out.get("parameters").and_then(Value::as_object) {
                 shm = shm_ref(params, &name)?;
                 if let Some(r) = &shm {
+                    if params.contains_key("classification") {
+                        return Err(bad(
+                            "Output can't set both 'shared_memory_region' and 'classification'",
+                        ));
+                    }
+                    if params.get("binary_data").and_then(Value::as_bool) == Some(true) {
+                        return Err(bad(
+                            "Output can't set both 'shared_memory_region' and 'binary_data'",
+                        ));
+                    }
                     format.shm.insert(name.clone(), r.clone());
                 }
                 if let Some(b) = params.get("binary_data") {
@@ -148,41 +158,28 @@ pub fn parse_request(
     ))
 }
 
-/// The shared memory parameters of a tensor, if it names a region.
-fn shm_ref(params: &Map<String, Value>, tensor: &str) -> Result<Option<ShmRef>> {
+/// The shared memory parameters of a tensor, if it names a region (HTTP:
+/// a missing byte size is 0, which the size check then rejects, as Triton).
+fn shm_ref(params: &Map<String, Value>, _tensor: &str) -> Result<Option<ShmRef>> {
     let Some(region) = params.get("shared_memory_region") else {
         return Ok(None);
     };
-    let region = region.as_str().ok_or_else(|| {
-        bad(format!(
-            "'shared_memory_region' of '{tensor}' must be a string"
-        ))
-    })?;
-    let byte_size = params
-        .get("shared_memory_byte_size")
-        .ok_or_else(|| {
-            bad(format!(
-                "'shared_memory_byte_size' is required for '{tensor}' with 'shared_memory_region'"
-            ))
-        })?
-        .as_u64()
-        .ok_or_else(|| {
-            bad(format!(
-                "'shared_memory_byte_size' of '{tensor}' must be a non-negative integer"
-            ))
-        })?;
-    let offset = match params.get("shared_memory_offset") {
-        None => 0,
-        Some(v) => v.as_u64().ok_or_else(|| {
-            bad(format!(
-                "'shared_memory_offset' of '{tensor}' must be a non-negative integer"
-            ))
-        })?,
+    let region = region
+        .as_str()
+        .ok_or_else(|| bad("Unable to parse 'shared_memory_region'"))?;
+    let number = |key: &str| -> Result<usize> {
+        match params.get(key) {
+            None => Ok(0),
+            Some(v) => v
+                .as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| bad(format!("Unable to parse '{key}'"))),
+        }
     };
     Ok(Some(ShmRef {
         region: region.to_string(),
-        byte_size: byte_size as usize,
-        offset: offset as usize,
+        byte_size: number("shared_memory_byte_size")?,
+        offset: number("shared_memory_offset")?,
     }))
 }
 
@@ -217,12 +214,31 @@ fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<(Tensor
         return Ok((tensor, None));
     }
     let params = input.get("parameters").and_then(Value::as_object);
+    let set: Vec<&str> = [
+        (input.get("data").is_some(), "'data'"),
+        (
+            params.is_some_and(|p| p.contains_key("binary_data_size")),
+            "'binary_data_size'",
+        ),
+        (
+            params.is_some_and(|p| p.contains_key("shared_memory_region")),
+            "'shared_memory_region'",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(present, field)| present.then_some(field))
+    .collect();
+    if set.len() != 1 {
+        let found = if set.is_empty() {
+            "But no field is set".to_string()
+        } else {
+            format!("But set {}", set.join(" "))
+        };
+        return Err(bad(format!(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. {found}"
+        )));
+    }
     if let Some(shm) = params.map(|p| shm_ref(p, &name)).transpose()?.flatten() {
-        if input.get("data").is_some() {
-            return Err(bad(format!(
-                "input '{name}' has both 'data' and 'shared_memory_region'"
-            )));
-        }
         let tensor = Tensor {
             name,
             datatype,

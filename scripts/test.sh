@@ -11,3 +11,4 @@ export TRTIS_REQUIRE_PYTHON=1
 cargo test --locked "$@"
 cargo build --locked --bin trtis
 TRTIS_BIN="$PWD/target/debug/trtis" .venv/bin/python -m pytest tests/python -q
+./scripts/perf-analyzer-smoke.sh

@@ -4,8 +4,10 @@
 //! # Layout
 //! - [`core`]: the model configuration, the model repository, and (as they
 //!   land) the engine, schedulers, backends and protocol frontends.
+//! - [`client`]: an async client for Triton-protocol servers (HTTP and gRPC).
 //!
 //! The `trtis` binary (`src/main.rs`, `src/cmd/`) is the only place that knows
 //! about command-line parsing, stdout formatting and exit codes.
 
+pub mod client;
 pub mod core;

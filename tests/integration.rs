@@ -4,6 +4,7 @@
 mod util;
 
 mod cli;
+mod client;
 mod config_cases;
 mod grpc;
 mod http;

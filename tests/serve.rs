@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// A running `trtis serve` and the port it printed.
-struct Serve {
+pub struct Serve {
     child: Child,
-    port: u16,
+    pub port: u16,
+    pub grpc_port: u16,
 }
 
 impl Serve {
-    fn start(repo: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
+    pub fn start(repo: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_trtis"));
         cmd.arg("serve").arg("--model-store").arg(repo).args(args);
         if !envs.iter().any(|(k, _)| *k == "TRTIS_HTTP_PORT") {
@@ -43,28 +44,45 @@ impl Serve {
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
+        // Both listeners announce themselves (gRPC first); take what comes.
+        let (mut port, mut grpc_port) = (None, None);
+        while port.is_none() || (grpc_port.is_none() && !args.contains(&"--allow-grpc=false")) {
             assert!(Instant::now() < deadline, "no 'Started HTTPService' line");
             let line = lines.next().expect("serve exited before starting").unwrap();
+            let port_of = |addr: &str| {
+                addr.rsplit(':')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse::<u16>()
+                    .unwrap()
+            };
             if let Some(addr) = line.split("Started HTTPService at ").nth(1) {
-                break addr.rsplit(':').next().unwrap().trim().parse().unwrap();
+                port = Some(port_of(addr));
             }
-        };
+            if let Some(addr) = line.split("Started GRPCInferenceService at ").nth(1) {
+                grpc_port = Some(port_of(addr));
+            }
+        }
         std::thread::spawn(move || for _ in lines {});
-        Serve { child, port }
+        Serve {
+            child,
+            port: port.unwrap(),
+            grpc_port: grpc_port.unwrap_or(0),
+        }
     }
 
     fn post(&self, path: &str, body: &str) -> (u16, Value) {
         post(self.port, path, body)
     }
 
-    fn interrupt(&self) {
+    pub fn interrupt(&self) {
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .status();
     }
 
-    fn wait(mut self, limit: Duration) -> Option<i32> {
+    pub fn wait(mut self, limit: Duration) -> Option<i32> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

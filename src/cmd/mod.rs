@@ -2,8 +2,12 @@
 //! `Args` and a `run` that returns the process exit code. Only this module
 //! knows about flags, stdout formatting and exit codes.
 
+mod client_args;
 mod gen_config;
+mod infer;
+mod npy;
 mod serve;
+mod status;
 mod validate_config;
 
 use std::process::ExitCode;
@@ -22,6 +26,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve a Triton model repository over the KServe v2 HTTP/REST API.
     Serve(serve::Args),
+    /// Run one inference against a Triton-protocol server (HTTP or gRPC).
+    Infer(infer::Args),
+    /// Show a server's health, models and statistics (exit 0 only when ready).
+    Status(status::Args),
     /// Print the config.pbtxt that auto-complete makes for an ONNX model.
     GenConfig(gen_config::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
@@ -35,5 +43,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::ValidateConfig(args) => validate_config::run(args),
         Command::GenConfig(args) => gen_config::run(args),
+        Command::Infer(args) => infer::run(args),
+        Command::Status(args) => status::run(args),
     }
 }

@@ -294,26 +294,23 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
     signal.await;
     log('I', "shutting down: waiting for requests in flight");
     let _ = stop_tx.send(true);
-    let all = futures_util::future::join_all(services);
-    match tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), all).await {
-        Ok(results) => {
-            let mut code = ExitCode::SUCCESS;
-            for r in results {
-                match r {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        log('E', &e);
-                        code = ExitCode::from(1);
-                    }
-                    Err(e) => {
-                        log('E', &format!("service task failed: {e}"));
-                        code = ExitCode::from(1);
-                    }
-                }
-            }
-            code
+    // Wait for the requests in flight (not for idle connections), up to
+    // --exit-timeout-secs; then give responses a moment to be written.
+    let deadline = Instant::now() + Duration::from_secs(args.exit_timeout_secs);
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if services.iter().all(|s| s.is_finished()) {
+            break;
         }
-        Err(_) => {
+        if engine.inflight() == 0 {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+        } else {
+            idle_since = None;
+        }
+        if Instant::now() > deadline {
             log(
                 'W',
                 &format!(
@@ -321,9 +318,29 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
                     args.exit_timeout_secs
                 ),
             );
-            ExitCode::SUCCESS
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut code = ExitCode::SUCCESS;
+    for service in services {
+        if !service.is_finished() {
+            service.abort();
+            continue;
+        }
+        match service.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                log('E', &e);
+                code = ExitCode::from(1);
+            }
+            Err(e) => {
+                log('E', &format!("service task failed: {e}"));
+                code = ExitCode::from(1);
+            }
         }
     }
+    code
 }
 
 /// A future that completes on SIGINT or SIGTERM; the handlers are in place

@@ -72,26 +72,7 @@ pub const EXTENSIONS: &[&str] = &[
     "system_shared_memory",
 ];
 
-/// A tensor of model metadata: name, protocol datatype, full shape (with -1
-/// for the batch dimension and variable dimensions).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorMetadata {
-    pub name: String,
-    pub datatype: &'static str,
-    pub shape: Vec<i64>,
-}
-
-/// What the model metadata endpoints report.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelMetadata {
-    pub name: String,
-    /// Ready versions.
-    pub versions: Vec<String>,
-    /// The platform, or the backend when the config names none (as Triton).
-    pub platform: String,
-    pub inputs: Vec<TensorMetadata>,
-    pub outputs: Vec<TensorMetadata>,
-}
+pub use crate::core::types::{ModelMetadata, TensorMetadata};
 
 #[derive(Clone)]
 pub struct Engine {
@@ -102,6 +83,17 @@ struct Inner {
     config: ServerConfig,
     manager: ModelManager,
     shm: SharedMemoryManager,
+    /// Inference requests being handled (shutdown waits for 0).
+    inflight: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a request in flight until dropped (also when the caller goes away).
+struct InflightGuard<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Engine {
@@ -133,6 +125,7 @@ impl Engine {
                 config,
                 manager,
                 shm: SharedMemoryManager::default(),
+                inflight: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         let errors = names
@@ -195,7 +188,8 @@ impl Engine {
             name: name.to_string(),
             datatype: DataType::from_config(data_type)
                 .map(|d| d.name())
-                .unwrap_or("INVALID"),
+                .unwrap_or("INVALID")
+                .to_string(),
             shape: if batching {
                 std::iter::once(-1).chain(dims.iter().copied()).collect()
             } else {
@@ -297,6 +291,13 @@ impl Engine {
         self.inner.shm.status(name)
     }
 
+    /// Inference requests being handled right now.
+    pub fn inflight(&self) -> usize {
+        self.inner
+            .inflight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Runs one inference request.
     pub async fn infer(
         &self,
@@ -305,6 +306,10 @@ impl Engine {
         request: InferRequest,
     ) -> Result<InferResponse> {
         let start = Instant::now();
+        self.inner
+            .inflight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _inflight = InflightGuard(&self.inner.inflight);
         let model = self.model(name, version)?;
         let mut request = request;
         for (i, r) in std::mem::take(&mut request.shm_inputs) {

@@ -206,3 +206,24 @@ pub struct InferResponse {
     pub id: String,
     pub outputs: Vec<Tensor>,
 }
+
+/// A tensor of model metadata: name, protocol datatype, full shape (with -1
+/// for the batch dimension and variable dimensions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+/// What the model metadata endpoints report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMetadata {
+    pub name: String,
+    /// Ready versions.
+    pub versions: Vec<String>,
+    /// The platform, or the backend when the config names none (as Triton).
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}

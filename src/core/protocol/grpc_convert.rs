@@ -260,7 +260,7 @@ pub fn infer_response(resp: InferResponse) -> ModelInferResponse {
 pub fn model_metadata(meta: ModelMetadata) -> ModelMetadataResponse {
     let tensor = |t: TensorMetadata| model_metadata_response::TensorMetadata {
         name: t.name,
-        datatype: t.datatype.to_string(),
+        datatype: t.datatype,
         shape: t.shape,
     };
     ModelMetadataResponse {

@@ -1,0 +1,66 @@
+//! The client's error: what the server answered, or why it could not be
+//! reached or understood.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    /// The server answered with an HTTP error status and `{"error": ...}`.
+    Http { status: u16, message: String },
+    /// The server answered with a gRPC error status.
+    Grpc { code: String, message: String },
+    /// The server could not be reached.
+    Transport(String),
+    /// The server's answer could not be understood.
+    Decode(String),
+}
+
+impl ClientError {
+    /// The server's message, or the transport/decoding error.
+    pub fn message(&self) -> &str {
+        match self {
+            ClientError::Http { message, .. } | ClientError::Grpc { message, .. } => message,
+            ClientError::Transport(m) | ClientError::Decode(m) => m,
+        }
+    }
+
+    /// Whether the server was unreachable (rather than answering an error).
+    pub fn is_transport(&self) -> bool {
+        matches!(self, ClientError::Transport(_))
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Http { status, message } => write!(f, "HTTP {status}: {message}"),
+            ClientError::Grpc { code, message } => write!(f, "gRPC {code}: {message}"),
+            ClientError::Transport(m) => write!(f, "cannot reach the server: {m}"),
+            ClientError::Decode(m) => write!(f, "unexpected answer from the server: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
+            return ClientError::Transport(s.message().to_string());
+        }
+        ClientError::Grpc {
+            code: format!("{:?}", s.code()),
+            message: s.message().to_string(),
+        }
+    }
+}
+
+impl From<reqwest::Error> for ClientError {
+    fn from(e: reqwest::Error) -> Self {
+        if e.is_connect() || e.is_timeout() || e.is_request() {
+            ClientError::Transport(e.to_string())
+        } else {
+            ClientError::Decode(e.to_string())
+        }
+    }
+}

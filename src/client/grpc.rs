@@ -1,0 +1,264 @@
+//! The gRPC side of the client (the generated tonic client), with raw
+//! tensor contents for inference.
+
+use tonic::transport::Channel;
+
+use crate::core::config::ModelConfig;
+use crate::core::protocol::pb::inference::{
+    grpc_inference_service_client::GrpcInferenceServiceClient,
+    infer_parameter::ParameterChoice,
+    model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
+    InferParameter, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest, ModelReadyRequest,
+    ModelStatisticsRequest, RepositoryIndexRequest, RepositoryModelLoadRequest,
+    RepositoryModelUnloadRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
+    StatisticDuration,
+};
+use crate::core::stats::Snapshot;
+use crate::core::types::{
+    DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
+};
+
+use super::{ClientError, IndexEntry, ModelStats, ServerMetadata};
+
+pub struct GrpcClient {
+    stub: GrpcInferenceServiceClient<Channel>,
+}
+
+impl GrpcClient {
+    pub async fn connect(url: String) -> Result<Self, ClientError> {
+        let channel = Channel::from_shared(url)
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .connect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        Ok(GrpcClient {
+            stub: GrpcInferenceServiceClient::new(channel)
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        })
+    }
+
+    pub async fn live(&mut self) -> Result<bool, ClientError> {
+        Ok(self
+            .stub
+            .server_live(ServerLiveRequest {})
+            .await?
+            .into_inner()
+            .live)
+    }
+
+    pub async fn ready(&mut self) -> Result<bool, ClientError> {
+        Ok(self
+            .stub
+            .server_ready(ServerReadyRequest {})
+            .await?
+            .into_inner()
+            .ready)
+    }
+
+    pub async fn model_ready(&mut self, model: &str, version: &str) -> Result<bool, ClientError> {
+        let req = ModelReadyRequest {
+            name: model.into(),
+            version: version.into(),
+        };
+        Ok(self.stub.model_ready(req).await?.into_inner().ready)
+    }
+
+    pub async fn server_metadata(&mut self) -> Result<ServerMetadata, ClientError> {
+        let m = self
+            .stub
+            .server_metadata(ServerMetadataRequest {})
+            .await?
+            .into_inner();
+        Ok(ServerMetadata {
+            name: m.name,
+            version: m.version,
+            extensions: m.extensions,
+        })
+    }
+
+    pub async fn model_metadata(
+        &mut self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelMetadata, ClientError> {
+        let req = ModelMetadataRequest {
+            name: model.into(),
+            version: version.into(),
+        };
+        let m = self.stub.model_metadata(req).await?.into_inner();
+        let tensors = |ts: Vec<
+            crate::core::protocol::pb::inference::model_metadata_response::TensorMetadata,
+        >| {
+            ts.into_iter()
+                .map(|t| TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype,
+                    shape: t.shape,
+                })
+                .collect()
+        };
+        Ok(ModelMetadata {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: tensors(m.inputs),
+            outputs: tensors(m.outputs),
+        })
+    }
+
+    pub async fn model_config(
+        &mut self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelConfig, ClientError> {
+        let req = ModelConfigRequest {
+            name: model.into(),
+            version: version.into(),
+        };
+        self.stub
+            .model_config(req)
+            .await?
+            .into_inner()
+            .config
+            .ok_or_else(|| ClientError::Decode("the server sent no config".into()))
+    }
+
+    pub async fn statistics(&mut self, model: &str) -> Result<Vec<ModelStats>, ClientError> {
+        let req = ModelStatisticsRequest {
+            name: model.into(),
+            version: String::new(),
+        };
+        let pair = |d: Option<StatisticDuration>| d.map(|d| (d.count, d.ns)).unwrap_or_default();
+        Ok(self
+            .stub
+            .model_statistics(req)
+            .await?
+            .into_inner()
+            .model_stats
+            .into_iter()
+            .map(|m| {
+                let st = m.inference_stats.unwrap_or_default();
+                ModelStats {
+                    name: m.name,
+                    version: m.version,
+                    stats: Snapshot {
+                        last_inference: m.last_inference,
+                        inference_count: m.inference_count,
+                        execution_count: m.execution_count,
+                        success: pair(st.success),
+                        fail: pair(st.fail),
+                        queue: pair(st.queue),
+                        compute_input: pair(st.compute_input),
+                        compute_infer: pair(st.compute_infer),
+                        compute_output: pair(st.compute_output),
+                        batches: Vec::new(),
+                    },
+                }
+            })
+            .collect())
+    }
+
+    pub async fn index(&mut self) -> Result<Vec<IndexEntry>, ClientError> {
+        let req = RepositoryIndexRequest {
+            repository_name: String::new(),
+            ready: false,
+        };
+        Ok(self
+            .stub
+            .repository_index(req)
+            .await?
+            .into_inner()
+            .models
+            .into_iter()
+            .map(|m| IndexEntry {
+                name: m.name,
+                version: m.version,
+                state: m.state,
+                reason: m.reason,
+            })
+            .collect())
+    }
+
+    pub async fn load(&mut self, model: &str) -> Result<(), ClientError> {
+        let req = RepositoryModelLoadRequest {
+            model_name: model.into(),
+            ..Default::default()
+        };
+        self.stub.repository_model_load(req).await?;
+        Ok(())
+    }
+
+    pub async fn unload(&mut self, model: &str) -> Result<(), ClientError> {
+        let req = RepositoryModelUnloadRequest {
+            model_name: model.into(),
+            ..Default::default()
+        };
+        self.stub.repository_model_unload(req).await?;
+        Ok(())
+    }
+
+    pub async fn infer(
+        &mut self,
+        model: &str,
+        version: &str,
+        inputs: Vec<Tensor>,
+        outputs: Vec<RequestedOutput>,
+    ) -> Result<InferResponse, ClientError> {
+        let mut raw = Vec::with_capacity(inputs.len());
+        let inputs = inputs
+            .into_iter()
+            .map(|t| {
+                raw.push(t.data);
+                InferInputTensor {
+                    name: t.name,
+                    datatype: t.datatype.name().to_string(),
+                    shape: t.shape,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let outputs = outputs
+            .into_iter()
+            .map(|o| InferRequestedOutputTensor {
+                name: o.name,
+                parameters: o
+                    .classification
+                    .map(|n| {
+                        let p = InferParameter {
+                            parameter_choice: Some(ParameterChoice::Int64Param(n as i64)),
+                        };
+                        [("classification".to_string(), p)].into_iter().collect()
+                    })
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let req = ModelInferRequest {
+            model_name: model.into(),
+            model_version: version.into(),
+            inputs,
+            outputs,
+            raw_input_contents: raw,
+            ..Default::default()
+        };
+        let resp = self.stub.model_infer(req).await?.into_inner();
+        let mut raw = resp.raw_output_contents.into_iter();
+        let mut tensors = Vec::new();
+        for o in resp.outputs {
+            let datatype = DataType::from_name(&o.datatype)
+                .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{}'", o.datatype)))?;
+            tensors.push(Tensor {
+                name: o.name,
+                datatype,
+                shape: o.shape,
+                data: raw.next().unwrap_or_default(),
+            });
+        }
+        Ok(InferResponse {
+            model_name: resp.model_name,
+            model_version: resp.model_version,
+            id: resp.id,
+            outputs: tensors,
+        })
+    }
+}

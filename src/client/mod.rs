@@ -1,0 +1,173 @@
+//! An async client for Triton-protocol servers (trtis or Triton itself),
+//! over HTTP/REST or gRPC behind one interface: health, metadata, config,
+//! inference (binary tensors over HTTP, raw contents over gRPC), statistics
+//! and repository control. The server's errors come back as typed
+//! [`ClientError`]s. `trtis status` and `trtis infer` use only this.
+
+mod error;
+mod grpc;
+mod http;
+
+pub use error::ClientError;
+
+use crate::core::config::ModelConfig;
+use crate::core::stats::Snapshot;
+use crate::core::types::{InferResponse, ModelMetadata, RequestedOutput, Tensor};
+
+/// Which protocol to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Grpc,
+}
+
+/// Server metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerMetadata {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+}
+
+/// One line of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: String,
+    /// `READY`, `UNAVAILABLE`, ...; empty when the server reports none.
+    pub state: String,
+    pub reason: String,
+}
+
+/// Statistics of one model version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelStats {
+    pub name: String,
+    pub version: String,
+    pub stats: Snapshot,
+}
+
+/// A connection to one server.
+pub enum Client {
+    Http(http::HttpClient),
+    Grpc(grpc::GrpcClient),
+}
+
+impl Client {
+    /// Connects to `url` (`host:port`, optionally with `http://`).
+    pub async fn connect(url: &str, protocol: Protocol) -> Result<Client, ClientError> {
+        let base = if url.starts_with("http://") || url.starts_with("https://") {
+            url.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{}", url.trim_end_matches('/'))
+        };
+        Ok(match protocol {
+            Protocol::Http => Client::Http(http::HttpClient::new(base)?),
+            Protocol::Grpc => Client::Grpc(grpc::GrpcClient::connect(base).await?),
+        })
+    }
+
+    pub async fn live(&mut self) -> Result<bool, ClientError> {
+        match self {
+            Client::Http(c) => c.live().await,
+            Client::Grpc(c) => c.live().await,
+        }
+    }
+
+    pub async fn ready(&mut self) -> Result<bool, ClientError> {
+        match self {
+            Client::Http(c) => c.ready().await,
+            Client::Grpc(c) => c.ready().await,
+        }
+    }
+
+    pub async fn model_ready(&mut self, model: &str, version: &str) -> Result<bool, ClientError> {
+        match self {
+            Client::Http(c) => c.model_ready(model, version).await,
+            Client::Grpc(c) => c.model_ready(model, version).await,
+        }
+    }
+
+    pub async fn server_metadata(&mut self) -> Result<ServerMetadata, ClientError> {
+        match self {
+            Client::Http(c) => c.server_metadata().await,
+            Client::Grpc(c) => c.server_metadata().await,
+        }
+    }
+
+    pub async fn model_metadata(
+        &mut self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelMetadata, ClientError> {
+        match self {
+            Client::Http(c) => c.model_metadata(model, version).await,
+            Client::Grpc(c) => c.model_metadata(model, version).await,
+        }
+    }
+
+    pub async fn model_config(
+        &mut self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelConfig, ClientError> {
+        match self {
+            Client::Http(c) => c.model_config(model, version).await,
+            Client::Grpc(c) => c.model_config(model, version).await,
+        }
+    }
+
+    /// Statistics of one model (every version), or of every model when
+    /// `model` is empty.
+    pub async fn statistics(&mut self, model: &str) -> Result<Vec<ModelStats>, ClientError> {
+        match self {
+            Client::Http(c) => c.statistics(model).await,
+            Client::Grpc(c) => c.statistics(model).await,
+        }
+    }
+
+    pub async fn index(&mut self) -> Result<Vec<IndexEntry>, ClientError> {
+        match self {
+            Client::Http(c) => c.index().await,
+            Client::Grpc(c) => c.index().await,
+        }
+    }
+
+    pub async fn load(&mut self, model: &str) -> Result<(), ClientError> {
+        match self {
+            Client::Http(c) => c.load(model).await,
+            Client::Grpc(c) => c.load(model).await,
+        }
+    }
+
+    pub async fn unload(&mut self, model: &str) -> Result<(), ClientError> {
+        match self {
+            Client::Http(c) => c.unload(model).await,
+            Client::Grpc(c) => c.unload(model).await,
+        }
+    }
+
+    /// Runs one inference; tensors travel as binary (HTTP) or raw (gRPC).
+    /// `outputs` empty means every output.
+    pub async fn infer(
+        &mut self,
+        model: &str,
+        version: &str,
+        inputs: Vec<Tensor>,
+        outputs: Vec<RequestedOutput>,
+    ) -> Result<InferResponse, ClientError> {
+        match self {
+            Client::Http(c) => c.infer(model, version, inputs, outputs).await,
+            Client::Grpc(c) => c.infer(model, version, inputs, outputs).await,
+        }
+    }
+}
+
+/// `/versions/<v>` when a version is given.
+fn version_path(version: &str) -> String {
+    if version.is_empty() {
+        String::new()
+    } else {
+        format!("/versions/{version}")
+    }
+}

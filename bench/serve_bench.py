@@ -60,6 +60,7 @@ class Server:
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1",
+             "--allow-client-shm",
              "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while get(self.url("/v2/health/ready"))[0] != 200:
@@ -81,7 +82,7 @@ class Server:
 
 
 def perf(server, model, concurrency, extra=(), protocol="http"):
-    csv_path = os.path.join(OUT, f"pa-{model}-{protocol}-c{concurrency}.csv")
+    csv_path = os.path.join(OUT, f"pa-{model}-{protocol}-c{concurrency}-{abs(hash(tuple(extra)))}.csv")
     cpu0, n0 = cpu_seconds(server.proc.pid), server.inferences(model)
     port = server.port if protocol == "http" else server.grpc_port
     cmd = [PA, "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
@@ -127,6 +128,12 @@ def main():
         'backend: "identity"\nmax_batch_size: 8\n'
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    os.makedirs(os.path.join(repo, "identity_var/1"))
+    open(os.path.join(repo, "identity_var/1/.keep"), "w").close()
+    open(os.path.join(repo, "identity_var/config.pbtxt"), "w").write(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
     classifier = os.path.join(repo, "efficientnet_lite0")
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0"), classifier)
@@ -144,6 +151,22 @@ def main():
                     lines.append(f"| {protocol} | {model} | {c} | {r['throughput']:.0f} | {r['p50_ms']:.3f} | "
                                  f"{r['p99_ms']:.3f} | {r['cpu_us']:.1f} |")
                 print(lines[-1], flush=True)
+    # A 16 MB input (4 Mi FP32 elements) through the wire and through
+    # system shared memory, over gRPC and HTTP.
+    lines.append("")
+    lines.append("| protocol | 16 MB FP32 identity | infer/s | p50 ms | server CPU µs / inference |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for protocol in ("grpc", "http"):
+        for shm in ("none", "system"):
+            r = perf(server, "identity_var", 1, ["--shape", "INPUT0:4194304", "--shared-memory", shm,
+                                                 "--output-shared-memory-size", str(16 << 20)], protocol=protocol)
+            label = "shared memory" if shm == "system" else "wire"
+            if "error" in r:
+                lines.append(f"| {protocol} | {label} | perf_analyzer: {r['error']} | | |")
+            else:
+                lines.append(f"| {protocol} | {label} | {r['throughput']:.1f} | {r['p50_ms']:.2f} | {r['cpu_us']:.0f} |")
+            print(lines[-1], flush=True)
+
     # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
     # instance busy (the next request crosses the network while one computes),
     # which is the throughput to set against ONNX Runtime called directly.

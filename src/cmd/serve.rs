@@ -117,12 +117,11 @@ pub struct Args {
     log_verbose: u32,
 }
 
-fn log(level: char, message: &str) {
-    eprintln!("{level} trtis] {message}");
-}
+use trtis::core::logging::log;
 
 pub fn run(args: Args) -> ExitCode {
     let started = Instant::now();
+    trtis::core::logging::set_verbose(args.log_verbose);
     let mut config = ServerConfig::new(&args.model_store);
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,

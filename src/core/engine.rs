@@ -70,6 +70,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "statistics",
     "system_shared_memory",
+    "logging",
 ];
 
 pub use crate::core::types::{ModelMetadata, TensorMetadata};

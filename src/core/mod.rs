@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod frontend;
 pub mod instance;
+pub mod logging;
 pub mod protocol;
 pub mod repository;
 pub mod shm;

@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::core::engine::{parse_version, Engine, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
+use crate::core::logging::{self, Setting};
 use crate::core::protocol::grpc_convert;
 use crate::core::protocol::pb::health::{
     health_check_response::ServingStatus,
@@ -372,9 +373,40 @@ impl GrpcInferenceService for GrpcService {
 
     async fn log_settings(
         &self,
-        _: Request<LogSettingsRequest>,
+        req: Request<LogSettingsRequest>,
     ) -> GrpcResult<LogSettingsResponse> {
-        unimplemented("log settings")
+        use log_settings_request::setting_value::ParameterChoice as In;
+        use log_settings_response::setting_value::ParameterChoice as Out;
+        let mut updates = Vec::new();
+        for (key, value) in req.into_inner().settings {
+            let setting = match value.parameter_choice {
+                Some(In::BoolParam(b)) => Setting::Bool(b),
+                Some(In::Uint32Param(n)) => Setting::Uint(n),
+                Some(In::StringParam(s)) => Setting::String(s),
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "no value for log setting '{key}'"
+                    )))
+                }
+            };
+            updates.push((key, setting));
+        }
+        logging::update(&updates).map_err(status)?;
+        let settings = logging::settings()
+            .into_iter()
+            .map(|(key, value)| {
+                let choice = match value {
+                    Setting::Bool(b) => Out::BoolParam(b),
+                    Setting::Uint(n) => Out::Uint32Param(n),
+                    Setting::String(s) => Out::StringParam(s),
+                };
+                let v = log_settings_response::SettingValue {
+                    parameter_choice: Some(choice),
+                };
+                (key.to_string(), v)
+            })
+            .collect();
+        Ok(Response::new(LogSettingsResponse { settings }))
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use crate::core::engine::{Engine, TensorMetadata, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
+use crate::core::logging::{self, Setting};
 use crate::core::protocol::{config_json, kserve_json};
 use crate::core::repository::LoadedModel;
 
@@ -104,6 +105,7 @@ pub fn router(state: AppState) -> Router {
             post(shm_unregister),
         )
         .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
+        .route("/v2/logging", get(log_settings).post(update_log_settings))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route(
@@ -366,6 +368,48 @@ async fn shm_register(
 async fn shm_unregister(State(s): State<AppState>, Path(p): Params) -> StatusCode {
     s.engine.shm_unregister(p.get("region").map(String::as_str));
     StatusCode::OK
+}
+
+fn log_settings_json() -> Value {
+    let mut doc = serde_json::Map::new();
+    for (key, value) in logging::settings() {
+        let v = match value {
+            Setting::Bool(b) => json!(b),
+            Setting::Uint(n) => json!(n),
+            Setting::String(s) => json!(s),
+        };
+        doc.insert(key.to_string(), v);
+    }
+    Value::Object(doc)
+}
+
+async fn log_settings() -> axum::Json<Value> {
+    axum::Json(log_settings_json())
+}
+
+async fn update_log_settings(body: Bytes) -> ApiResult<axum::Json<Value>> {
+    let req = optional_json(&body)?;
+    let obj = req
+        .as_object()
+        .ok_or_else(|| ApiError(Error::invalid_arg("log settings must be a JSON object")))?;
+    let mut updates = Vec::new();
+    for (key, value) in obj {
+        let setting = match value {
+            Value::Bool(b) => Setting::Bool(*b),
+            Value::Number(n) if n.as_u64().is_some_and(|n| n <= u32::MAX as u64) => {
+                Setting::Uint(n.as_u64().unwrap() as u32)
+            }
+            Value::String(s) => Setting::String(s.clone()),
+            _ => {
+                return Err(ApiError(Error::invalid_arg(format!(
+                    "invalid value for log setting '{key}'"
+                ))))
+            }
+        };
+        updates.push((key.clone(), setting));
+    }
+    logging::update(&updates)?;
+    Ok(axum::Json(log_settings_json()))
 }
 
 async fn infer(

@@ -296,3 +296,55 @@ fn status_and_infer_commands() {
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn streaming_and_shared_memory_through_the_client() {
+    let repo = repo();
+    let server = Serve::start(repo.path(), &["--allow-client-shm"], &[]);
+    let rt = rt();
+    let mut c = rt
+        .block_on(Client::connect(
+            &format!("127.0.0.1:{}", server.grpc_port),
+            Protocol::Grpc,
+        ))
+        .unwrap();
+    let mut requests: Vec<Vec<Tensor>> = (0..5).map(|i| vec![int32(&[i, i + 1])]).collect();
+    requests[2][0].datatype = DataType::Fp32; // the server refuses this one
+    let answers = rt
+        .block_on(c.stream_infer("ident_int32", requests))
+        .unwrap();
+    assert_eq!(answers.len(), 5);
+    for (i, answer) in answers.iter().enumerate() {
+        match (i, answer) {
+            (2, Err(e)) => assert!(e.message().contains("data-type is 'FP32'"), "{e}"),
+            (_, Ok(r)) => assert_eq!(r.outputs[0].data, int32(&[i as i32, i as i32 + 1]).data),
+            (_, other) => panic!("answer {i}: {other:?}"),
+        }
+    }
+
+    // Register and unregister a region over both protocols.
+    let key = format!("/trtis_client_test_{}", std::process::id());
+    let path = Path::new("/dev/shm").join(&key[1..]);
+    std::fs::write(&path, vec![0u8; 64]).unwrap();
+    for (protocol, port) in [
+        (Protocol::Http, server.port),
+        (Protocol::Grpc, server.grpc_port),
+    ] {
+        let mut c = rt
+            .block_on(Client::connect(&format!("127.0.0.1:{port}"), protocol))
+            .unwrap();
+        rt.block_on(c.register_system_shared_memory("region", &key, 0, 64))
+            .unwrap();
+        let err = rt
+            .block_on(c.register_system_shared_memory("region", &key, 0, 64))
+            .unwrap_err();
+        assert_eq!(
+            err.message(),
+            "shared memory region 'region' already in manager"
+        );
+        rt.block_on(c.unregister_system_shared_memory("")).unwrap();
+    }
+    std::fs::remove_file(&path).unwrap();
+    server.interrupt();
+    assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
+}

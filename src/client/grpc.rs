@@ -8,10 +8,13 @@ use crate::core::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient,
     infer_parameter::ParameterChoice,
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
-    InferParameter, ModelConfigRequest, ModelInferRequest, ModelMetadataRequest, ModelReadyRequest,
-    ModelStatisticsRequest, RepositoryIndexRequest, RepositoryModelLoadRequest,
-    RepositoryModelUnloadRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
-    StatisticDuration,
+    InferParameter, ModelConfigRequest, ModelInferRequest, ModelInferResponse,
+    ModelMetadataRequest, ModelReadyRequest, ModelStatisticsRequest, RepositoryIndexRequest,
+    RepositoryModelLoadRequest, RepositoryModelUnloadRequest, ServerLiveRequest,
+    ServerMetadataRequest, ServerReadyRequest, StatisticDuration,
+};
+use crate::core::protocol::pb::inference::{
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
 };
 use crate::core::stats::Snapshot;
 use crate::core::types::{
@@ -198,6 +201,66 @@ impl GrpcClient {
         Ok(())
     }
 
+    pub async fn register_shm(
+        &mut self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> Result<(), ClientError> {
+        let req = SystemSharedMemoryRegisterRequest {
+            name: name.into(),
+            key: key.into(),
+            offset,
+            byte_size,
+        };
+        self.stub.system_shared_memory_register(req).await?;
+        Ok(())
+    }
+
+    pub async fn unregister_shm(&mut self, name: &str) -> Result<(), ClientError> {
+        let req = SystemSharedMemoryUnregisterRequest { name: name.into() };
+        self.stub.system_shared_memory_unregister(req).await?;
+        Ok(())
+    }
+
+    pub async fn stream_infer(
+        &mut self,
+        model: &str,
+        requests: Vec<Vec<Tensor>>,
+    ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
+        let requests: Vec<ModelInferRequest> = requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, inputs)| {
+                let mut req = infer_request(model, "", inputs, Vec::new());
+                req.id = i.to_string();
+                req
+            })
+            .collect();
+        let mut stream = self
+            .stub
+            .model_stream_infer(tokio_stream::iter(requests))
+            .await?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(item) = tokio_stream::StreamExt::next(&mut stream).await {
+            let item = item?;
+            if !item.error_message.is_empty() {
+                out.push(Err(ClientError::Grpc {
+                    code: "stream".into(),
+                    message: item.error_message,
+                }));
+                continue;
+            }
+            let resp = item
+                .infer_response
+                .ok_or_else(|| ClientError::Decode("a stream response without a result".into()))?;
+            out.push(infer_response(resp));
+        }
+        Ok(out)
+    }
+
     pub async fn infer(
         &mut self,
         model: &str,
@@ -205,60 +268,74 @@ impl GrpcClient {
         inputs: Vec<Tensor>,
         outputs: Vec<RequestedOutput>,
     ) -> Result<InferResponse, ClientError> {
-        let mut raw = Vec::with_capacity(inputs.len());
-        let inputs = inputs
-            .into_iter()
-            .map(|t| {
-                raw.push(t.data);
-                InferInputTensor {
-                    name: t.name,
-                    datatype: t.datatype.name().to_string(),
-                    shape: t.shape,
-                    ..Default::default()
-                }
-            })
-            .collect();
-        let outputs = outputs
-            .into_iter()
-            .map(|o| InferRequestedOutputTensor {
-                name: o.name,
-                parameters: o
-                    .classification
-                    .map(|n| {
-                        let p = InferParameter {
-                            parameter_choice: Some(ParameterChoice::Int64Param(n as i64)),
-                        };
-                        [("classification".to_string(), p)].into_iter().collect()
-                    })
-                    .unwrap_or_default(),
-            })
-            .collect();
-        let req = ModelInferRequest {
-            model_name: model.into(),
-            model_version: version.into(),
-            inputs,
-            outputs,
-            raw_input_contents: raw,
-            ..Default::default()
-        };
-        let resp = self.stub.model_infer(req).await?.into_inner();
-        let mut raw = resp.raw_output_contents.into_iter();
-        let mut tensors = Vec::new();
-        for o in resp.outputs {
-            let datatype = DataType::from_name(&o.datatype)
-                .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{}'", o.datatype)))?;
-            tensors.push(Tensor {
-                name: o.name,
-                datatype,
-                shape: o.shape,
-                data: raw.next().unwrap_or_default(),
-            });
-        }
-        Ok(InferResponse {
-            model_name: resp.model_name,
-            model_version: resp.model_version,
-            id: resp.id,
-            outputs: tensors,
-        })
+        let req = infer_request(model, version, inputs, outputs);
+        infer_response(self.stub.model_infer(req).await?.into_inner())
     }
+}
+
+/// Engine tensors → a gRPC request with raw input contents.
+fn infer_request(
+    model: &str,
+    version: &str,
+    inputs: Vec<Tensor>,
+    outputs: Vec<RequestedOutput>,
+) -> ModelInferRequest {
+    let mut raw = Vec::with_capacity(inputs.len());
+    let inputs = inputs
+        .into_iter()
+        .map(|t| {
+            raw.push(t.data);
+            InferInputTensor {
+                name: t.name,
+                datatype: t.datatype.name().to_string(),
+                shape: t.shape,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let outputs = outputs
+        .into_iter()
+        .map(|o| InferRequestedOutputTensor {
+            name: o.name,
+            parameters: o
+                .classification
+                .map(|n| {
+                    let p = InferParameter {
+                        parameter_choice: Some(ParameterChoice::Int64Param(n as i64)),
+                    };
+                    [("classification".to_string(), p)].into_iter().collect()
+                })
+                .unwrap_or_default(),
+        })
+        .collect();
+    ModelInferRequest {
+        model_name: model.into(),
+        model_version: version.into(),
+        inputs,
+        outputs,
+        raw_input_contents: raw,
+        ..Default::default()
+    }
+}
+
+/// A gRPC response with raw output contents → engine tensors.
+fn infer_response(resp: ModelInferResponse) -> Result<InferResponse, ClientError> {
+    let mut raw = resp.raw_output_contents.into_iter();
+    let mut tensors = Vec::new();
+    for o in resp.outputs {
+        let datatype = DataType::from_name(&o.datatype)
+            .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{}'", o.datatype)))?;
+        tensors.push(Tensor {
+            name: o.name,
+            datatype,
+            shape: o.shape,
+            data: raw.next().unwrap_or_default(),
+        });
+    }
+    Ok(InferResponse {
+        model_name: resp.model_name,
+        model_version: resp.model_version,
+        id: resp.id,
+        outputs: tensors,
+    })
 }

@@ -234,6 +234,31 @@ impl HttpClient {
             .map(|_| ())
     }
 
+    pub async fn register_shm(
+        &self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> Result<(), ClientError> {
+        let body = json!({ "key": key, "offset": offset, "byte_size": byte_size });
+        self.post_json(
+            &format!("/v2/systemsharedmemory/region/{name}/register"),
+            body,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn unregister_shm(&self, name: &str) -> Result<(), ClientError> {
+        let path = if name.is_empty() {
+            "/v2/systemsharedmemory/unregister".to_string()
+        } else {
+            format!("/v2/systemsharedmemory/region/{name}/unregister")
+        };
+        self.post_json(&path, json!({})).await.map(|_| ())
+    }
+
     pub async fn infer(
         &self,
         model: &str,

@@ -147,6 +147,48 @@ impl Client {
         }
     }
 
+    /// Registers a system shared memory region on the server.
+    pub async fn register_system_shared_memory(
+        &mut self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> Result<(), ClientError> {
+        match self {
+            Client::Http(c) => c.register_shm(name, key, offset, byte_size).await,
+            Client::Grpc(c) => c.register_shm(name, key, offset, byte_size).await,
+        }
+    }
+
+    /// Unregisters one region, or every region when `name` is empty.
+    pub async fn unregister_system_shared_memory(&mut self, name: &str) -> Result<(), ClientError> {
+        match self {
+            Client::Http(c) => c.unregister_shm(name).await,
+            Client::Grpc(c) => c.unregister_shm(name).await,
+        }
+    }
+
+    /// Runs several requests on one gRPC stream (in order, concurrently on
+    /// the server); each answer is a response or the server's error for that
+    /// request. HTTP has no stream: the requests run one after another.
+    pub async fn stream_infer(
+        &mut self,
+        model: &str,
+        requests: Vec<Vec<Tensor>>,
+    ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
+        match self {
+            Client::Http(c) => {
+                let mut out = Vec::with_capacity(requests.len());
+                for inputs in requests {
+                    out.push(c.infer(model, "", inputs, Vec::new()).await);
+                }
+                Ok(out)
+            }
+            Client::Grpc(c) => c.stream_infer(model, requests).await,
+        }
+    }
+
     /// Runs one inference; tensors travel as binary (HTTP) or raw (gRPC).
     /// `outputs` empty means every output.
     pub async fn infer(

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::core::config::pbtxt::model_config_descriptor;
 use crate::core::config::ModelConfig;
+use crate::core::protocol::kserve_json;
 use crate::core::stats::Snapshot;
 use crate::core::types::{
     DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
@@ -369,34 +370,6 @@ fn str_of(v: &Value, key: &str) -> String {
 
 /// A JSON output's `data` as raw bytes (for servers that answer JSON).
 fn json_output_data(dt: DataType, data: &Value) -> Result<Vec<u8>, ClientError> {
-    let items = data.as_array().cloned().unwrap_or_default();
-    let bad = || ClientError::Decode(format!("output data is not {}", dt.name()));
-    let mut out = Vec::new();
-    for v in &items {
-        match dt {
-            DataType::Bool => out.push(v.as_bool().ok_or_else(bad)? as u8),
-            DataType::Uint8 => out.push(v.as_u64().ok_or_else(bad)? as u8),
-            DataType::Int8 => out.push(v.as_i64().ok_or_else(bad)? as i8 as u8),
-            DataType::Uint16 => out.extend((v.as_u64().ok_or_else(bad)? as u16).to_le_bytes()),
-            DataType::Int16 => out.extend((v.as_i64().ok_or_else(bad)? as i16).to_le_bytes()),
-            DataType::Uint32 => out.extend((v.as_u64().ok_or_else(bad)? as u32).to_le_bytes()),
-            DataType::Int32 => out.extend((v.as_i64().ok_or_else(bad)? as i32).to_le_bytes()),
-            DataType::Uint64 => out.extend(v.as_u64().ok_or_else(bad)?.to_le_bytes()),
-            DataType::Int64 => out.extend(v.as_i64().ok_or_else(bad)?.to_le_bytes()),
-            DataType::Fp32 => out.extend((v.as_f64().ok_or_else(bad)? as f32).to_le_bytes()),
-            DataType::Fp64 => out.extend(v.as_f64().ok_or_else(bad)?.to_le_bytes()),
-            DataType::Fp16 => {
-                out.extend(half::f16::from_f64(v.as_f64().ok_or_else(bad)?).to_le_bytes())
-            }
-            DataType::Bf16 => {
-                out.extend(half::bf16::from_f64(v.as_f64().ok_or_else(bad)?).to_le_bytes())
-            }
-            DataType::Bytes => {
-                let s = v.as_str().ok_or_else(bad)?;
-                out.extend((s.len() as u32).to_le_bytes());
-                out.extend(s.as_bytes());
-            }
-        }
-    }
-    Ok(out)
+    kserve_json::elements_to_bytes(dt, &kserve_json::flat_elements(data))
+        .map_err(|v| ClientError::Decode(format!("output value {v} is not {}", dt.name())))
 }

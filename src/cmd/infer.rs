@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use trtis::client::ClientError;
+use trtis::core::protocol::kserve_json;
 use trtis::core::types::{
     element_count, DataType, InferResponse, RequestedOutput, Tensor, TensorMetadata,
 };
@@ -324,50 +325,9 @@ fn json_input(
         }
         other => (other, full_shape(spec, batching, batch, shapes)?),
     };
-    let mut flat = Vec::new();
-    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
-        match v {
-            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-            x => out.push(x),
-        }
-    }
-    walk(content, &mut flat);
-    let mut data = Vec::new();
-    let bad = |v: &Value| format!("input '{name}': cannot read {v} as {}", datatype.name());
-    for v in &flat {
-        match datatype {
-            DataType::Bool => data.push(v.as_bool().ok_or_else(|| bad(v))? as u8),
-            DataType::Uint8 => data.push(v.as_u64().ok_or_else(|| bad(v))? as u8),
-            DataType::Int8 => data.push(v.as_i64().ok_or_else(|| bad(v))? as i8 as u8),
-            DataType::Uint16 => {
-                data.extend((v.as_u64().ok_or_else(|| bad(v))? as u16).to_le_bytes())
-            }
-            DataType::Int16 => {
-                data.extend((v.as_i64().ok_or_else(|| bad(v))? as i16).to_le_bytes())
-            }
-            DataType::Uint32 => {
-                data.extend((v.as_u64().ok_or_else(|| bad(v))? as u32).to_le_bytes())
-            }
-            DataType::Int32 => {
-                data.extend((v.as_i64().ok_or_else(|| bad(v))? as i32).to_le_bytes())
-            }
-            DataType::Uint64 => data.extend(v.as_u64().ok_or_else(|| bad(v))?.to_le_bytes()),
-            DataType::Int64 => data.extend(v.as_i64().ok_or_else(|| bad(v))?.to_le_bytes()),
-            DataType::Fp16 => {
-                data.extend(half::f16::from_f64(v.as_f64().ok_or_else(|| bad(v))?).to_le_bytes())
-            }
-            DataType::Bf16 => {
-                data.extend(half::bf16::from_f64(v.as_f64().ok_or_else(|| bad(v))?).to_le_bytes())
-            }
-            DataType::Fp32 => data.extend((v.as_f64().ok_or_else(|| bad(v))? as f32).to_le_bytes()),
-            DataType::Fp64 => data.extend(v.as_f64().ok_or_else(|| bad(v))?.to_le_bytes()),
-            DataType::Bytes => {
-                let s = v.as_str().ok_or_else(|| bad(v))?;
-                data.extend((s.len() as u32).to_le_bytes());
-                data.extend(s.as_bytes());
-            }
-        }
-    }
+    let elements = kserve_json::flat_elements(content);
+    let data = kserve_json::elements_to_bytes(datatype, &elements)
+        .map_err(|v| format!("input '{name}': cannot read {v} as {}", datatype.name()))?;
     Ok(Tensor {
         name: name.to_string(),
         datatype,
@@ -455,45 +415,9 @@ fn generate(dt: DataType, n: usize, how: Generate, seed: &mut u64) -> Vec<u8> {
 
 /// A tensor's elements as JSON values (the first `limit`).
 fn values(t: &Tensor, limit: usize) -> Vec<Value> {
-    macro_rules! nums {
-        ($ty:ty) => {
-            t.data
-                .chunks_exact(std::mem::size_of::<$ty>())
-                .take(limit)
-                .map(|c| json!(<$ty>::from_le_bytes(c.try_into().unwrap())))
-                .collect()
-        };
-    }
-    match t.datatype {
-        DataType::Bool => t.data.iter().take(limit).map(|&b| json!(b != 0)).collect(),
-        DataType::Uint8 => t.data.iter().take(limit).map(|&b| json!(b)).collect(),
-        DataType::Int8 => t.data.iter().take(limit).map(|&b| json!(b as i8)).collect(),
-        DataType::Uint16 => nums!(u16),
-        DataType::Int16 => nums!(i16),
-        DataType::Uint32 => nums!(u32),
-        DataType::Int32 => nums!(i32),
-        DataType::Uint64 => nums!(u64),
-        DataType::Int64 => nums!(i64),
-        DataType::Fp32 => nums!(f32),
-        DataType::Fp64 => nums!(f64),
-        DataType::Fp16 => t
-            .data
-            .chunks_exact(2)
-            .take(limit)
-            .map(|c| json!(half::f16::from_le_bytes([c[0], c[1]]).to_f32()))
-            .collect(),
-        DataType::Bf16 => t
-            .data
-            .chunks_exact(2)
-            .take(limit)
-            .map(|c| json!(half::bf16::from_le_bytes([c[0], c[1]]).to_f32()))
-            .collect(),
-        DataType::Bytes => Tensor::bytes_elements(&t.data)
-            .unwrap_or_default()
-            .into_iter()
-            .take(limit)
-            .map(|e| json!(String::from_utf8_lossy(e)))
-            .collect(),
+    match kserve_json::json_values(t) {
+        Ok(Value::Array(items)) => items.into_iter().take(limit).collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -560,7 +560,7 @@ fn validate(
         })?;
         match t.datatype.size() {
             Some(size) => {
-                let expected = count.checked_mul(size).unwrap_or(usize::MAX);
+                let expected = count.saturating_mul(size);
                 if t.data.len() != expected {
                     return Err(Error::invalid_arg(format!(
                         "{lr}input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",

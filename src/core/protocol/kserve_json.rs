@@ -318,29 +318,43 @@ fn json_data(name: &str, dt: DataType, shape: &[i64], data: &Value) -> Result<Ve
             "Unable to parse 'data': Shape does not match true shape of 'data' field",
         ));
     }
-    let wrong = |v: &Value| {
+    elements_to_bytes(dt, &elements).map_err(|v| {
         bad(format!(
             "unable to parse '{v}' as {} for input '{name}'",
             dt.name()
         ))
-    };
-    let mut out = Vec::with_capacity(expected * dt.size().unwrap_or(8));
+    })
+}
+
+/// JSON elements → raw little-endian bytes of `dt` (BYTES as strings,
+/// length-prefixed; FP16/BF16 from numbers). Err carries the element that
+/// does not fit. Shared by the server, the client and `trtis infer`.
+pub fn elements_to_bytes(dt: DataType, elements: &[&Value]) -> std::result::Result<Vec<u8>, Value> {
+    let mut out = Vec::with_capacity(elements.len() * dt.size().unwrap_or(8));
     macro_rules! ints {
         ($t:ty) => {
-            for v in &elements {
+            for v in elements {
                 let x = v
                     .as_i64()
                     .and_then(|x| <$t>::try_from(x).ok())
                     .or_else(|| v.as_u64().and_then(|x| <$t>::try_from(x).ok()))
-                    .ok_or_else(|| wrong(v))?;
+                    .ok_or_else(|| (*v).clone())?;
                 out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    macro_rules! floats {
+        ($conv:expr) => {
+            for v in elements {
+                let x = v.as_f64().ok_or_else(|| (*v).clone())?;
+                out.extend_from_slice(&$conv(x));
             }
         };
     }
     match dt {
         DataType::Bool => {
-            for v in &elements {
-                out.push(v.as_bool().ok_or_else(|| wrong(v))? as u8);
+            for v in elements {
+                out.push(v.as_bool().ok_or_else(|| (*v).clone())? as u8);
             }
         }
         DataType::Uint8 => ints!(u8),
@@ -351,26 +365,26 @@ fn json_data(name: &str, dt: DataType, shape: &[i64], data: &Value) -> Result<Ve
         DataType::Int16 => ints!(i16),
         DataType::Int32 => ints!(i32),
         DataType::Int64 => ints!(i64),
-        DataType::Fp32 => {
-            for v in &elements {
-                out.extend_from_slice(&(v.as_f64().ok_or_else(|| wrong(v))? as f32).to_le_bytes());
-            }
-        }
-        DataType::Fp64 => {
-            for v in &elements {
-                out.extend_from_slice(&v.as_f64().ok_or_else(|| wrong(v))?.to_le_bytes());
-            }
-        }
+        DataType::Fp32 => floats!(|x: f64| (x as f32).to_le_bytes()),
+        DataType::Fp64 => floats!(|x: f64| x.to_le_bytes()),
+        DataType::Fp16 => floats!(|x: f64| half::f16::from_f64(x).to_le_bytes()),
+        DataType::Bf16 => floats!(|x: f64| half::bf16::from_f64(x).to_le_bytes()),
         DataType::Bytes => {
-            for v in &elements {
-                let s = v.as_str().ok_or_else(|| wrong(v))?;
+            for v in elements {
+                let s = v.as_str().ok_or_else(|| (*v).clone())?;
                 out.extend_from_slice(&(s.len() as u32).to_le_bytes());
                 out.extend_from_slice(s.as_bytes());
             }
         }
-        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
     }
     Ok(out)
+}
+
+/// Flattens a (possibly nested) JSON array into its elements.
+pub fn flat_elements(v: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    flatten(v, &mut out);
+    out
 }
 
 /// A raw request: the body is the data of the model's only input, batch 1.
@@ -479,8 +493,9 @@ pub fn build_response(
     Ok((body, Some(header)))
 }
 
-/// A tensor's elements as a flat JSON array.
-fn json_values(t: &Tensor) -> Result<Value> {
+/// A tensor's elements as a flat JSON array (BYTES as lossy UTF-8 strings,
+/// FP16/BF16 as numbers).
+pub fn json_values(t: &Tensor) -> Result<Value> {
     macro_rules! nums {
         ($ty:ty) => {
             t.data

@@ -197,3 +197,11 @@ impl SharedMemoryManager {
         Ok(())
     }
 }
+
+/// Triton's answer to a CUDA shared memory registration in a build without
+/// GPU support (this one).
+pub fn cuda_unsupported(name: &str) -> Error {
+    Error::invalid_arg(format!(
+        "failed to register CUDA shared memory region: '{name}', GPUs not supported"
+    ))
+}

@@ -343,25 +343,35 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
+    // CUDA shared memory: this build has no GPU support, so, as Triton's
+    // CPU-only build, no region can be registered; status lists none.
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        req: Request<CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<CudaSharedMemoryStatusResponse> {
-        unimplemented("CUDA shared memory (this build has no GPU support)")
+        let name = req.into_inner().name;
+        if !name.is_empty() {
+            return Err(status(Error::not_found(format!(
+                "Unable to find cuda shared memory region: '{name}'"
+            ))));
+        }
+        Ok(Response::new(CudaSharedMemoryStatusResponse::default()))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        req: Request<CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
-        unimplemented("CUDA shared memory (this build has no GPU support)")
+        Err(status(crate::core::shm::cuda_unsupported(
+            &req.into_inner().name,
+        )))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
         _: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
-        unimplemented("CUDA shared memory (this build has no GPU support)")
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(

@@ -105,6 +105,20 @@ pub fn router(state: AppState) -> Router {
             post(shm_unregister),
         )
         .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
+        .route("/v2/cudasharedmemory/status", get(cuda_shm_status))
+        .route(
+            "/v2/cudasharedmemory/region/{region}/status",
+            get(cuda_shm_status),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{region}/register",
+            post(cuda_shm_register),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{region}/unregister",
+            post(cuda_shm_unregister),
+        )
+        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
         .route("/v2/logging", get(log_settings).post(update_log_settings))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
@@ -367,6 +381,26 @@ async fn shm_register(
 
 async fn shm_unregister(State(s): State<AppState>, Path(p): Params) -> StatusCode {
     s.engine.shm_unregister(p.get("region").map(String::as_str));
+    StatusCode::OK
+}
+
+// CUDA shared memory: no GPU support in this build (Triton's CPU-only answers).
+async fn cuda_shm_status(Path(p): Params) -> ApiResult<axum::Json<Value>> {
+    if let Some(name) = p.get("region") {
+        return Err(ApiError(Error::not_found(format!(
+            "Unable to find cuda shared memory region: '{name}'"
+        ))));
+    }
+    Ok(axum::Json(json!([])))
+}
+
+async fn cuda_shm_register(Path(p): Params) -> ApiResult<StatusCode> {
+    Err(ApiError(crate::core::shm::cuda_unsupported(
+        p.get("region").map(String::as_str).unwrap_or(""),
+    )))
+}
+
+async fn cuda_shm_unregister() -> StatusCode {
     StatusCode::OK
 }
 

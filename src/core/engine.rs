@@ -18,6 +18,7 @@ use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::instance::Work;
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
+use crate::core::trace::{TraceSettings, Tracer};
 use crate::core::types::{
     element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
 };
@@ -71,6 +72,7 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
     "system_shared_memory",
     "logging",
+    "trace",
 ];
 
 pub use crate::core::types::{ModelMetadata, TensorMetadata};
@@ -86,6 +88,7 @@ struct Inner {
     shm: SharedMemoryManager,
     /// Inference requests being handled (shutdown waits for 0).
     inflight: std::sync::atomic::AtomicUsize,
+    tracer: Tracer,
 }
 
 /// Counts a request in flight until dropped (also when the caller goes away).
@@ -127,6 +130,7 @@ impl Engine {
                 manager,
                 shm: SharedMemoryManager::default(),
                 inflight: std::sync::atomic::AtomicUsize::new(0),
+                tracer: Tracer::default(),
             }),
         };
         let errors = names
@@ -292,6 +296,35 @@ impl Engine {
         self.inner.shm.status(name)
     }
 
+    /// The trace settings of a model (or the global ones).
+    pub fn trace_settings(&self, model: Option<&str>) -> Result<TraceSettings> {
+        if let Some(m) = model {
+            self.check_trace_model(m)?;
+        }
+        Ok(self.inner.tracer.settings(model))
+    }
+
+    /// Updates trace settings (`None` values clear a model's override).
+    pub fn update_trace_settings(
+        &self,
+        model: Option<&str>,
+        updates: &std::collections::BTreeMap<String, Option<Vec<String>>>,
+    ) -> Result<TraceSettings> {
+        if let Some(m) = model {
+            self.check_trace_model(m)?;
+        }
+        self.inner.tracer.update(model, updates)
+    }
+
+    fn check_trace_model(&self, model: &str) -> Result<()> {
+        if self.ready_versions(model).is_empty() {
+            return Err(Error::invalid_arg(format!(
+                "Request for unknown model : {model}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Inference requests being handled right now.
     pub fn inflight(&self) -> usize {
         self.inner
@@ -307,6 +340,8 @@ impl Engine {
         request: InferRequest,
     ) -> Result<InferResponse> {
         let start = Instant::now();
+        let wall_start = std::time::SystemTime::now();
+        let sampled = self.inner.tracer.sample(name);
         self.inner
             .inflight
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -332,10 +367,11 @@ impl Engine {
             };
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
+        let enqueued = Instant::now();
         let work = Work {
             inputs,
             outputs: names,
-            enqueued: Instant::now(),
+            enqueued,
             reply,
         };
         if let Err(e) = model.pool.submit(work) {
@@ -359,6 +395,20 @@ impl Engine {
         model
             .stats
             .record_success(batch, start.elapsed(), done.queue, done.compute);
+        if let Some(sampled) = sampled {
+            let queue_start = wall_start + (enqueued - start);
+            let compute_start = queue_start + done.queue;
+            let stamps = [
+                ("REQUEST_START", wall_start),
+                ("QUEUE_START", queue_start),
+                ("COMPUTE_START", compute_start),
+                ("COMPUTE_END", compute_start + done.compute),
+                ("REQUEST_END", wall_start + start.elapsed()),
+            ];
+            self.inner
+                .tracer
+                .record(sampled, &model.name, &model.version.to_string(), &stamps);
+        }
         Ok(InferResponse {
             model_name: model.name.clone(),
             model_version: model.version.to_string(),

@@ -14,6 +14,7 @@ pub mod protocol;
 pub mod repository;
 pub mod shm;
 pub mod stats;
+pub mod trace;
 pub mod types;
 
 pub use engine::{Engine, ServerConfig};

@@ -90,12 +90,6 @@ fn no_repository_name(name: &str) -> Result<(), Status> {
     }
 }
 
-fn unimplemented<T>(what: &str) -> GrpcResult<T> {
-    Err(Status::unimplemented(format!(
-        "{what} is not supported by this server yet"
-    )))
-}
-
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcService {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> GrpcResult<ServerLiveResponse> {
@@ -376,9 +370,35 @@ impl GrpcInferenceService for GrpcService {
 
     async fn trace_setting(
         &self,
-        _: Request<TraceSettingRequest>,
+        req: Request<TraceSettingRequest>,
     ) -> GrpcResult<TraceSettingResponse> {
-        unimplemented("tracing")
+        let r = req.into_inner();
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        let settings = if r.settings.is_empty() {
+            self.engine.trace_settings(model).map_err(status)?
+        } else {
+            // An empty value list clears a model's override (JSON null in HTTP).
+            let updates = r
+                .settings
+                .into_iter()
+                .map(|(k, v)| (k, (!v.value.is_empty()).then_some(v.value)))
+                .collect();
+            self.engine
+                .update_trace_settings(model, &updates)
+                .map_err(status)?
+        };
+        Ok(Response::new(TraceSettingResponse {
+            settings: settings
+                .to_map()
+                .into_iter()
+                .map(|(k, value)| {
+                    (
+                        k.to_string(),
+                        trace_setting_response::SettingValue { value },
+                    )
+                })
+                .collect(),
+        }))
     }
 
     async fn log_settings(

@@ -120,6 +120,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
         .route("/v2/logging", get(log_settings).post(update_log_settings))
+        .route(
+            "/v2/trace/setting",
+            get(trace_settings).post(update_trace_settings),
+        )
+        .route(
+            "/v2/models/{model}/trace/setting",
+            get(trace_settings).post(update_trace_settings),
+        )
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route(
@@ -402,6 +410,71 @@ async fn cuda_shm_register(Path(p): Params) -> ApiResult<StatusCode> {
 
 async fn cuda_shm_unregister() -> StatusCode {
     StatusCode::OK
+}
+
+fn trace_json(s: &crate::core::trace::TraceSettings) -> Value {
+    let mut doc = serde_json::Map::new();
+    for (key, values) in s.to_map() {
+        // Triton answers lists for trace_level, single strings otherwise.
+        let v = if key == "trace_level" {
+            json!(values)
+        } else {
+            json!(values[0])
+        };
+        doc.insert(key.to_string(), v);
+    }
+    Value::Object(doc)
+}
+
+async fn trace_settings(
+    State(s): State<AppState>,
+    Path(p): Params,
+) -> ApiResult<axum::Json<Value>> {
+    let settings = s
+        .engine
+        .trace_settings(p.get("model").map(String::as_str))?;
+    Ok(axum::Json(trace_json(&settings)))
+}
+
+async fn update_trace_settings(
+    State(s): State<AppState>,
+    Path(p): Params,
+    body: Bytes,
+) -> ApiResult<axum::Json<Value>> {
+    let req = optional_json(&body)?;
+    let obj = req
+        .as_object()
+        .ok_or_else(|| ApiError(Error::invalid_arg("trace settings must be a JSON object")))?;
+    let mut updates = std::collections::BTreeMap::new();
+    for (key, value) in obj {
+        let values = match value {
+            Value::Null => None,
+            Value::String(v) => Some(vec![v.clone()]),
+            Value::Number(n) => Some(vec![n.to_string()]),
+            Value::Array(items) => Some(
+                items
+                    .iter()
+                    .map(|i| {
+                        i.as_str().map(str::to_string).ok_or_else(|| {
+                            ApiError(Error::invalid_arg(format!(
+                                "invalid value for trace setting '{key}'"
+                            )))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            _ => {
+                return Err(ApiError(Error::invalid_arg(format!(
+                    "invalid value for trace setting '{key}'"
+                ))))
+            }
+        };
+        updates.insert(key.clone(), values);
+    }
+    let settings = s
+        .engine
+        .update_trace_settings(p.get("model").map(String::as_str), &updates)?;
+    Ok(axum::Json(trace_json(&settings)))
 }
 
 fn log_settings_json() -> Value {

@@ -137,6 +137,10 @@ def main():
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
     classifier = os.path.join(repo, "efficientnet_lite0")
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0"), classifier)
+    # Batch 1 against batch 1: no dynamic batching for this comparison.
+    config_path = os.path.join(classifier, "config.pbtxt")
+    text = open(config_path).read()
+    open(config_path, "w").write(text[:text.index("dynamic_batching")])
 
     server = Server(repo, 18100)
     lines.append("| protocol | model | concurrency | infer/s | p50 ms | p99 ms | server CPU µs / inference |")

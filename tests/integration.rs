@@ -3,6 +3,7 @@
 
 mod util;
 
+mod batching;
 mod cli;
 mod client;
 mod config_cases;

@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, ErrorKind, Result};
-use crate::core::instance::Work;
+use crate::core::instance::{Reply, Work};
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::scheduler::Request as BatchRequest;
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
 use crate::core::trace::{TraceSettings, Tracer};
 use crate::core::types::{
@@ -368,19 +369,33 @@ impl Engine {
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let enqueued = Instant::now();
-        let work = Work {
-            inputs,
-            outputs: names,
-            enqueued,
-            reply,
+        let submitted = match &model.batcher {
+            Some(batcher) => batcher.submit(BatchRequest {
+                inputs,
+                outputs: names,
+                batch,
+                enqueued,
+                reply,
+            }),
+            None => model.pool.submit(Work {
+                inputs,
+                outputs: names,
+                enqueued,
+                reply: Reply::Caller(reply),
+            }),
         };
-        if let Err(e) = model.pool.submit(work) {
+        if let Err(e) = submitted {
             model.stats.record_failure(start.elapsed());
             return Err(e);
         }
         let done = done_rx
             .await
             .map_err(|_| Error::internal("the model instance stopped before answering"))?;
+        let execution = if model.batcher.is_some() {
+            done.leader.then_some(done.executed_batch)
+        } else {
+            Some(batch)
+        };
         let tensors = match done
             .result
             .and_then(|t| classify(&model, &outputs, t, batch))
@@ -394,7 +409,7 @@ impl Engine {
         };
         model
             .stats
-            .record_success(batch, start.elapsed(), done.queue, done.compute);
+            .record_success(batch, execution, start.elapsed(), done.queue, done.compute);
         if let Some(sampled) = sampled {
             let queue_start = wall_start + (enqueued - start);
             let compute_start = queue_start + done.queue;

@@ -28,8 +28,32 @@ pub struct Work {
     pub outputs: Vec<String>,
     /// When the request entered the queue.
     pub enqueued: Instant,
-    /// Where the result goes; closed when the caller has gone away.
-    pub reply: oneshot::Sender<Done>,
+    /// Where the result goes.
+    pub reply: Reply,
+}
+
+/// Where a finished request goes.
+pub enum Reply {
+    /// To one waiting caller; closed when the caller has gone away.
+    Caller(oneshot::Sender<Done>),
+    /// To a function run on the instance thread (the dynamic batcher splits
+    /// a batch's outputs among its requests there).
+    Callback(Box<dyn FnOnce(Done) + Send>),
+}
+
+impl Reply {
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Reply::Caller(tx) if tx.is_closed())
+    }
+
+    fn send(self, done: Done) {
+        match self {
+            Reply::Caller(tx) => {
+                let _ = tx.send(done);
+            }
+            Reply::Callback(f) => f(done),
+        }
+    }
 }
 
 /// A finished request with its timing.
@@ -40,6 +64,10 @@ pub struct Done {
     /// Time the backend spent (Triton's compute_infer; input/output copies
     /// are part of it for the built-in backends).
     pub compute: Duration,
+    /// The batch size the backend executed (this request's or a batch's).
+    pub executed_batch: usize,
+    /// Whether this request counts the execution (the first of its batch).
+    pub leader: bool,
 }
 
 /// How to create one instance (called on the instance's own thread).
@@ -155,11 +183,19 @@ fn run_instance(
                 "the backend panicked while executing the request",
             ))
         });
+        let executed_batch = work
+            .inputs
+            .first()
+            .and_then(|t| t.shape.first())
+            .map(|&b| b.max(1) as usize)
+            .unwrap_or(1);
         let done = Done {
             result,
             queue: taken - work.enqueued,
             compute: taken.elapsed(),
+            executed_batch,
+            leader: true,
         };
-        let _ = work.reply.send(done);
+        work.reply.send(done);
     }
 }

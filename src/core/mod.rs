@@ -12,6 +12,7 @@ pub mod instance;
 pub mod logging;
 pub mod protocol;
 pub mod repository;
+pub mod scheduler;
 pub mod shm;
 pub mod stats;
 pub mod trace;

@@ -57,9 +57,13 @@ impl Default for BatchStats {
 
 impl ModelStats {
     /// Records a successful execution of `batch` elements.
+    /// Records a successful request of `batch` elements; `execution` is
+    /// the executed batch size when this request counts the execution (the
+    /// first request of a dynamic batch, or any request run alone).
     pub fn record_success(
         &self,
         batch: usize,
+        execution: Option<usize>,
         total: Duration,
         queue: Duration,
         compute: Duration,
@@ -70,9 +74,11 @@ impl ModelStats {
         self.compute_infer.add(compute);
         self.compute_output.add(Duration::ZERO);
         self.inference_count.fetch_add(batch as u64, Relaxed);
-        self.execution_count.fetch_add(1, Relaxed);
-        if let Some(b) = self.batch.by_size.get(batch) {
-            b.add(compute);
+        if let Some(executed) = execution {
+            self.execution_count.fetch_add(1, Relaxed);
+            if let Some(b) = self.batch.by_size.get(executed) {
+                b.add(compute);
+            }
         }
         self.touch();
     }

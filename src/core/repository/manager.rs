@@ -59,7 +59,9 @@ pub struct LoadedModel {
     pub version: i64,
     /// The normalized config.
     pub config: ModelConfig,
-    pub pool: InstancePool,
+    pub pool: std::sync::Arc<InstancePool>,
+    /// The dynamic batcher, when the config asks for one (in front of `pool`).
+    pub batcher: Option<crate::core::scheduler::DynamicBatcher>,
     pub stats: ModelStats,
     /// Output name → labels from its `label_filename`.
     pub labels: BTreeMap<String, Vec<String>>,
@@ -328,12 +330,28 @@ impl ModelManager {
                 "model '{name}' has no instances"
             )));
         }
-        let pool = InstancePool::start(name, loaders, self.opts.queue_capacity)?;
+        let instances = loaders.len();
+        let pool = Arc::new(InstancePool::start(
+            name,
+            loaders,
+            self.opts.queue_capacity,
+        )?);
+        let batcher = match crate::core::scheduler::BatchConfig::from_config(config) {
+            Some(batching) => Some(crate::core::scheduler::DynamicBatcher::start(
+                name,
+                batching,
+                Arc::clone(&pool),
+                instances,
+                self.opts.queue_capacity,
+            )?),
+            None => None,
+        };
         Ok(LoadedModel {
             name: name.to_string(),
             version,
             config: config.clone(),
             pool,
+            batcher,
             stats: ModelStats::default(),
             labels: labels.clone(),
         })

@@ -244,7 +244,7 @@ fn run_batcher(
                         Err(RecvTimeoutError::Disconnected) => open = false,
                     }
                 }
-                Decision::Wait(_) => break queue.len().min(usize::MAX),
+                Decision::Wait(_) => break queue.len(),
             }
         };
         if n == 0 {
@@ -341,7 +341,7 @@ fn split(tensors: &[Tensor], sizes: &[usize]) -> Vec<Result<Vec<Tensor>>> {
         }
         let pieces: Vec<Vec<u8>> = match t.datatype.size() {
             Some(_) => {
-                let row = if total == 0 { 0 } else { t.data.len() / total };
+                let row = t.data.len().checked_div(total).unwrap_or(0);
                 let mut at = 0;
                 sizes
                     .iter()

@@ -354,11 +354,7 @@ fn split(tensors: &[Tensor], sizes: &[usize]) -> Vec<Result<Vec<Tensor>>> {
             }
             None => {
                 let elements = Tensor::bytes_elements(&t.data).unwrap_or_default();
-                let per_row = if total == 0 {
-                    0
-                } else {
-                    elements.len() / total
-                };
+                let per_row = elements.len().checked_div(total).unwrap_or(0);
                 let mut at = 0;
                 sizes
                     .iter()

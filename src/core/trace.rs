@@ -62,6 +62,9 @@ pub struct Sampled {
 /// The tracer of one server.
 #[derive(Default)]
 pub struct Tracer {
+    /// Whether any settings could trace (the request path checks only this
+    /// when tracing is off).
+    active: std::sync::atomic::AtomicBool,
     global: Mutex<TraceSettings>,
     per_model: Mutex<BTreeMap<String, TraceSettings>>,
     /// Requests seen, for the sampling rate.
@@ -157,6 +160,9 @@ impl Tracer {
 
     /// Decides whether this request of `model` is traced.
     pub fn sample(&self, model: &str) -> Option<Sampled> {
+        if !self.active.load(Relaxed) {
+            return None;
+        }
         let s = self.settings(Some(model));
         if !s.timestamps() || s.count == 0 {
             return None;

@@ -155,6 +155,14 @@ impl Tracer {
             }
             None => *self.global.lock().unwrap() = s.clone(),
         }
+        let active = self.global.lock().unwrap().timestamps()
+            || self
+                .per_model
+                .lock()
+                .unwrap()
+                .values()
+                .any(TraceSettings::timestamps);
+        self.active.store(active, Relaxed);
         Ok(s)
     }
 

@@ -60,7 +60,7 @@ class Server:
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1",
-             "--allow-client-shm",
+             "--allow-client-shm", "--metrics-port", "0",
              "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while get(self.url("/v2/health/ready"))[0] != 200:

@@ -9,7 +9,7 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TRTIS_BIN=${TRTIS_BIN:-target/debug/trtis}
 log=$(mktemp)
 "$TRTIS_BIN" serve --model-store examples/model_repository --http-address 127.0.0.1 --http-port 0 \
-  --grpc-address 127.0.0.1 --grpc-port 0 --allow-client-shm 2>"$log" &
+  --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 --allow-client-shm 2>"$log" &
 pid=$!
 trap 'kill -INT $pid 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 300); do

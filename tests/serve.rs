@@ -16,6 +16,7 @@ pub struct Serve {
     child: Child,
     pub port: u16,
     pub grpc_port: u16,
+    pub metrics_port: u16,
 }
 
 impl Serve {
@@ -32,6 +33,8 @@ impl Serve {
             "0",
             "--grpc-address",
             "127.0.0.1",
+            "--metrics-port",
+            "0",
         ]);
         for (k, v) in envs {
             cmd.env(k, v);
@@ -45,8 +48,11 @@ impl Serve {
         let mut lines = BufReader::new(stderr).lines();
         let deadline = Instant::now() + Duration::from_secs(30);
         // Both listeners announce themselves (gRPC first); take what comes.
-        let (mut port, mut grpc_port) = (None, None);
-        while port.is_none() || (grpc_port.is_none() && !args.contains(&"--allow-grpc=false")) {
+        let (mut port, mut grpc_port, mut metrics_port) = (None, None, None);
+        while port.is_none()
+            || (grpc_port.is_none() && !args.contains(&"--allow-grpc=false"))
+            || (metrics_port.is_none() && !args.contains(&"--allow-metrics=false"))
+        {
             assert!(Instant::now() < deadline, "no 'Started HTTPService' line");
             let line = lines.next().expect("serve exited before starting").unwrap();
             let port_of = |addr: &str| {
@@ -63,12 +69,16 @@ impl Serve {
             if let Some(addr) = line.split("Started GRPCInferenceService at ").nth(1) {
                 grpc_port = Some(port_of(addr));
             }
+            if let Some(addr) = line.split("Started Metrics Service at ").nth(1) {
+                metrics_port = Some(port_of(addr));
+            }
         }
         std::thread::spawn(move || for _ in lines {});
         Serve {
             child,
             port: port.unwrap(),
             grpc_port: grpc_port.unwrap_or(0),
+            metrics_port: metrics_port.unwrap_or(0),
         }
     }
 
@@ -258,6 +268,61 @@ fn a_client_that_disconnects_has_its_queued_request_dropped() {
         stats["model_stats"][0]["execution_count"], 1,
         "the abandoned request was computed: {stats}"
     );
+    server.interrupt();
+    assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
+}
+
+/// The value of one sample line of a Prometheus text page.
+fn sample(page: &str, prefix: &str) -> f64 {
+    page.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {prefix} in:\n{page}"))
+}
+
+#[test]
+fn metrics_count_requests_in_tritons_names() {
+    let repo = slow_repo(0);
+    let server = Serve::start(repo.path(), &[], &[]);
+    for _ in 0..3 {
+        assert_eq!(server.post("/v2/models/slow/infer", BODY).0, 200);
+    }
+    let bad = r#"{"inputs":[{"name":"NOPE","datatype":"INT32","shape":[1,1],"data":[7]}]}"#;
+    assert_eq!(server.post("/v2/models/slow/infer", bad).0, 400);
+    let mut s = TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let page = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    let labels = r#"{model="slow",version="1"}"#;
+    assert_eq!(
+        sample(page, &format!("nv_inference_request_success{labels}")),
+        3.0
+    );
+    assert_eq!(sample(page, &format!("nv_inference_count{labels}")), 3.0);
+    assert_eq!(
+        sample(page, &format!("nv_inference_exec_count{labels}")),
+        3.0
+    );
+    assert_eq!(
+        sample(page, &format!("nv_inference_pending_request_count{labels}")),
+        0.0
+    );
+    assert_eq!(
+        sample(
+            page,
+            r#"nv_inference_request_failure{model="slow",reason="OTHER",version="1"}"#
+        ),
+        1.0
+    );
+    assert!(sample(page, &format!("nv_inference_request_duration_us{labels}")) > 0.0);
+    assert!(sample(page, "nv_cpu_memory_total_bytes") > 0.0);
+    assert!(page.contains("# TYPE nv_inference_pending_request_count gauge"));
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }

@@ -57,6 +57,18 @@ pub struct Args {
     #[arg(long, env = "TRTIS_GRPC_PORT", default_value_t = 8001)]
     grpc_port: u16,
 
+    /// Serve Prometheus metrics (`/metrics`).
+    #[arg(long, env = "TRTIS_ALLOW_METRICS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_metrics: bool,
+
+    /// Address of the metrics service (default: the HTTP address).
+    #[arg(long, env = "TRTIS_METRICS_ADDRESS")]
+    metrics_address: Option<String>,
+
+    /// Port of the metrics service (0: any free port, printed at start).
+    #[arg(long, env = "TRTIS_METRICS_PORT", default_value_t = 8002)]
+    metrics_port: u16,
+
     /// Threads serving HTTP (the async runtime's workers). Default: half the
     /// cores, at least 1; the other half runs model instances. On 2 cores one
     /// thread measured fastest and leanest (scripts/bench-serve.sh).
@@ -269,6 +281,24 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
                 .with_graceful_shutdown(shutdown)
                 .await
                 .map_err(|e| format!("HTTP service failed: {e}"))
+        }));
+    }
+    if args.allow_metrics {
+        let address = args
+            .metrics_address
+            .clone()
+            .unwrap_or_else(|| args.http_address.clone());
+        let listener = match bind("Metrics Service", &address, args.metrics_port).await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let app = trtis::core::frontend::http::metrics_router(engine.clone());
+        let shutdown = stopped(stop_rx.clone());
+        services.push(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| format!("metrics service failed: {e}"))
         }));
     }
     log(

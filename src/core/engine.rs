@@ -227,6 +227,17 @@ impl Engine {
         })
     }
 
+    /// Every ready model version (for metrics).
+    pub fn loaded_models(&self) -> Vec<Arc<LoadedModel>> {
+        let mut out = Vec::new();
+        for entry in self.index(true).unwrap_or_default() {
+            if let Ok(m) = self.model(&entry.name, &entry.version) {
+                out.push(m);
+            }
+        }
+        out
+    }
+
     /// Ready versions of a model, for metadata.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
         self.inner.manager.ready_versions(name)
@@ -369,6 +380,10 @@ impl Engine {
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let enqueued = Instant::now();
+        model
+            .stats
+            .pending
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let submitted = match &model.batcher {
             Some(batcher) => batcher.submit(BatchRequest {
                 inputs,
@@ -376,15 +391,21 @@ impl Engine {
                 batch,
                 enqueued,
                 reply,
+                pending: std::sync::Arc::clone(&model.stats.pending),
             }),
             None => model.pool.submit(Work {
                 inputs,
                 outputs: names,
                 enqueued,
                 reply: Reply::Caller(reply),
+                pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
             }),
         };
         if let Err(e) = submitted {
+            model
+                .stats
+                .pending
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             model.stats.record_failure(start.elapsed());
             return Err(e);
         }
@@ -403,7 +424,7 @@ impl Engine {
         {
             Ok(t) => t,
             Err(e) => {
-                model.stats.record_failure(start.elapsed());
+                model.stats.record_backend_failure(start.elapsed());
                 return Err(e);
             }
         };

@@ -30,6 +30,9 @@ pub struct Work {
     pub enqueued: Instant,
     /// Where the result goes.
     pub reply: Reply,
+    /// The model's pending-request gauge and how many requests this work
+    /// holds: decremented when an instance takes it.
+    pub pending: Option<(Arc<std::sync::atomic::AtomicI64>, i64)>,
 }
 
 /// Where a finished request goes.
@@ -171,6 +174,9 @@ fn run_instance(
             rx.recv()
         };
         let Ok(work) = next else { return };
+        if let Some((pending, n)) = &work.pending {
+            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
+        }
         if work.reply.is_closed() {
             continue; // the caller went away: do not compute it
         }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod frontend;
 pub mod instance;
 pub mod logging;
+pub mod metrics;
 pub mod protocol;
 pub mod repository;
 pub mod scheduler;

@@ -69,6 +69,8 @@ pub struct Request {
     pub batch: usize,
     pub enqueued: Instant,
     pub reply: oneshot::Sender<Done>,
+    /// The model's pending-request gauge (decremented when dispatched).
+    pub pending: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// What to do with the queue now.
@@ -230,7 +232,13 @@ fn run_batcher(
             while let Ok(r) = rx.try_recv() {
                 queue.push_back(r);
             }
-            queue.retain(|r| !r.reply.is_closed());
+            queue.retain(|r| {
+                let keep = !r.reply.is_closed();
+                if !keep {
+                    r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                keep
+            });
             if queue.is_empty() {
                 break 0;
             }
@@ -282,6 +290,9 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, slots: Arc<Slots>) {
             data,
         });
     }
+    for r in &batch {
+        r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let waiting: Vec<(oneshot::Sender<Done>, Instant)> =
         batch.into_iter().map(|r| (r.reply, r.enqueued)).collect();
     let finish = move |done: Done| {
@@ -318,6 +329,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, slots: Arc<Slots>) {
         outputs,
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
+        pending: None,
     };
     if let Err(e) = pool.submit(work) {
         // The pool refused (unloading): the callback was dropped with the
@@ -402,6 +414,7 @@ mod tests {
             batch,
             enqueued,
             reply,
+            pending: Arc::new(std::sync::atomic::AtomicI64::new(0)),
         }
     }
 

@@ -39,6 +39,10 @@ pub struct ModelStats {
     pub last_inference: AtomicU64,
     /// Executions per batch size (index = batch size, up to 64).
     pub batch: BatchStats,
+    /// Failures in the backend (the rest of `fail` were refused requests).
+    pub fail_backend: AtomicU64,
+    /// Requests accepted and not yet taken by an instance (queued).
+    pub pending: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// Compute durations by batch size.
@@ -86,6 +90,12 @@ impl ModelStats {
     pub fn record_failure(&self, total: Duration) {
         self.fail.add(total);
         self.touch();
+    }
+
+    /// A failure in the backend (after the request was accepted).
+    pub fn record_backend_failure(&self, total: Duration) {
+        self.fail_backend.fetch_add(1, Relaxed);
+        self.record_failure(total);
     }
 
     fn touch(&self) {

@@ -279,6 +279,9 @@ class TrtisServer:
                 cmd += ["--grpc-address", "127.0.0.1"]
             if not _has_flag(given, "--grpc-port"):
                 cmd += ["--grpc-port", "0"]
+            # Nor the metrics port 8002.
+            if not _has_flag(given, "--metrics-port"):
+                cmd += ["--metrics-port", "0"]
         cmd += self.args
         cmd += self._extra_args()
         return cmd

@@ -65,6 +65,25 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// The metrics service (`/metrics` on `--metrics-port`).
+pub fn metrics_router(engine: Engine) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(engine): State<Engine>| async move {
+                let body = crate::core::metrics::render(&engine.loaded_models());
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    body,
+                )
+            }),
+        )
+        .with_state(engine)
+}
+
 /// The router: every route Triton serves that trtis implements.
 pub fn router(state: AppState) -> Router {
     Router::new()

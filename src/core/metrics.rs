@@ -1,0 +1,143 @@
+//! Prometheus metrics in Triton's names and labels (`nv_inference_*` per
+//! model and version, `nv_cpu_*` for the machine), rendered in the text
+//! exposition format for `/metrics` on `--metrics-port`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+
+use crate::core::repository::LoadedModel;
+
+/// (name, type, help, value of a model) for the per-model families.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&LoadedModel) -> f64,
+);
+
+const FAMILIES: &[Family] = &[
+    ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes", |m| m.stats.success.get().0 as f64),
+    ("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)", |m| m.stats.inference_count.load(Relaxed) as f64),
+    ("nv_inference_exec_count", "counter", "Number of model executions performed (does not include cached requests)", |m| m.stats.execution_count.load(Relaxed) as f64),
+    ("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution per-model.", |m| m.stats.pending.load(Relaxed).max(0) as f64),
+    ("nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds (includes cached requests)", |m| (m.stats.success.get().1 + m.stats.fail.get().1) as f64 / 1000.0),
+    ("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds (includes cached requests)", |m| m.stats.queue.get().1 as f64 / 1000.0),
+    ("nv_inference_compute_input_duration_us", "counter", "Cumulative compute input duration in microseconds (does not include cached requests)", |m| m.stats.compute_input.get().1 as f64 / 1000.0),
+    ("nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration in microseconds (does not include cached requests)", |m| m.stats.compute_infer.get().1 as f64 / 1000.0),
+    ("nv_inference_compute_output_duration_us", "counter", "Cumulative inference compute output duration in microseconds (does not include cached requests)", |m| m.stats.compute_output.get().1 as f64 / 1000.0),
+];
+
+/// Label values are escaped as the text format requires.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// `model="m",version="1"` plus one `_<key>` label per `metric_tags` entry.
+fn labels(m: &LoadedModel, extra: &[(&str, &str)]) -> String {
+    let mut parts = vec![format!("model=\"{}\"", escape(&m.name))];
+    for (k, v) in extra {
+        parts.push(format!("{k}=\"{}\"", escape(v)));
+    }
+    parts.push(format!("version=\"{}\"", m.version));
+    for (k, v) in &m.config.metric_tags {
+        parts.push(format!("_{k}=\"{}\"", escape(v)));
+    }
+    parts.join(",")
+}
+
+/// CPU time counters from `/proc/stat` at the previous scrape.
+static LAST_CPU: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+
+/// (busy, total) jiffies of all CPUs.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = values.iter().sum();
+    let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Utilization since the previous scrape, in [0, 1].
+fn cpu_utilization() -> f64 {
+    let Some(now) = cpu_times() else { return 0.0 };
+    let mut last = LAST_CPU.lock().unwrap();
+    let util = match *last {
+        Some((busy, total)) if now.1 > total => {
+            (now.0.saturating_sub(busy)) as f64 / (now.1 - total) as f64
+        }
+        _ => 0.0,
+    };
+    *last = Some(now);
+    util.clamp(0.0, 1.0)
+}
+
+/// (total, used) bytes from `/proc/meminfo`.
+fn memory() -> (u64, u64) {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    let total = field("MemTotal:");
+    (total, total.saturating_sub(field("MemAvailable:")))
+}
+
+/// The metrics of these models and of the machine.
+pub fn render(models: &[std::sync::Arc<LoadedModel>]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes"
+    );
+    let _ = writeln!(out, "# TYPE nv_inference_request_failure counter");
+    for m in models {
+        let backend = m.stats.fail_backend.load(Relaxed);
+        let other = m.stats.fail.get().0.saturating_sub(backend);
+        for (reason, value) in [("BACKEND", backend), ("OTHER", other)] {
+            let _ = writeln!(
+                out,
+                "nv_inference_request_failure{{{}}} {value}",
+                labels(m, &[("reason", reason)])
+            );
+        }
+    }
+    for (name, kind, help, value) in FAMILIES {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for m in models {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(m, &[]), value(m));
+        }
+    }
+    let (total, used) = memory();
+    let _ = writeln!(
+        out,
+        "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]"
+    );
+    let _ = writeln!(out, "# TYPE nv_cpu_utilization gauge");
+    let _ = writeln!(out, "nv_cpu_utilization {}", cpu_utilization());
+    let _ = writeln!(
+        out,
+        "# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes"
+    );
+    let _ = writeln!(out, "# TYPE nv_cpu_memory_total_bytes gauge");
+    let _ = writeln!(out, "nv_cpu_memory_total_bytes {total}");
+    let _ = writeln!(
+        out,
+        "# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes"
+    );
+    let _ = writeln!(out, "# TYPE nv_cpu_memory_used_bytes gauge");
+    let _ = writeln!(out, "nv_cpu_memory_used_bytes {used}");
+    out
+}

@@ -172,6 +172,7 @@ fn status_and_infer_commands() {
             .any(|l| l.starts_with("ident_int32") && l.contains("READY")),
         "{text}"
     );
+    assert!(text.contains("AVG BATCH"), "{text}");
 
     let out = trtis(
         here,

@@ -67,6 +67,7 @@ async fn status(args: Args) -> ExitCode {
                     "name": e.name, "version": e.version, "state": e.state, "reason": e.reason,
                     "inference_count": s.map(|s| s.stats.inference_count),
                     "execution_count": s.map(|s| s.stats.execution_count),
+                    "avg_batch_size": s.map(avg_batch),
                     "avg_queue_us": s.map(|s| avg_us(s.stats.queue)),
                     "avg_compute_us": s.map(|s| avg_us(s.stats.compute_infer)),
                 })
@@ -127,24 +128,41 @@ fn avg_us((count, ns): (u64, u64)) -> f64 {
     }
 }
 
+/// Batch elements per execution (the average batch the model ran).
+fn avg_batch(s: &ModelStats) -> f64 {
+    if s.stats.execution_count == 0 {
+        0.0
+    } else {
+        s.stats.inference_count as f64 / s.stats.execution_count as f64
+    }
+}
+
 fn print_table(index: &[IndexEntry], stats: &[ModelStats]) {
     let width = index.iter().map(|e| e.name.len()).max().unwrap_or(5).max(5);
     println!(
-        "{:<width$}  {:>7}  {:<11}  {:>9}  {:>10}  {:>13}  {:>15}  REASON",
-        "MODEL", "VERSION", "STATE", "REQUESTS", "EXECUTIONS", "AVG QUEUE µs", "AVG COMPUTE µs"
+        "{:<width$}  {:>7}  {:<11}  {:>9}  {:>10}  {:>9}  {:>13}  {:>15}  REASON",
+        "MODEL",
+        "VERSION",
+        "STATE",
+        "REQUESTS",
+        "EXECUTIONS",
+        "AVG BATCH",
+        "AVG QUEUE µs",
+        "AVG COMPUTE µs"
     );
     for e in index {
         let s = stats
             .iter()
             .find(|s| s.name == e.name && s.version == e.version);
-        let (requests, executions, queue, compute) = match s {
+        let (requests, executions, batch, queue, compute) = match s {
             Some(s) => (
                 s.stats.success.0.to_string(),
                 s.stats.execution_count.to_string(),
+                format!("{:.2}", avg_batch(s)),
                 format!("{:.1}", avg_us(s.stats.queue)),
                 format!("{:.1}", avg_us(s.stats.compute_infer)),
             ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
         };
         let state = if e.state.is_empty() { "-" } else { &e.state };
         let version = if e.version.is_empty() {
@@ -153,8 +171,8 @@ fn print_table(index: &[IndexEntry], stats: &[ModelStats]) {
             &e.version
         };
         println!(
-            "{:<width$}  {:>7}  {:<11}  {:>9}  {:>10}  {:>13}  {:>15}  {}",
-            e.name, version, state, requests, executions, queue, compute, e.reason
+            "{:<width$}  {:>7}  {:<11}  {:>9}  {:>10}  {:>9}  {:>13}  {:>15}  {}",
+            e.name, version, state, requests, executions, batch, queue, compute, e.reason
         );
     }
 }

@@ -151,7 +151,6 @@ pub fn run(args: Args) -> ExitCode {
     config.load_models = args.load_model.clone();
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
-    config.repository_poll_secs = args.repository_poll_secs;
     config.allow_client_shm = args.allow_client_shm;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
 

@@ -40,8 +40,6 @@ pub struct ServerConfig {
     pub queue_capacity: usize,
     /// Complete configs from model files (off: `--disable-auto-complete-config`).
     pub auto_complete: bool,
-    /// Seconds between repository polls (poll mode).
-    pub repository_poll_secs: u64,
     /// Whether clients may register system shared memory regions
     /// (`--allow-client-shm`).
     pub allow_client_shm: bool,
@@ -58,7 +56,6 @@ impl ServerConfig {
             gpu_count: crate::core::device::gpu_count(),
             queue_capacity: 1024,
             auto_complete: true,
-            repository_poll_secs: 15,
             allow_client_shm: false,
         }
     }
@@ -114,7 +111,6 @@ impl Engine {
         }
         let manager = ModelManager::new(ManagerOptions {
             repository: config.model_repository.clone(),
-            mode: config.control_mode,
             gpu_count: config.gpu_count,
             queue_capacity: config.queue_capacity,
             auto_complete: config.auto_complete,
@@ -351,14 +347,24 @@ impl Engine {
         version: &str,
         request: InferRequest,
     ) -> Result<InferResponse> {
+        let model = self.model(name, version)?;
+        self.infer_on(model, request).await
+    }
+
+    /// Runs one inference request on a model version the caller already
+    /// looked up (the HTTP frontend needs its config to parse the body).
+    pub async fn infer_on(
+        &self,
+        model: Arc<LoadedModel>,
+        request: InferRequest,
+    ) -> Result<InferResponse> {
         let start = Instant::now();
         let wall_start = std::time::SystemTime::now();
-        let sampled = self.inner.tracer.sample(name);
+        let sampled = self.inner.tracer.sample(&model.name);
         self.inner
             .inflight
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
-        let model = self.model(name, version)?;
         let mut request = request;
         for (i, r) in std::mem::take(&mut request.shm_inputs) {
             match self.inner.shm.read(&r) {

@@ -106,7 +106,7 @@ impl InstancePool {
             threads.push(handle);
         }
         drop(ready_tx);
-        let mut pool = InstancePool {
+        let pool = InstancePool {
             work_tx: Some(work_tx),
             threads,
             label: label.to_string(),
@@ -118,7 +118,6 @@ impl InstancePool {
                 Err(_) => return Err(Error::internal("an instance thread exited while loading")),
             }
         }
-        pool.label.shrink_to_fit();
         Ok(pool)
     }
 

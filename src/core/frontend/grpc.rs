@@ -201,13 +201,7 @@ impl GrpcInferenceService for GrpcService {
     ) -> GrpcResult<ModelStatisticsResponse> {
         let r = req.into_inner();
         let models = if r.name.is_empty() {
-            let mut all = Vec::new();
-            for entry in self.engine.index(true).map_err(status)? {
-                if let Ok(m) = self.engine.model(&entry.name, &entry.version) {
-                    all.push(m);
-                }
-            }
-            all
+            self.engine.loaded_models()
         } else {
             self.engine
                 .model_stats(&r.name, &r.version)

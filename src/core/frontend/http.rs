@@ -287,14 +287,14 @@ async fn model_stats(State(s): State<AppState>, Path(p): Params) -> ApiResult<ax
     Ok(axum::Json(json!({ "model_stats": stats })))
 }
 
-async fn all_stats(State(s): State<AppState>) -> ApiResult<axum::Json<Value>> {
-    let mut stats = Vec::new();
-    for entry in s.engine.index(true)? {
-        if let Ok(m) = s.engine.model(&entry.name, &entry.version) {
-            stats.push(stats_json(&m));
-        }
-    }
-    Ok(axum::Json(json!({ "model_stats": stats })))
+async fn all_stats(State(s): State<AppState>) -> axum::Json<Value> {
+    let stats: Vec<Value> = s
+        .engine
+        .loaded_models()
+        .iter()
+        .map(|m| stats_json(m))
+        .collect();
+    axum::Json(json!({ "model_stats": stats }))
 }
 
 /// Reads a JSON body that may be empty (the repository routes).
@@ -580,8 +580,7 @@ async fn infer(
     };
     let model = s.engine.model(&name, &version)?;
     let (request, format) = kserve_json::parse_request(&body, header_length, &model.config)?;
-    drop(model);
-    let response = s.engine.infer(&name, &version, request).await?;
+    let response = s.engine.infer_on(model, request).await?;
     let (bytes, json_len) = kserve_json::build_response(&response, &format)?;
     let mut resp = Response::new(Body::from(bytes));
     let h = resp.headers_mut();

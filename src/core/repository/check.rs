@@ -109,12 +109,6 @@ impl CheckedModel {
     }
 }
 
-/// Checks one model directory on its own (ensemble steps are not resolved).
-pub fn check_model_dir(path: &Path, opts: &CheckOptions) -> std::io::Result<CheckedModel> {
-    let dir = layout::scan_model_dir(path)?;
-    Ok(check_model(dir, opts))
-}
-
 /// Checks the models `names` of the repository at `root` (all of them when
 /// `names` is None), resolving the models their ensembles use from the same
 /// repository. Returns the requested models, in order.

@@ -129,7 +129,6 @@ struct ModelEntry {
 #[derive(Debug, Clone)]
 pub struct ManagerOptions {
     pub repository: PathBuf,
-    pub mode: ControlMode,
     pub gpu_count: usize,
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
@@ -150,10 +149,6 @@ impl ModelManager {
             opts,
             models: RwLock::new(BTreeMap::new()),
         }
-    }
-
-    pub fn mode(&self) -> ControlMode {
-        self.opts.mode
     }
 
     /// Model directory names in the repository.

@@ -5,7 +5,5 @@ pub mod check;
 pub mod layout;
 pub mod manager;
 
-pub use check::{
-    check_completed, check_model_dir, check_repository, CheckOptions, CheckedModel, Finding,
-};
+pub use check::{check_completed, check_repository, CheckOptions, CheckedModel, Finding};
 pub use manager::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager, ModelState};

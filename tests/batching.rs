@@ -124,3 +124,260 @@ fn batches_grow_while_the_instance_is_busy() {
     assert_eq!(st["inference_count"], 6);
     assert!(st["execution_count"].as_u64().unwrap() <= 3, "{st}");
 }
+
+// ---------------------------------------------------------------------------
+// Priorities, queue policies, preserve_ordering: an identity model whose
+// execution sleeps the value of its input in milliseconds.
+
+/// A repository with one identity model `m` (INT32 [1], sleeping INPUT0 ms
+/// per execution) and this `dynamic_batching` body.
+fn policy_repo(batching: &str, instances: usize, max_batch: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::write(m.join("1/.keep"), "").unwrap();
+    std::fs::write(
+        m.join("config.pbtxt"),
+        format!(
+            r#"backend: "identity"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+dynamic_batching {{ {batching} }}
+parameters {{ key: "delay_input" value: {{ string_value: "INPUT0" }} }}
+"#
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// An inference request sleeping `ms`, with these request parameters.
+fn sleeping(ms: i32, params: Value) -> Value {
+    json!({"parameters": params,
+           "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [ms]}]})
+}
+
+/// Sends the requests in order, `gap` apart, each on its own thread;
+/// returns (label, status, body) in the order the answers arrived.
+fn in_order(
+    s: &Arc<TestServer>,
+    requests: Vec<(&'static str, Value)>,
+    gap: std::time::Duration,
+) -> Vec<(&'static str, u16, Value)> {
+    let arrived = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (label, body) in requests {
+        let s = Arc::clone(s);
+        let arrived = Arc::clone(&arrived);
+        handles.push(std::thread::spawn(move || {
+            let (status, out) = s.json("POST", "/v2/models/m/infer", body);
+            arrived.lock().unwrap().push((label, status, out));
+        }));
+        std::thread::sleep(gap);
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    Arc::try_unwrap(arrived).unwrap().into_inner().unwrap()
+}
+
+fn labels(answers: &[(&'static str, u16, Value)]) -> Vec<&'static str> {
+    answers.iter().map(|(l, _, _)| *l).collect()
+}
+
+fn start(repo: &tempfile::TempDir) -> Arc<TestServer> {
+    Arc::new(TestServer::start(
+        repo.path(),
+        ControlMode::None,
+        &[],
+        1 << 20,
+    ))
+}
+
+const GAP: std::time::Duration = std::time::Duration::from_millis(40);
+
+#[test]
+fn preserve_ordering_answers_in_arrival_order_under_shuffled_completion() {
+    // Two instances: A (400 ms) and B (0 ms) run at the same time, so B
+    // finishes first; with preserve_ordering its answer waits for A's.
+    for (preserve, expected) in [(false, ["B", "A"]), (true, ["A", "B"])] {
+        let repo = policy_repo(&format!("preserve_ordering: {preserve}"), 2, 1);
+        let s = start(&repo);
+        let answers = in_order(
+            &s,
+            vec![
+                ("A", sleeping(400, json!({}))),
+                ("B", sleeping(0, json!({}))),
+            ],
+            GAP,
+        );
+        assert!(answers.iter().all(|(_, st, _)| *st == 200), "{answers:?}");
+        assert_eq!(labels(&answers), expected, "preserve_ordering: {preserve}");
+    }
+}
+
+#[test]
+fn higher_priority_requests_overtake_queued_ones() {
+    let repo = policy_repo("priority_levels: 2 default_priority_level: 2", 1, 1);
+    let s = start(&repo);
+    // The blocker occupies the one instance; L1 and L2 queue at the default
+    // level, H at level 1, and H runs first. Priority 0 and 7 (no such
+    // level) are the default level.
+    let answers = in_order(
+        &s,
+        vec![
+            ("blocker", sleeping(400, json!({}))),
+            ("L1", sleeping(30, json!({"priority": 0}))),
+            ("L2", sleeping(30, json!({"priority": 7}))),
+            ("H", sleeping(30, json!({"priority": 1}))),
+        ],
+        GAP,
+    );
+    assert!(answers.iter().all(|(_, st, _)| *st == 200), "{answers:?}");
+    assert_eq!(labels(&answers), ["blocker", "H", "L1", "L2"]);
+}
+
+#[test]
+fn a_full_queue_refuses_at_once_with_tritons_message() {
+    let repo = policy_repo(
+        "priority_levels: 2 default_priority_level: 2 \
+         priority_queue_policy { key: 2 value { max_queue_size: 1 } }",
+        1,
+        1,
+    );
+    let s = start(&repo);
+    let mut body = sleeping(0, json!({}));
+    body["id"] = json!("q3");
+    let answers = in_order(
+        &s,
+        vec![
+            ("blocker", sleeping(500, json!({}))),
+            ("queued", sleeping(0, json!({}))),
+            ("refused", sleeping(0, json!({}))),
+            ("refused-id", body),
+            ("other-level", sleeping(0, json!({"priority": 1}))),
+        ],
+        GAP,
+    );
+    let by = |l: &str| answers.iter().find(|a| a.0 == l).unwrap().clone();
+    assert_eq!(by("blocker").1, 200);
+    assert_eq!(by("queued").1, 200);
+    assert_eq!(by("other-level").1, 200, "level 1 has no limit");
+    assert_eq!(by("refused").1, 503);
+    assert_eq!(
+        by("refused").2["error"],
+        "[request id: <id_unknown>] Exceeds maximum queue size"
+    );
+    assert_eq!(
+        by("refused-id").2["error"],
+        "[request id: q3] Exceeds maximum queue size"
+    );
+    // Refused at once: before the blocker finished.
+    assert_eq!(&labels(&answers)[..2], ["refused", "refused-id"]);
+    let text = trtis::core::metrics::render(&s.engine().loaded_models());
+    assert!(
+        text.contains(
+            "nv_inference_request_failure{model=\"m\",reason=\"REJECTED\",version=\"1\"} 2"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn queue_timeouts_reject_or_delay_and_lose_nothing() {
+    let repo = policy_repo(
+        "priority_levels: 2 default_priority_level: 2 \
+         priority_queue_policy { key: 1 value { timeout_action: REJECT default_timeout_microseconds: 100000 } } \
+         priority_queue_policy { key: 2 value { timeout_action: DELAY default_timeout_microseconds: 100000 } }",
+        1,
+        1,
+    );
+    let s = start(&repo);
+    let answers = in_order(
+        &s,
+        vec![
+            ("blocker", sleeping(500, json!({}))),
+            ("delayed", sleeping(0, json!({}))),
+            ("rejected", sleeping(0, json!({"priority": 1}))),
+        ],
+        GAP,
+    );
+    let by = |l: &str| answers.iter().find(|a| a.0 == l).unwrap().clone();
+    assert_eq!(by("rejected").1, 503, "{answers:?}");
+    assert_eq!(by("rejected").2["error"], "Request timeout expired");
+    assert_eq!(by("delayed").1, 200, "DELAY keeps the request: {answers:?}");
+    assert_eq!(by("delayed").2["outputs"][0]["data"], json!([0]));
+    // The rejection does not wait for the instance.
+    assert_eq!(labels(&answers)[0], "rejected");
+    let (_, st) = s.json("GET", "/v2/models/m/stats", Value::Null);
+    let inference = &st["model_stats"][0]["inference_stats"];
+    assert_eq!(inference["fail"]["count"], 1, "{st}");
+    assert_eq!(inference["success"]["count"], 2, "{st}");
+}
+
+#[test]
+fn the_timeout_parameter_only_lowers_an_overridable_default() {
+    for (policy, timeout, expect) in [
+        // Allowed and shorter: rejected.
+        (
+            "allow_timeout_override: true default_timeout_microseconds: 10000000",
+            50_000,
+            503,
+        ),
+        // Not allowed: the default (10 s) stands.
+        (
+            "allow_timeout_override: false default_timeout_microseconds: 10000000",
+            50_000,
+            200,
+        ),
+        // No default timeout: nothing to lower (Triton ignores it).
+        ("allow_timeout_override: true", 50_000, 200),
+    ] {
+        let repo = policy_repo(&format!("default_queue_policy {{ {policy} }}"), 1, 1);
+        let s = start(&repo);
+        let answers = in_order(
+            &s,
+            vec![
+                ("blocker", sleeping(300, json!({}))),
+                ("timed", sleeping(0, json!({"timeout": timeout}))),
+            ],
+            GAP,
+        );
+        let timed = answers.iter().find(|a| a.0 == "timed").unwrap();
+        assert_eq!(timed.1, expect, "{policy}: {answers:?}");
+        if expect == 503 {
+            assert_eq!(timed.2["error"], "Request timeout expired");
+        }
+    }
+}
+
+#[test]
+fn schedule_parameters_of_the_wrong_type_are_refused() {
+    let repo = policy_repo("", 1, 1);
+    let s = start(&repo);
+    for params in [
+        json!({"priority": -1}),
+        json!({"timeout": "soon"}),
+        json!({"priority": 1.5}),
+    ] {
+        let key = params.as_object().unwrap().keys().next().unwrap().clone();
+        let (status, out) = s.json("POST", "/v2/models/m/infer", sleeping(0, params));
+        assert_eq!(status, 400);
+        assert_eq!(
+            out["error"],
+            format!(
+                "Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+            )
+        );
+    }
+    let (_, meta) = s.json("GET", "/v2", Value::Null);
+    assert!(
+        meta["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("schedule_policy")),
+        "{meta}"
+    );
+}

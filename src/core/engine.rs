@@ -71,6 +71,7 @@ pub const EXTENSIONS: &[&str] = &[
     "system_shared_memory",
     "logging",
     "trace",
+    "schedule_policy",
 ];
 
 pub use crate::core::types::{ModelMetadata, TensorMetadata};
@@ -391,33 +392,59 @@ impl Engine {
             .pending
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let submitted = match &model.batcher {
-            Some(batcher) => batcher.submit(BatchRequest {
-                inputs,
-                outputs: names,
-                batch,
-                enqueued,
-                reply,
-                pending: std::sync::Arc::clone(&model.stats.pending),
-            }),
-            None => model.pool.submit(Work {
-                inputs,
-                outputs: names,
-                enqueued,
-                reply: Reply::Caller(reply),
-                pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
-            }),
+            Some(batcher) => batcher.submit(
+                BatchRequest {
+                    inputs,
+                    outputs: names,
+                    batch,
+                    enqueued,
+                    reply,
+                    pending: std::sync::Arc::clone(&model.stats.pending),
+                    priority: request.priority,
+                    timeout_us: request.timeout_us,
+                    deadline: None,
+                    seq: 0,
+                },
+                &request.id,
+            ),
+            None => model
+                .pool
+                .submit(Work {
+                    inputs,
+                    outputs: names,
+                    enqueued,
+                    reply: Reply::Caller(reply),
+                    pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
+                })
+                .map_err(|(e, _)| e),
         };
         if let Err(e) = submitted {
             model
                 .stats
                 .pending
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            model.stats.record_failure(start.elapsed());
+            model.stats.record_rejected(start.elapsed());
             return Err(e);
         }
-        let done = done_rx
-            .await
-            .map_err(|_| Error::internal("the model instance stopped before answering"))?;
+        // A caller that goes away while its request waits (a closed
+        // connection, a client timeout) counts as a canceled request.
+        let canceled = CancelGuard {
+            stats: &model.stats,
+            start,
+            armed: true,
+        };
+        let done = done_rx.await;
+        let mut canceled = canceled;
+        canceled.armed = false;
+        let done =
+            done.map_err(|_| Error::internal("the model instance stopped before answering"))?;
+        if done.rejected {
+            model.stats.record_rejected(start.elapsed());
+            return Err(done
+                .result
+                .err()
+                .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
+        }
         let execution = if model.batcher.is_some() {
             done.leader.then_some(done.executed_batch)
         } else {
@@ -457,6 +484,22 @@ impl Engine {
             id: request.id,
             outputs: tensors,
         })
+    }
+}
+
+/// Records a canceled request when dropped armed (the caller's future was
+/// dropped while the request waited).
+struct CancelGuard<'a> {
+    stats: &'a crate::core::stats::ModelStats,
+    start: Instant,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stats.record_canceled(self.start.elapsed());
+        }
     }
 }
 
@@ -501,7 +544,7 @@ fn dims_string(dims: &[i64]) -> String {
 }
 
 /// Triton's prefix for messages about a request (`LogRequest()`).
-fn request_prefix(id: &str) -> String {
+pub(crate) fn request_prefix(id: &str) -> String {
     format!(
         "[request id: {}] ",
         if id.is_empty() { "<id_unknown>" } else { id }
@@ -511,6 +554,12 @@ fn request_prefix(id: &str) -> String {
 /// Triton's request checks (`InferenceRequest::Normalize`), in Triton's
 /// order and with its messages. Returns the inputs in config order, the
 /// outputs to produce (all when none were requested) and the batch size.
+/// Checks a request's inputs as an inference request's are (warmup
+/// samples); returns them in config order.
+pub(crate) fn check_inputs(config: &ModelConfig, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    validate(config, "", inputs, &[]).map(|(inputs, _, _)| inputs)
+}
+
 fn validate(
     config: &ModelConfig,
     id: &str,

@@ -61,4 +61,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// An I/O error as `strerror` words it ("No such file or directory"),
+/// without Rust's "(os error N)" suffix.
+pub fn os_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

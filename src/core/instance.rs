@@ -49,7 +49,7 @@ impl Reply {
         matches!(self, Reply::Caller(tx) if tx.is_closed())
     }
 
-    fn send(self, done: Done) {
+    pub fn send(self, done: Done) {
         match self {
             Reply::Caller(tx) => {
                 let _ = tx.send(done);
@@ -71,6 +71,8 @@ pub struct Done {
     pub executed_batch: usize,
     /// Whether this request counts the execution (the first of its batch).
     pub leader: bool,
+    /// Refused before reaching an instance (a queue timeout).
+    pub rejected: bool,
 }
 
 /// How to create one instance (called on the instance's own thread).
@@ -121,20 +123,23 @@ impl InstancePool {
         Ok(pool)
     }
 
-    /// Queues work for the next free instance.
-    pub fn submit(&self, work: Work) -> Result<()> {
-        let tx = self
-            .work_tx
-            .as_ref()
-            .ok_or_else(|| Error::unavailable(format!("model '{}' is unloading", self.label)))?;
+    /// Queues work for the next free instance; refused work comes back
+    /// with the reason.
+    #[allow(clippy::result_large_err)] // the work comes back whole, by design
+    pub fn submit(&self, work: Work) -> std::result::Result<(), (Error, Work)> {
+        let unloading = || Error::unavailable(format!("model '{}' is unloading", self.label));
+        let Some(tx) = self.work_tx.as_ref() else {
+            return Err((unloading(), work));
+        };
         tx.try_send(work).map_err(|e| match e {
-            TrySendError::Full(_) => Error::unavailable(format!(
-                "inference request queue of model '{}' is full",
-                self.label
-            )),
-            TrySendError::Disconnected(_) => {
-                Error::unavailable(format!("model '{}' is unloading", self.label))
-            }
+            TrySendError::Full(work) => (
+                Error::unavailable(format!(
+                    "inference request queue of model '{}' is full",
+                    self.label
+                )),
+                work,
+            ),
+            TrySendError::Disconnected(work) => (unloading(), work),
         })
     }
 }
@@ -200,6 +205,7 @@ fn run_instance(
             compute: taken.elapsed(),
             executed_batch,
             leader: true,
+            rejected: false,
         };
         work.reply.send(done);
     }

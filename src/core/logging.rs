@@ -109,3 +109,10 @@ pub fn log(level: char, message: &str) {
         eprintln!("{level} trtis] {message}");
     }
 }
+
+/// Prints a verbose (level 1) log line when `--log-verbose` is on.
+pub fn verbose(message: &str) {
+    if enabled('V', 1) {
+        eprintln!("V trtis] {message}");
+    }
+}

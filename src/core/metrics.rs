@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
 use crate::core::repository::LoadedModel;
+use crate::core::stats::{Histogram, BUCKETS_US};
 
 /// (name, type, help, value of a model) for the per-model families.
 type Family = (
@@ -26,6 +27,28 @@ const FAMILIES: &[Family] = &[
     ("nv_inference_compute_input_duration_us", "counter", "Cumulative compute input duration in microseconds (does not include cached requests)", |m| m.stats.compute_input.get().1 as f64 / 1000.0),
     ("nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration in microseconds (does not include cached requests)", |m| m.stats.compute_infer.get().1 as f64 / 1000.0),
     ("nv_inference_compute_output_duration_us", "counter", "Cumulative inference compute output duration in microseconds (does not include cached requests)", |m| m.stats.compute_output.get().1 as f64 / 1000.0),
+];
+
+/// Latency histograms per model (beyond Triton, which has cumulative
+/// counters only): buckets can be summed across replicas for percentiles.
+type HistogramFamily = (&'static str, &'static str, fn(&LoadedModel) -> &Histogram);
+
+const HISTOGRAMS: &[HistogramFamily] = &[
+    (
+        "trtis_inference_request_duration_us",
+        "Distribution of successful inference request durations in microseconds",
+        |m| &m.stats.request_histogram,
+    ),
+    (
+        "trtis_inference_queue_duration_us",
+        "Distribution of queuing durations of successful requests in microseconds",
+        |m| &m.stats.queue_histogram,
+    ),
+    (
+        "trtis_inference_compute_infer_duration_us",
+        "Distribution of compute inference durations of successful requests in microseconds",
+        |m| &m.stats.compute_histogram,
+    ),
 ];
 
 /// Label values are escaped as the text format requires.
@@ -104,8 +127,20 @@ pub fn render(models: &[std::sync::Arc<LoadedModel>]) -> String {
     let _ = writeln!(out, "# TYPE nv_inference_request_failure counter");
     for m in models {
         let backend = m.stats.fail_backend.load(Relaxed);
-        let other = m.stats.fail.get().0.saturating_sub(backend);
-        for (reason, value) in [("BACKEND", backend), ("OTHER", other)] {
+        let rejected = m.stats.fail_rejected.load(Relaxed);
+        let canceled = m.stats.fail_canceled.load(Relaxed);
+        let other = m
+            .stats
+            .fail
+            .get()
+            .0
+            .saturating_sub(backend + rejected + canceled);
+        for (reason, value) in [
+            ("REJECTED", rejected),
+            ("CANCELED", canceled),
+            ("BACKEND", backend),
+            ("OTHER", other),
+        ] {
             let _ = writeln!(
                 out,
                 "nv_inference_request_failure{{{}}} {value}",
@@ -118,6 +153,86 @@ pub fn render(models: &[std::sync::Arc<LoadedModel>]) -> String {
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for m in models {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(m, &[]), value(m));
+        }
+    }
+    for (name, help, pick) in HISTOGRAMS {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for m in models {
+            let (counts, sum_ns) = pick(m).cumulative();
+            for (i, count) in counts.iter().enumerate() {
+                let le = BUCKETS_US
+                    .get(i)
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| "+Inf".to_string());
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{{}}} {count}",
+                    labels(m, &[("le", &le)])
+                );
+            }
+            let l = labels(m, &[]);
+            let _ = writeln!(out, "{name}_sum{{{l}}} {}", sum_ns as f64 / 1000.0);
+            let _ = writeln!(
+                out,
+                "{name}_count{{{l}}} {}",
+                counts.last().copied().unwrap_or(0)
+            );
+        }
+    }
+    let gpus = crate::core::device::gpu_readings();
+    if !gpus.is_empty() {
+        type Gpu = crate::core::device::GpuReading;
+        type GpuFamily = (&'static str, &'static str, &'static str, fn(&Gpu) -> f64);
+        let families: [GpuFamily; 6] = [
+            (
+                "nv_gpu_utilization",
+                "gauge",
+                "GPU utilization rate [0.0 - 1.0)",
+                |g| g.utilization,
+            ),
+            (
+                "nv_gpu_memory_total_bytes",
+                "gauge",
+                "GPU total memory, in bytes",
+                |g| g.memory_total as f64,
+            ),
+            (
+                "nv_gpu_memory_used_bytes",
+                "gauge",
+                "GPU used memory, in bytes",
+                |g| g.memory_used as f64,
+            ),
+            (
+                "nv_gpu_power_usage",
+                "gauge",
+                "GPU power usage in watts",
+                |g| g.power_usage,
+            ),
+            (
+                "nv_gpu_power_limit",
+                "gauge",
+                "GPU power management limit in watts",
+                |g| g.power_limit,
+            ),
+            (
+                "nv_energy_consumption",
+                "counter",
+                "GPU energy consumption in joules since the Triton Server started",
+                |g| g.energy,
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for g in &gpus {
+                let _ = writeln!(
+                    out,
+                    "{name}{{gpu_uuid=\"{}\"}} {}",
+                    escape(&g.uuid),
+                    value(g)
+                );
+            }
         }
     }
     let (total, used) = memory();

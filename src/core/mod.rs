@@ -18,6 +18,7 @@ pub mod shm;
 pub mod stats;
 pub mod trace;
 pub mod types;
+pub mod warmup;
 
 pub use engine::{Engine, ServerConfig};
 pub use error::{Error, ErrorKind};

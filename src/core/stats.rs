@@ -22,6 +22,45 @@ impl Duration64 {
     }
 }
 
+/// Upper bounds (µs) of the latency histograms' buckets: 100 µs to 10 s,
+/// about three per decade, plus +Inf.
+pub const BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// A latency histogram with Prometheus' cumulative buckets, lock-free.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative); the last one is +Inf.
+    counts: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let us = d.as_micros() as u64;
+        let i = BUCKETS_US.partition_point(|&b| b < us);
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
+
+    /// Cumulative counts per bucket (the last is +Inf, the total), and the
+    /// sum in nanoseconds.
+    pub fn cumulative(&self) -> (Vec<u64>, u64) {
+        let mut total = 0;
+        let counts = self
+            .counts
+            .iter()
+            .map(|c| {
+                total += c.load(Relaxed);
+                total
+            })
+            .collect();
+        (counts, self.sum_ns.load(Relaxed))
+    }
+}
+
 /// The statistics of one model version.
 #[derive(Debug, Default)]
 pub struct ModelStats {
@@ -39,10 +78,19 @@ pub struct ModelStats {
     pub last_inference: AtomicU64,
     /// Executions per batch size (index = batch size, up to 64).
     pub batch: BatchStats,
-    /// Failures in the backend (the rest of `fail` were refused requests).
+    /// Failures by reason (Triton's `reason` label): in the backend,
+    /// refused by the queue (full, or timed out), canceled by the caller;
+    /// the rest of `fail` are invalid requests (OTHER).
     pub fail_backend: AtomicU64,
+    pub fail_rejected: AtomicU64,
+    pub fail_canceled: AtomicU64,
     /// Requests accepted and not yet taken by an instance (queued).
     pub pending: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Latency distributions of successful requests: end to end, in the
+    /// queue, in the backend.
+    pub request_histogram: Histogram,
+    pub queue_histogram: Histogram,
+    pub compute_histogram: Histogram,
 }
 
 /// Compute durations by batch size.
@@ -60,7 +108,6 @@ impl Default for BatchStats {
 }
 
 impl ModelStats {
-    /// Records a successful execution of `batch` elements.
     /// Records a successful request of `batch` elements; `execution` is
     /// the executed batch size when this request counts the execution (the
     /// first request of a dynamic batch, or any request run alone).
@@ -73,6 +120,9 @@ impl ModelStats {
         compute: Duration,
     ) {
         self.success.add(total);
+        self.request_histogram.observe(total);
+        self.queue_histogram.observe(queue);
+        self.compute_histogram.observe(compute);
         self.queue.add(queue);
         self.compute_input.add(Duration::ZERO);
         self.compute_infer.add(compute);
@@ -95,6 +145,18 @@ impl ModelStats {
     /// A failure in the backend (after the request was accepted).
     pub fn record_backend_failure(&self, total: Duration) {
         self.fail_backend.fetch_add(1, Relaxed);
+        self.record_failure(total);
+    }
+
+    /// A request the queue refused: full, or its timeout expired.
+    pub fn record_rejected(&self, total: Duration) {
+        self.fail_rejected.fetch_add(1, Relaxed);
+        self.record_failure(total);
+    }
+
+    /// A request whose caller went away before its answer.
+    pub fn record_canceled(&self, total: Duration) {
+        self.fail_canceled.fetch_add(1, Relaxed);
         self.record_failure(total);
     }
 
@@ -146,5 +208,25 @@ impl ModelStats {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_bounds_inclusive() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(100));
+        h.observe(Duration::from_micros(101));
+        h.observe(Duration::from_secs(60));
+        let (counts, sum) = h.cumulative();
+        assert_eq!(counts.len(), BUCKETS_US.len() + 1);
+        assert_eq!(counts[0], 1, "le=100 holds 100 µs");
+        assert_eq!(counts[1], 2);
+        assert_eq!(counts[BUCKETS_US.len() - 1], 2);
+        assert_eq!(counts[BUCKETS_US.len()], 3, "+Inf is the total");
+        assert_eq!(sum, 60_000_201_000);
     }
 }

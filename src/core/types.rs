@@ -196,6 +196,10 @@ pub struct InferRequest {
     pub shm_inputs: Vec<(usize, ShmRef)>,
     /// Empty: every output of the model.
     pub outputs: Vec<RequestedOutput>,
+    /// The schedule policy parameters: `priority` (0: the model's default
+    /// level) and `timeout` in microseconds (0: the model's default).
+    pub priority: u64,
+    pub timeout_us: u64,
 }
 
 /// The engine's answer.

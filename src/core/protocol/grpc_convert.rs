@@ -104,12 +104,45 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
             shm,
         });
     }
+    let (priority, timeout_us) = schedule_params(&req.parameters)?;
     Ok(InferRequest {
         id: req.id,
         inputs,
         shm_inputs,
         outputs,
+        priority,
+        timeout_us,
     })
+}
+
+/// The schedule policy extension's request parameters with Triton's
+/// checks: `priority` as `int64_param` (not negative) or `uint64_param`,
+/// `timeout` as `int64_param`.
+fn schedule_params(
+    params: &std::collections::HashMap<String, InferParameter>,
+) -> Result<(u64, u64)> {
+    let choice = |key: &str| params.get(key).and_then(|p| p.parameter_choice.as_ref());
+    let priority = match choice("priority") {
+        None => 0,
+        Some(ParameterChoice::Int64Param(v)) if *v < 0 => {
+            return Err(bad("invalid value for 'priority', expected value >= 0."))
+        }
+        Some(ParameterChoice::Int64Param(v)) => *v as u64,
+        Some(ParameterChoice::Uint64Param(v)) => *v,
+        Some(_) => return Err(bad(
+            "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+        )),
+    };
+    let timeout = match choice("timeout") {
+        None => 0,
+        Some(ParameterChoice::Int64Param(v)) => *v as u64,
+        Some(_) => {
+            return Err(bad(
+                "invalid value type for 'timeout' parameter, expected int64_param.",
+            ))
+        }
+    };
+    Ok((priority, timeout))
 }
 
 /// The shared memory parameters of a tensor, if it names a region, with

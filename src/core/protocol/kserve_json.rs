@@ -68,6 +68,7 @@ pub fn parse_request(
         Some(_) => return Err(bad("'id' must be a string")),
     };
     let mut format = OutputFormat::default();
+    let (mut priority, mut timeout_us) = (0, 0);
     if let Some(params) = obj.get("parameters") {
         let params = params
             .as_object()
@@ -76,6 +77,15 @@ pub fn parse_request(
             format.binary_default = v
                 .as_bool()
                 .ok_or_else(|| bad("'binary_data_output' must be a boolean"))?;
+        }
+        for (key, slot) in [("priority", &mut priority), ("timeout", &mut timeout_us)] {
+            if let Some(v) = params.get(key) {
+                *slot = v.as_u64().ok_or_else(|| {
+                    bad(format!(
+                        "Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+                    ))
+                })?;
+            }
         }
     }
     let inputs_json = obj
@@ -153,6 +163,8 @@ pub fn parse_request(
             inputs,
             shm_inputs,
             outputs,
+            priority,
+            timeout_us,
         },
         format,
     ))
@@ -439,8 +451,7 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
             shape,
             data,
         }],
-        shm_inputs: Vec::new(),
-        outputs: Vec::new(),
+        ..InferRequest::default()
     };
     let format = OutputFormat {
         binary_default: true,

@@ -303,6 +303,7 @@ impl ModelManager {
         labels: &BTreeMap<String, Vec<String>>,
     ) -> Result<LoadedModel> {
         let version_dir = model_dir.join(version.to_string());
+        let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
         let mut loaders: Vec<Loader> = Vec::new();
         for group in &config.instance_group {
             for i in 0..group.count.max(1) {
@@ -310,13 +311,21 @@ impl ModelManager {
                 let model_dir = model_dir.to_path_buf();
                 let version_dir = version_dir.clone();
                 let instance_name = format!("{}_{}", group.name, i);
+                let samples = Arc::clone(&samples);
                 loaders.push(Box::new(move || {
-                    load_instance(&LoadContext {
+                    let mut instance = load_instance(&LoadContext {
                         config: &ctx_config,
                         model_dir: &model_dir,
                         version_dir,
-                        instance_name,
-                    })
+                        instance_name: instance_name.clone(),
+                    })?;
+                    crate::core::warmup::run(
+                        &ctx_config,
+                        instance.as_mut(),
+                        &instance_name,
+                        &samples,
+                    )?;
+                    Ok(instance)
                 }));
             }
         }

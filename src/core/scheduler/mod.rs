@@ -1,0 +1,497 @@
+//! The dynamic batcher (`dynamic_batching` in the config): requests of a
+//! model version wait in one queue (`queue`: priority levels, queue
+//! policies and the batching decision) and are combined into batches along
+//! the first dimension when an instance is free.
+//!
+//! A batch forms only when an instance can take it, so batches grow under
+//! load. The batcher runs on its own thread, waiting on one condition
+//! variable for new requests, free instances, the batch's queue delay and
+//! the next queue timeout; callers submit under the same lock, so a full
+//! queue refuses a request at once. Requests whose callers went away are
+//! dropped before batching. A batch executes on the instance threads,
+//! which split the outputs among its requests; with `preserve_ordering`
+//! the answers are released in arrival order.
+
+pub mod queue;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::core::error::{Error, Result};
+use crate::core::instance::{Done, InstancePool, Reply, Work};
+use crate::core::types::Tensor;
+
+use queue::Queue;
+pub use queue::{decide, BatchConfig, Decision, QueuePolicy, Request, TimeoutAction};
+
+/// The most requests waiting in one batcher, whatever the policies say.
+const HARD_LIMIT_MESSAGE: &str = "inference request queue is full";
+
+/// What the submitters and the batcher thread share, under one lock.
+struct State {
+    queue: Queue,
+    /// Instances free to take a batch.
+    free: usize,
+    /// False once the batcher is shutting down.
+    open: bool,
+    next_seq: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+    config: BatchConfig,
+    capacity: usize,
+    delivery: Delivery,
+}
+
+/// How answers reach the callers: at once, or in arrival order.
+enum Delivery {
+    Direct,
+    Ordered(Mutex<Ordered>),
+}
+
+#[derive(Default)]
+struct Ordered {
+    /// The next sequence number to release.
+    next: u64,
+    /// Answers waiting for earlier ones (`None`: nothing to send).
+    ready: BTreeMap<u64, Option<(oneshot::Sender<Done>, Done)>>,
+}
+
+impl Delivery {
+    fn deliver(&self, seq: u64, answer: Option<(oneshot::Sender<Done>, Done)>) {
+        match self {
+            Delivery::Direct => {
+                if let Some((tx, done)) = answer {
+                    let _ = tx.send(done);
+                }
+            }
+            Delivery::Ordered(ordered) => {
+                let mut o = ordered.lock().unwrap();
+                o.ready.insert(seq, answer);
+                loop {
+                    let next = o.next;
+                    let Some(answer) = o.ready.remove(&next) else {
+                        break;
+                    };
+                    o.next += 1;
+                    if let Some((tx, done)) = answer {
+                        let _ = tx.send(done);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The batcher of one model version.
+pub struct DynamicBatcher {
+    shared: Arc<Shared>,
+    /// Joined on drop.
+    thread: Option<JoinHandle<()>>,
+    label: String,
+}
+
+impl DynamicBatcher {
+    pub fn start(
+        label: &str,
+        config: BatchConfig,
+        pool: Arc<InstancePool>,
+        instances: usize,
+        capacity: usize,
+    ) -> Result<Self> {
+        let delivery = if config.preserve_ordering {
+            Delivery::Ordered(Mutex::default())
+        } else {
+            Delivery::Direct
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: Queue::new(&config),
+                free: instances.max(1),
+                open: true,
+                next_seq: 0,
+            }),
+            cv: Condvar::new(),
+            config,
+            capacity: capacity.max(1),
+            delivery,
+        });
+        let name: String = format!("trtis:batch:{label}").chars().take(15).collect();
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run_batcher(thread_shared, pool))
+            .map_err(|e| Error::internal(format!("failed to start the batcher thread: {e}")))?;
+        Ok(DynamicBatcher {
+            shared,
+            thread: Some(thread),
+            label: label.to_string(),
+        })
+    }
+
+    /// Queues a request, or refuses it at once (unloading, or its
+    /// priority level's queue is full). `id` is the request's id, for
+    /// Triton's message prefix.
+    pub fn submit(&self, request: Request, id: &str) -> Result<()> {
+        let mut state = self.shared.state.lock().unwrap();
+        if !state.open {
+            return Err(Error::unavailable(format!(
+                "model '{}' is unloading",
+                self.label
+            )));
+        }
+        if state.queue.len() >= self.shared.capacity {
+            return Err(Error::unavailable(format!(
+                "{HARD_LIMIT_MESSAGE} for model '{}'",
+                self.label
+            )));
+        }
+        let mut request = request;
+        request.seq = state.next_seq;
+        state
+            .queue
+            .push(&self.shared.config, request)
+            .map_err(|(e, _)| {
+                Error::new(
+                    e.kind,
+                    format!("{}{}", crate::core::engine::request_prefix(id), e.message),
+                )
+            })?;
+        state.next_seq += 1;
+        drop(state);
+        self.shared.cv.notify_all();
+        Ok(())
+    }
+}
+
+impl Drop for DynamicBatcher {
+    fn drop(&mut self) {
+        self.shared.state.lock().unwrap().open = false;
+        self.shared.cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Fails a request that never reached an instance.
+fn fail(shared: &Shared, r: Request, error: Error) {
+    r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    let done = Done {
+        result: Err(error),
+        queue: r.enqueued.elapsed(),
+        compute: Duration::ZERO,
+        executed_batch: 0,
+        leader: false,
+        rejected: true,
+    };
+    shared.delivery.deliver(r.seq, Some((r.reply, done)));
+}
+
+fn run_batcher(shared: Arc<Shared>, pool: Arc<InstancePool>) {
+    let config = &shared.config;
+    let mut state = shared.state.lock().unwrap();
+    loop {
+        let now = Instant::now();
+        for r in state.queue.remove_abandoned() {
+            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            shared.delivery.deliver(r.seq, None);
+        }
+        for r in state.queue.expire(now) {
+            fail(&shared, r, Error::unavailable("Request timeout expired"));
+        }
+        if state.queue.is_empty() {
+            if !state.open {
+                return;
+            }
+            state = shared.cv.wait(state).unwrap();
+            continue;
+        }
+        let mut wake = state.queue.next_timeout();
+        if state.free > 0 {
+            let n = match decide(&state.queue, config, now) {
+                Decision::Send(n) => Some(n),
+                // Shutting down: send what is there without waiting.
+                Decision::Wait(_) if !state.open => Some(state.queue.len()),
+                Decision::Wait(at) => {
+                    wake = Some(wake.map_or(at, |w| w.min(at)));
+                    None
+                }
+            };
+            if let Some(n) = n {
+                state.free -= 1;
+                let batch = state.queue.pop(n.max(1));
+                drop(state);
+                dispatch(batch, &pool, &shared);
+                state = shared.state.lock().unwrap();
+                continue;
+            }
+        }
+        state = match wake {
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                shared.cv.wait_timeout(state, wait).unwrap().0
+            }
+            None => shared.cv.wait(state).unwrap(),
+        };
+    }
+}
+
+/// Concatenates a batch's inputs along dim 0; ragged inputs go to the
+/// backend flattened, as one dimension of all their elements, whatever
+/// their shapes (as Triton's framework backends present them).
+fn concat_inputs(batch: &[Request], total: usize, ragged: &[bool]) -> Vec<Tensor> {
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(batch[0].inputs.len());
+    for (i, t) in batch[0].inputs.iter().enumerate() {
+        let data: Vec<u8> = if batch.len() == 1 {
+            t.data.clone()
+        } else {
+            let mut data = Vec::with_capacity(batch.iter().map(|r| r.inputs[i].data.len()).sum());
+            for r in batch {
+                data.extend_from_slice(&r.inputs[i].data);
+            }
+            data
+        };
+        let shape = if !ragged.get(i).copied().unwrap_or(false) {
+            let mut shape = t.shape.clone();
+            shape[0] = total as i64;
+            shape
+        } else {
+            let elements: i64 = batch
+                .iter()
+                .map(|r| r.inputs[i].shape.iter().product::<i64>())
+                .sum();
+            vec![elements]
+        };
+        inputs.push(Tensor {
+            name: t.name.clone(),
+            datatype: t.datatype,
+            shape,
+            data,
+        });
+    }
+    inputs
+}
+
+/// Runs a batch on the next instance and splits the outputs.
+fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
+    let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
+    let total: usize = sizes.iter().sum();
+    let first_enqueued = batch
+        .iter()
+        .map(|r| r.enqueued)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let outputs = batch[0].outputs.clone();
+    let inputs = concat_inputs(&batch, total, &shared.config.ragged);
+    for r in &batch {
+        r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let waiting: Vec<(oneshot::Sender<Done>, Instant, u64)> = batch
+        .into_iter()
+        .map(|r| (r.reply, r.enqueued, r.seq))
+        .collect();
+    let finish_shared = Arc::clone(shared);
+    let finish = move |done: Done| {
+        let taken = Instant::now() - done.compute;
+        let parts = match done.result {
+            Ok(tensors) => split(&tensors, &sizes),
+            Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
+        };
+        for (i, ((reply, enqueued, seq), part)) in waiting.into_iter().zip(parts).enumerate() {
+            let answer = Done {
+                result: part,
+                queue: taken.saturating_duration_since(enqueued),
+                compute: done.compute,
+                executed_batch: total,
+                leader: i == 0,
+                rejected: false,
+            };
+            finish_shared.delivery.deliver(seq, Some((reply, answer)));
+        }
+        finish_shared.state.lock().unwrap().free += 1;
+        finish_shared.cv.notify_all();
+    };
+    let work = Work {
+        inputs,
+        outputs,
+        enqueued: first_enqueued,
+        reply: Reply::Callback(Box::new(finish)),
+        pending: None,
+    };
+    if let Err((e, work)) = pool.submit(work) {
+        // The pool refused (it is stopping): the batch fails with the reason.
+        work.reply.send(Done {
+            result: Err(e),
+            queue: Duration::ZERO,
+            compute: Duration::ZERO,
+            executed_batch: total,
+            leader: false,
+            rejected: false,
+        });
+    }
+}
+
+/// Splits batched outputs along dim 0 into the requests' parts.
+fn split(tensors: &[Tensor], sizes: &[usize]) -> Vec<Result<Vec<Tensor>>> {
+    let total: usize = sizes.iter().sum();
+    let mut parts: Vec<Result<Vec<Tensor>>> = sizes.iter().map(|_| Ok(Vec::new())).collect();
+    for t in tensors {
+        let rows = t.shape.first().copied().unwrap_or(0) as usize;
+        if rows != total {
+            let e = Error::internal(format!(
+                "output '{}' has {rows} rows for a batch of {total}",
+                t.name
+            ));
+            return sizes.iter().map(|_| Err(e.clone())).collect();
+        }
+        let pieces: Vec<Vec<u8>> = match t.datatype.size() {
+            Some(_) => {
+                let row = t.data.len().checked_div(total).unwrap_or(0);
+                let mut at = 0;
+                sizes
+                    .iter()
+                    .map(|&n| {
+                        let piece = t.data[at..at + n * row].to_vec();
+                        at += n * row;
+                        piece
+                    })
+                    .collect()
+            }
+            None => {
+                let elements = Tensor::bytes_elements(&t.data).unwrap_or_default();
+                let per_row = elements.len().checked_div(total).unwrap_or(0);
+                let mut at = 0;
+                sizes
+                    .iter()
+                    .map(|&n| {
+                        let piece =
+                            Tensor::serialize_bytes(elements[at..at + n * per_row].iter().copied());
+                        at += n * per_row;
+                        piece
+                    })
+                    .collect()
+            }
+        };
+        for ((part, piece), &n) in parts.iter_mut().zip(pieces).zip(sizes) {
+            if let Ok(list) = part {
+                let mut shape = t.shape.clone();
+                shape[0] = n as i64;
+                list.push(Tensor {
+                    name: t.name.clone(),
+                    datatype: t.datatype,
+                    shape,
+                    data: piece,
+                });
+            }
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::types::DataType;
+
+    fn done(n: i32) -> Done {
+        Done {
+            result: Ok(vec![Tensor {
+                name: "OUT".into(),
+                datatype: DataType::Int32,
+                shape: vec![1],
+                data: n.to_le_bytes().to_vec(),
+            }]),
+            queue: Duration::ZERO,
+            compute: Duration::ZERO,
+            executed_batch: 1,
+            leader: true,
+            rejected: false,
+        }
+    }
+
+    #[test]
+    fn ordered_delivery_waits_for_earlier_answers_and_skips_gone_ones() {
+        let d = Delivery::Ordered(Mutex::default());
+        let (tx0, mut rx0) = oneshot::channel();
+        let (tx2, mut rx2) = oneshot::channel();
+        let (tx3, mut rx3) = oneshot::channel();
+        d.deliver(2, Some((tx2, done(2))));
+        d.deliver(3, Some((tx3, done(3))));
+        assert!(rx2.try_recv().is_err(), "2 waits for 0 and 1");
+        d.deliver(0, Some((tx0, done(0))));
+        assert!(rx0.try_recv().is_ok());
+        assert!(rx2.try_recv().is_err(), "2 still waits for 1");
+        d.deliver(1, None); // 1's caller went away
+        assert!(rx2.try_recv().is_ok());
+        assert!(rx3.try_recv().is_ok());
+    }
+
+    #[test]
+    fn ragged_inputs_are_flattened() {
+        let input = |width: usize| {
+            let (reply, rx) = oneshot::channel();
+            std::mem::forget(rx);
+            Request {
+                inputs: vec![Tensor {
+                    name: "IN".into(),
+                    datatype: DataType::Int32,
+                    shape: vec![1, width as i64],
+                    data: vec![7; width * 4],
+                }],
+                outputs: vec![],
+                batch: 1,
+                enqueued: Instant::now(),
+                reply,
+                pending: Default::default(),
+                priority: 0,
+                timeout_us: 0,
+                deadline: None,
+                seq: 0,
+            }
+        };
+        let batch = [input(2), input(3)];
+        let t = &concat_inputs(&batch, 2, &[true])[0];
+        assert_eq!(t.shape, vec![5]);
+        assert_eq!(t.data.len(), 20);
+        let same = [input(2), input(2)];
+        assert_eq!(concat_inputs(&same, 2, &[true])[0].shape, vec![4]);
+        assert_eq!(concat_inputs(&same, 2, &[false])[0].shape, vec![2, 2]);
+    }
+
+    #[test]
+    fn split_gives_each_request_its_rows() {
+        let t = Tensor {
+            name: "OUT".into(),
+            datatype: DataType::Int32,
+            shape: vec![3, 2],
+            data: (0..6i32).flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let parts = split(&[t], &[1, 2]);
+        let a = parts[0].as_ref().unwrap();
+        let b = parts[1].as_ref().unwrap();
+        assert_eq!(a[0].shape, vec![1, 2]);
+        assert_eq!(b[0].shape, vec![2, 2]);
+        assert_eq!(
+            b[0].data,
+            (2..6i32).flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()
+        );
+        let strings = Tensor {
+            name: "S".into(),
+            datatype: DataType::Bytes,
+            shape: vec![2, 1],
+            data: Tensor::serialize_bytes([b"a".as_slice(), b"bc".as_slice()]),
+        };
+        let parts = split(&[strings], &[1, 1]);
+        assert_eq!(
+            parts[1].as_ref().unwrap()[0].data,
+            Tensor::serialize_bytes([b"bc".as_slice()])
+        );
+    }
+}

@@ -1,0 +1,729 @@
+//! The dynamic batcher's queue and its batching decision, kept free of
+//! threads and clocks so both are unit-tested as pure functions of
+//! (queue, now).
+//!
+//! The queue has one level per priority (`priority_levels`, 1 the
+//! highest; one level when priorities are not configured), each with its
+//! own `ModelQueuePolicy`: a maximum size, a default timeout, whether a
+//! request may lower it, and what happens to a request whose timeout
+//! expires in the queue (REJECT: it fails; DELAY: it moves behind the
+//! level's requests that have not timed out). Batches are taken in
+//! priority order: level 1's requests, then its delayed ones, then
+//! level 2's, and so on.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::config::pb::model_queue_policy::TimeoutAction as PbTimeoutAction;
+use crate::core::config::pb::ModelQueuePolicy;
+use crate::core::config::ModelConfig;
+use crate::core::error::Error;
+use crate::core::instance::Done;
+use crate::core::types::Tensor;
+
+/// What happens to a request whose queue timeout expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    Reject,
+    Delay,
+}
+
+/// One priority level's `ModelQueuePolicy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePolicy {
+    pub action: TimeoutAction,
+    /// Zero: no timeout.
+    pub default_timeout: Duration,
+    pub allow_override: bool,
+    /// Zero: unbounded.
+    pub max_queue_size: usize,
+}
+
+impl Default for QueuePolicy {
+    fn default() -> Self {
+        QueuePolicy {
+            action: TimeoutAction::Reject,
+            default_timeout: Duration::ZERO,
+            allow_override: false,
+            max_queue_size: 0,
+        }
+    }
+}
+
+impl QueuePolicy {
+    fn from_pb(p: &ModelQueuePolicy) -> Self {
+        QueuePolicy {
+            action: if p.timeout_action == PbTimeoutAction::Delay as i32 {
+                TimeoutAction::Delay
+            } else {
+                TimeoutAction::Reject
+            },
+            default_timeout: Duration::from_micros(p.default_timeout_microseconds),
+            allow_override: p.allow_timeout_override,
+            max_queue_size: p.max_queue_size as usize,
+        }
+    }
+
+    /// The queue timeout of a request that asked for `requested_us` (0:
+    /// nothing asked): the default, or the request's when the policy
+    /// allows overriding and it is shorter. As in Triton, a request cannot
+    /// set a timeout where the policy has none.
+    pub fn timeout(&self, requested_us: u64) -> Option<Duration> {
+        let mut timeout = self.default_timeout;
+        if self.allow_override && requested_us != 0 {
+            let requested = Duration::from_micros(requested_us);
+            if requested < timeout {
+                timeout = requested;
+            }
+        }
+        (!timeout.is_zero()).then_some(timeout)
+    }
+}
+
+/// The batching settings of a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchConfig {
+    pub max_batch_size: usize,
+    /// Ascending.
+    pub preferred: Vec<usize>,
+    pub max_queue_delay: Duration,
+    pub preserve_ordering: bool,
+    /// One policy per priority level (index 0 is level 1).
+    pub levels: Vec<QueuePolicy>,
+    /// The level of requests without a (valid) priority, 1-based.
+    pub default_level: usize,
+    /// Per input, in config order: `allow_ragged_batch`.
+    pub ragged: Vec<bool>,
+}
+
+impl BatchConfig {
+    /// The settings, when the model has dynamic batching and batches.
+    pub fn from_config(c: &ModelConfig) -> Option<Self> {
+        let Some(SchedulingChoice::DynamicBatching(db)) = &c.scheduling_choice else {
+            return None;
+        };
+        if c.max_batch_size <= 0 {
+            return None;
+        }
+        let mut preferred: Vec<usize> = db
+            .preferred_batch_size
+            .iter()
+            .filter(|&&p| p > 0)
+            .map(|&p| p as usize)
+            .collect();
+        preferred.sort_unstable();
+        preferred.dedup();
+        let default_policy = db
+            .default_queue_policy
+            .as_ref()
+            .map(QueuePolicy::from_pb)
+            .unwrap_or_default();
+        let count = db.priority_levels.max(1) as usize;
+        let levels = (1..=count as u64)
+            .map(|level| {
+                db.priority_queue_policy
+                    .get(&level)
+                    .map(QueuePolicy::from_pb)
+                    .unwrap_or_else(|| default_policy.clone())
+            })
+            .collect();
+        let default_level = match db.default_priority_level as usize {
+            l if l >= 1 && l <= count => l,
+            _ => 1,
+        };
+        Some(BatchConfig {
+            max_batch_size: c.max_batch_size as usize,
+            preferred,
+            max_queue_delay: Duration::from_micros(db.max_queue_delay_microseconds),
+            preserve_ordering: db.preserve_ordering,
+            levels,
+            default_level,
+            ragged: c.input.iter().map(|i| i.allow_ragged_batch).collect(),
+        })
+    }
+
+    /// The queue index (0-based) of a request's `priority` parameter: 0,
+    /// or a level the model does not have, is the default level.
+    pub fn level_of(&self, priority: u64) -> usize {
+        match priority as usize {
+            p if p >= 1 && p <= self.levels.len() => p - 1,
+            _ => self.default_level - 1,
+        }
+    }
+}
+
+/// One request waiting to be batched.
+pub struct Request {
+    /// Inputs in config order, each with the request's batch as dim 0.
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<String>,
+    /// The request's own batch size.
+    pub batch: usize,
+    pub enqueued: Instant,
+    pub reply: oneshot::Sender<Done>,
+    /// The model's pending-request gauge (decremented when dispatched).
+    pub pending: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// The `priority` parameter (0: none).
+    pub priority: u64,
+    /// The `timeout` parameter in microseconds (0: none).
+    pub timeout_us: u64,
+    /// Set by the queue: when the request times out.
+    pub deadline: Option<Instant>,
+    /// Set by the batcher: arrival order, for `preserve_ordering`.
+    pub seq: u64,
+}
+
+impl Request {
+    /// Whether the caller stopped waiting.
+    pub fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+}
+
+struct Level {
+    policy: QueuePolicy,
+    main: VecDeque<Request>,
+    /// Requests whose timeout expired under DELAY.
+    delayed: VecDeque<Request>,
+}
+
+impl Level {
+    fn len(&self) -> usize {
+        self.main.len() + self.delayed.len()
+    }
+}
+
+/// The queue of one model version's dynamic batcher.
+pub struct Queue {
+    levels: Vec<Level>,
+}
+
+impl Queue {
+    pub fn new(config: &BatchConfig) -> Self {
+        Queue {
+            levels: config
+                .levels
+                .iter()
+                .map(|p| Level {
+                    policy: p.clone(),
+                    main: VecDeque::new(),
+                    delayed: VecDeque::new(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.levels.iter().map(Level::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.levels.iter().all(|l| l.len() == 0)
+    }
+
+    /// Queues a request at its level, setting its timeout. A full level
+    /// refuses it (Triton's "Exceeds maximum queue size").
+    #[allow(clippy::result_large_err)] // the request comes back whole, by design
+    pub fn push(
+        &mut self,
+        config: &BatchConfig,
+        mut request: Request,
+    ) -> Result<(), (Error, Request)> {
+        let level = &mut self.levels[config.level_of(request.priority)];
+        if level.policy.max_queue_size != 0 && level.len() >= level.policy.max_queue_size {
+            return Err((Error::unavailable("Exceeds maximum queue size"), request));
+        }
+        request.deadline = level
+            .policy
+            .timeout(request.timeout_us)
+            .map(|t| request.enqueued + t);
+        level.main.push_back(request);
+        Ok(())
+    }
+
+    /// The requests in the order batches take them.
+    pub fn iter(&self) -> impl Iterator<Item = &Request> {
+        self.levels
+            .iter()
+            .flat_map(|l| l.main.iter().chain(l.delayed.iter()))
+    }
+
+    /// Takes the first `n` requests in batching order.
+    pub fn pop(&mut self, mut n: usize) -> Vec<Request> {
+        let mut out = Vec::with_capacity(n);
+        for level in &mut self.levels {
+            for q in [&mut level.main, &mut level.delayed] {
+                let k = n.min(q.len());
+                out.extend(q.drain(..k));
+                n -= k;
+            }
+        }
+        out
+    }
+
+    /// Applies the timeouts: a request whose timeout has passed is
+    /// returned (REJECT) or moved behind its level (DELAY; it does not
+    /// time out again).
+    pub fn expire(&mut self, now: Instant) -> Vec<Request> {
+        let mut rejected = Vec::new();
+        for level in &mut self.levels {
+            if !level
+                .main
+                .iter()
+                .any(|r| r.deadline.is_some_and(|d| d <= now))
+            {
+                continue;
+            }
+            let mut kept = VecDeque::with_capacity(level.main.len());
+            for mut r in level.main.drain(..) {
+                if r.deadline.is_some_and(|d| d <= now) {
+                    r.deadline = None;
+                    match level.policy.action {
+                        TimeoutAction::Reject => rejected.push(r),
+                        TimeoutAction::Delay => level.delayed.push_back(r),
+                    }
+                } else {
+                    kept.push_back(r);
+                }
+            }
+            level.main = kept;
+        }
+        rejected
+    }
+
+    /// Removes the requests whose callers went away.
+    pub fn remove_abandoned(&mut self) -> Vec<Request> {
+        let mut gone = Vec::new();
+        for level in &mut self.levels {
+            for q in [&mut level.main, &mut level.delayed] {
+                if q.iter().any(Request::abandoned) {
+                    let (keep, drop): (VecDeque<_>, VecDeque<_>) =
+                        q.drain(..).partition(|r| !r.abandoned());
+                    *q = keep;
+                    gone.extend(drop);
+                }
+            }
+        }
+        gone
+    }
+
+    /// The earliest queue timeout still to come.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.levels
+            .iter()
+            .flat_map(|l| l.main.iter())
+            .filter_map(|r| r.deadline)
+            .min()
+    }
+
+    /// Every request, in batching order (shutdown).
+    pub fn drain(&mut self) -> Vec<Request> {
+        let n = self.len();
+        self.pop(n)
+    }
+}
+
+/// What to do with the queue now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send the first `n` requests as one batch.
+    Send(usize),
+    /// Wait for more requests until this instant, then decide again.
+    Wait(Instant),
+}
+
+/// Whether two requests can share a batch: the same inputs with the same
+/// shapes past the batch dimension (any shapes for ragged inputs), and the
+/// same outputs.
+pub fn compatible(a: &Request, b: &Request, ragged: &[bool]) -> bool {
+    a.outputs == b.outputs
+        && a.inputs.len() == b.inputs.len()
+        && a.inputs
+            .iter()
+            .zip(&b.inputs)
+            .enumerate()
+            .all(|(i, (x, y))| {
+                x.name == y.name
+                    && x.datatype == y.datatype
+                    && (ragged.get(i).copied().unwrap_or(false)
+                        || x.shape.get(1..) == y.shape.get(1..))
+            })
+}
+
+/// The batching decision, a pure function of the queue and the time, as
+/// Triton's dynamic batcher takes it. Requests join the pending batch in
+/// queue order until one cannot (it would pass `max_batch_size`, or its
+/// shapes or outputs differ: the batch is sent now). A batch that reaches
+/// a preferred size (no preferred sizes: `max_batch_size`) is sent at once,
+/// the largest such prefix; so is the part before a request that would
+/// pass the largest preferred size. Otherwise the batch waits until its
+/// oldest request has waited `max_queue_delay` (0: no waiting), then goes
+/// out whole.
+pub fn decide(queue: &Queue, config: &BatchConfig, now: Instant) -> Decision {
+    let max_preferred_default = [config.max_batch_size];
+    let preferred: &[usize] = if config.preferred.is_empty() {
+        &max_preferred_default
+    } else {
+        &config.preferred
+    };
+    let max_preferred = preferred.last().copied().unwrap_or(config.max_batch_size);
+    let mut requests = queue.iter();
+    let Some(first) = requests.next() else {
+        return Decision::Wait(now + config.max_queue_delay);
+    };
+    let mut total = 0;
+    let mut count = 0;
+    let mut oldest = first.enqueued;
+    let mut best: Option<usize> = None;
+    let mut send_now = false;
+    for r in std::iter::once(first).chain(requests) {
+        let size = r.batch.max(1);
+        if count > 0 {
+            if total + size > max_preferred && best.is_none() {
+                best = Some(count);
+            }
+            if total + size > config.max_batch_size || !compatible(first, r, &config.ragged) {
+                send_now = true;
+                break;
+            }
+        }
+        total += size;
+        count += 1;
+        oldest = oldest.min(r.enqueued);
+        if preferred.contains(&total) {
+            best = Some(count);
+        }
+    }
+    let delay_exceeded = !config.max_queue_delay.is_zero()
+        && now.saturating_duration_since(oldest) >= config.max_queue_delay;
+    if let Some(n) = best {
+        if !delay_exceeded {
+            return Decision::Send(n);
+        }
+    }
+    if send_now || total >= max_preferred || delay_exceeded || config.max_queue_delay.is_zero() {
+        return Decision::Send(count);
+    }
+    Decision::Wait(oldest + config.max_queue_delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::types::DataType;
+
+    fn request(batch: usize, width: i64, enqueued: Instant) -> Request {
+        prio(batch, width, enqueued, 0, 0)
+    }
+
+    fn prio(
+        batch: usize,
+        width: i64,
+        enqueued: Instant,
+        priority: u64,
+        timeout_us: u64,
+    ) -> Request {
+        let (reply, rx) = oneshot::channel();
+        std::mem::forget(rx);
+        Request {
+            inputs: vec![Tensor {
+                name: "IN".into(),
+                datatype: DataType::Int32,
+                shape: vec![batch as i64, width],
+                data: vec![0; batch * width as usize * 4],
+            }],
+            outputs: vec!["OUT".into()],
+            batch,
+            enqueued,
+            reply,
+            pending: Default::default(),
+            priority,
+            timeout_us,
+            deadline: None,
+            seq: width as u64,
+        }
+    }
+
+    fn config(max: usize, preferred: &[usize], delay_us: u64) -> BatchConfig {
+        BatchConfig {
+            max_batch_size: max,
+            preferred: preferred.to_vec(),
+            max_queue_delay: Duration::from_micros(delay_us),
+            preserve_ordering: false,
+            levels: vec![QueuePolicy::default()],
+            default_level: 1,
+            ragged: vec![false],
+        }
+    }
+
+    fn queue(c: &BatchConfig, requests: impl IntoIterator<Item = Request>) -> Queue {
+        let mut q = Queue::new(c);
+        for r in requests {
+            assert!(q.push(c, r).is_ok());
+        }
+        q
+    }
+
+    #[test]
+    fn sends_at_max_or_the_largest_preferred_size() {
+        let now = Instant::now();
+        let c = config(8, &[], 1000);
+        let q = queue(&c, (0..8).map(|_| request(1, 4, now)));
+        assert_eq!(decide(&q, &c, now), Decision::Send(8));
+        let q = queue(&c, (0..7).map(|_| request(1, 4, now)));
+        assert_eq!(
+            decide(&q, &c, now),
+            Decision::Wait(now + Duration::from_micros(1000))
+        );
+        let c = config(8, &[2, 4], 1000);
+        let q = queue(&c, (0..5).map(|_| request(1, 4, now)));
+        assert_eq!(decide(&q, &c, now), Decision::Send(4));
+    }
+
+    #[test]
+    fn a_preferred_size_goes_at_once_else_the_delay_then_everything() {
+        let now = Instant::now();
+        let c = config(8, &[2, 4], 500);
+        let q = queue(&c, (0..3).map(|_| request(1, 4, now)));
+        assert_eq!(decide(&q, &c, now), Decision::Send(2), "2 is preferred");
+        let q = queue(&c, (0..1).map(|_| request(1, 4, now)));
+        assert_eq!(
+            decide(&q, &c, now),
+            Decision::Wait(now + Duration::from_micros(500))
+        );
+        let c = config(8, &[4], 500);
+        let q = queue(&c, (0..3).map(|_| request(1, 4, now)));
+        assert_eq!(
+            decide(&q, &c, now),
+            Decision::Wait(now + Duration::from_micros(500))
+        );
+        let later = now + Duration::from_micros(600);
+        assert_eq!(decide(&q, &c, later), Decision::Send(3));
+        // Past the delay the whole batch goes, not the preferred prefix.
+        let c = config(8, &[2, 4], 500);
+        let q = queue(&c, (0..3).map(|_| request(1, 4, now)));
+        assert_eq!(decide(&q, &c, later), Decision::Send(3));
+        // No delay: whatever is there.
+        let c = config(8, &[4], 0);
+        assert_eq!(decide(&q, &c, now), Decision::Send(3));
+    }
+
+    #[test]
+    fn the_part_before_a_request_that_passes_the_largest_preferred_size_goes() {
+        let now = Instant::now();
+        let c = config(8, &[4], 500);
+        let q = queue(
+            &c,
+            [
+                request(1, 4, now),
+                request(1, 4, now),
+                request(1, 4, now),
+                request(2, 4, now),
+            ],
+        );
+        assert_eq!(decide(&q, &c, now), Decision::Send(3), "3 + 2 > 4");
+    }
+
+    #[test]
+    fn requests_that_cannot_join_end_the_batch() {
+        let now = Instant::now();
+        let c = config(8, &[], 1000);
+        let q = queue(
+            &c,
+            [request(1, 4, now), request(1, 4, now), request(1, 5, now)],
+        );
+        assert_eq!(decide(&q, &c, now), Decision::Send(2), "other shape");
+        let q = queue(&c, [request(3, 4, now), request(6, 4, now)]);
+        assert_eq!(decide(&q, &c, now), Decision::Send(1), "3 + 6 > 8");
+        // Requests that are batches count by their batch size.
+        let q = queue(&c, [request(3, 4, now), request(5, 4, now)]);
+        assert_eq!(decide(&q, &c, now), Decision::Send(2));
+    }
+
+    #[test]
+    fn ragged_inputs_batch_across_shapes() {
+        let now = Instant::now();
+        let mut c = config(8, &[], 1000);
+        c.ragged = vec![true];
+        let q = queue(
+            &c,
+            [request(1, 4, now), request(1, 5, now), request(1, 9, now)],
+        );
+        assert_eq!(
+            decide(&q, &c, now),
+            Decision::Wait(now + Duration::from_micros(1000))
+        );
+        assert_eq!(
+            decide(&q, &c, now + Duration::from_millis(2)),
+            Decision::Send(3)
+        );
+    }
+
+    fn levels(c: &mut BatchConfig, policies: Vec<QueuePolicy>, default_level: usize) {
+        c.levels = policies;
+        c.default_level = default_level;
+    }
+
+    #[test]
+    fn higher_priorities_overtake_and_batch_first() {
+        let now = Instant::now();
+        let mut c = config(2, &[], 0);
+        levels(&mut c, vec![QueuePolicy::default(); 3], 2);
+        // Arrival order: default (level 2), level 3, level 1, priority 9
+        // (no such level: the default), priority 0 (the default).
+        let q = queue(
+            &c,
+            [
+                prio(1, 20, now, 0, 0),
+                prio(1, 30, now, 3, 0),
+                prio(1, 10, now, 1, 0),
+                prio(1, 21, now, 9, 0),
+                prio(1, 22, now, 0, 0),
+            ],
+        );
+        let order: Vec<u64> = q.iter().map(|r| r.seq).collect();
+        assert_eq!(order, vec![10, 20, 21, 22, 30]);
+        let mut q = q;
+        assert_eq!(
+            decide(&q, &c, now),
+            Decision::Send(1),
+            "10 and 20 differ in shape"
+        );
+        let batch: Vec<u64> = q.pop(2).iter().map(|r| r.seq).collect();
+        assert_eq!(batch, vec![10, 20]);
+    }
+
+    #[test]
+    fn the_delay_counts_from_the_oldest_request_of_the_batch() {
+        let now = Instant::now();
+        let mut c = config(8, &[], 1000);
+        levels(&mut c, vec![QueuePolicy::default(); 2], 2);
+        let old = prio(1, 4, now, 2, 0);
+        let new = prio(1, 4, now + Duration::from_micros(800), 1, 0);
+        let q = queue(&c, [old, new]);
+        assert_eq!(
+            decide(&q, &c, now + Duration::from_micros(900)),
+            Decision::Wait(now + Duration::from_micros(1000))
+        );
+    }
+
+    #[test]
+    fn a_full_level_refuses_at_once_and_other_levels_still_take_requests() {
+        let now = Instant::now();
+        let mut c = config(8, &[], 1000);
+        let small = QueuePolicy {
+            max_queue_size: 2,
+            ..QueuePolicy::default()
+        };
+        levels(&mut c, vec![small, QueuePolicy::default()], 1);
+        let mut q = queue(&c, [prio(1, 4, now, 1, 0), prio(1, 4, now, 1, 0)]);
+        let Err((e, _)) = q.push(&c, prio(1, 4, now, 1, 0)) else {
+            panic!("a full level took a request");
+        };
+        assert_eq!(e.kind, crate::core::error::ErrorKind::Unavailable);
+        assert_eq!(e.message, "Exceeds maximum queue size");
+        assert!(q.push(&c, prio(1, 4, now, 2, 0)).is_ok());
+        assert_eq!(q.len(), 3);
+    }
+
+    #[test]
+    fn timeouts_reject_or_delay() {
+        let now = Instant::now();
+        let mut c = config(8, &[], 0);
+        let reject = QueuePolicy {
+            default_timeout: Duration::from_micros(100),
+            ..QueuePolicy::default()
+        };
+        let delay = QueuePolicy {
+            action: TimeoutAction::Delay,
+            default_timeout: Duration::from_micros(100),
+            ..QueuePolicy::default()
+        };
+        levels(&mut c, vec![reject, delay], 1);
+        let mut q = queue(
+            &c,
+            [
+                prio(1, 1, now, 1, 0),
+                prio(1, 2, now + Duration::from_micros(50), 1, 0),
+                prio(1, 3, now, 2, 0),
+                prio(1, 4, now + Duration::from_micros(50), 2, 0),
+            ],
+        );
+        assert_eq!(q.next_timeout(), Some(now + Duration::from_micros(100)));
+        assert!(q.expire(now + Duration::from_micros(99)).is_empty());
+        let rejected = q.expire(now + Duration::from_micros(100));
+        assert_eq!(rejected.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1]);
+        // Request 3 timed out under DELAY: it now comes after request 4.
+        assert_eq!(q.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 4, 3]);
+        let later = now + Duration::from_micros(200);
+        assert_eq!(
+            q.expire(later).iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![2]
+        );
+        // Request 4 timed out too, and joins the delayed ones after 3.
+        assert_eq!(q.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(
+            q.next_timeout(),
+            None,
+            "delayed requests do not time out again"
+        );
+    }
+
+    #[test]
+    fn a_request_may_only_shorten_its_timeout_when_allowed() {
+        let fixed = QueuePolicy {
+            default_timeout: Duration::from_micros(1000),
+            ..QueuePolicy::default()
+        };
+        assert_eq!(fixed.timeout(10), Some(Duration::from_micros(1000)));
+        let open = QueuePolicy {
+            allow_override: true,
+            ..fixed.clone()
+        };
+        assert_eq!(open.timeout(10), Some(Duration::from_micros(10)));
+        assert_eq!(open.timeout(5000), Some(Duration::from_micros(1000)));
+        assert_eq!(open.timeout(0), Some(Duration::from_micros(1000)));
+        let none = QueuePolicy {
+            allow_override: true,
+            ..QueuePolicy::default()
+        };
+        assert_eq!(none.timeout(0), None);
+        assert_eq!(
+            none.timeout(70),
+            None,
+            "no default timeout: nothing to lower"
+        );
+    }
+
+    #[test]
+    fn levels_come_from_the_config() {
+        let text = r#"
+            name: "m" backend: "identity" max_batch_size: 8
+            input [{ name: "IN" data_type: TYPE_INT32 dims: [-1] allow_ragged_batch: true }]
+            output [{ name: "OUT" data_type: TYPE_INT32 dims: [-1] }]
+            dynamic_batching {
+              priority_levels: 3 default_priority_level: 2
+              default_queue_policy { max_queue_size: 4 }
+              priority_queue_policy { key: 1 value { timeout_action: DELAY default_timeout_microseconds: 50 } }
+              preserve_ordering: true
+            }"#;
+        let config = crate::core::config::parse_config(text.as_bytes())
+            .expect("parses")
+            .config;
+        let c = BatchConfig::from_config(&config).expect("batches");
+        assert_eq!(c.levels.len(), 3);
+        assert_eq!(c.levels[0].action, TimeoutAction::Delay);
+        assert_eq!(c.levels[0].default_timeout, Duration::from_micros(50));
+        assert_eq!(c.levels[1].max_queue_size, 4);
+        assert_eq!(c.levels[2].max_queue_size, 4);
+        assert_eq!(c.default_level, 2);
+        assert_eq!(c.level_of(0), 1);
+        assert_eq!(c.level_of(3), 2);
+        assert_eq!(c.level_of(4), 1);
+        assert!(c.preserve_ordering);
+        assert_eq!(c.ragged, vec![true]);
+    }
+}

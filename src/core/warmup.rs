@@ -1,0 +1,297 @@
+//! Model warmup (`model_warmup` in the config): each instance runs the
+//! configured samples right after it loads, before the model version is
+//! READY; a failing sample fails the load with the reason, as in Triton.
+//!
+//! A sample of `batch_size` N runs as one execution of N batched requests
+//! (`[N] + dims` for a batching model; N runs of `dims` otherwise),
+//! repeated `count` times (at least once); `batch_size` 0 skips it. Data is
+//! zeros, pseudo-random bytes (zeros for BYTES, as Triton does), or a file
+//! under `<model>/warmup/`.
+
+use std::path::Path;
+
+use crate::core::backend::InstanceExec;
+use crate::core::config::pb::model_warmup::input::InputDataType;
+use crate::core::config::pb::ModelWarmup;
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, Result};
+use crate::core::types::{DataType, Tensor};
+
+/// One sample's requests, ready to execute.
+pub struct Sample {
+    pub name: String,
+    /// One execution's inputs (config order first).
+    pub runs: Vec<Vec<Tensor>>,
+    pub count: usize,
+}
+
+/// Builds the samples of a config (reading data files under
+/// `<model_dir>/warmup/`).
+pub fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for w in &config.model_warmup {
+        if w.batch_size == 0 {
+            crate::core::logging::verbose(&format!("Skipping batch 0 warmup sample '{}'", w.name));
+            continue;
+        }
+        out.push(sample(config, model_dir, w)?);
+    }
+    Ok(out)
+}
+
+fn prefix() -> &'static str {
+    "[request id: <id_unknown>] "
+}
+
+/// The data of one input of one request.
+fn input_data(
+    name: &str,
+    input: &crate::core::config::pb::model_warmup::Input,
+    model_dir: &Path,
+    seed: &mut u64,
+) -> Result<(DataType, Vec<u8>)> {
+    let dt = DataType::from_config(input.data_type).ok_or_else(|| {
+        Error::invalid_arg(format!(
+            "{}warmup setting expects input '{name}' to have a valid data_type",
+            prefix()
+        ))
+    })?;
+    if input.dims.iter().any(|&d| d < 0) {
+        return Err(Error::invalid_arg(format!(
+            "warmup setting expects all variable-size dimensions are specified for input '{name}'"
+        )));
+    }
+    let elements: usize = input.dims.iter().map(|&d| d as usize).product();
+    // BYTES elements are 4-byte lengths: zeros are empty strings.
+    let size = dt.size().unwrap_or(4) * elements;
+    let data = match &input.input_data_type {
+        None => {
+            return Err(Error::invalid_arg(format!(
+                "{}warmup setting expects input '{name}' to have input_data_type set",
+                prefix()
+            )))
+        }
+        Some(InputDataType::ZeroData(_)) => vec![0; size],
+        Some(InputDataType::RandomData(_)) if dt == DataType::Bytes => vec![0; size],
+        Some(InputDataType::RandomData(_)) => {
+            let mut data = Vec::with_capacity(size + 8);
+            while data.len() < size {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                data.extend_from_slice(&seed.to_le_bytes());
+            }
+            data.truncate(size);
+            if dt == DataType::Fp32
+                || dt == DataType::Fp64
+                || dt == DataType::Fp16
+                || dt == DataType::Bf16
+            {
+                // Finite values: random bits would include NaNs and infinities.
+                finite(dt, &mut data);
+            }
+            data
+        }
+        Some(InputDataType::InputDataFile(file)) => {
+            let path = model_dir.join("warmup").join(file);
+            let bytes = std::fs::read(&path).map_err(|e| {
+                Error::internal(format!(
+                    "failed to open text file for read {}: {}",
+                    path.display(),
+                    crate::core::error::os_reason(&e)
+                ))
+            })?;
+            if dt == DataType::Bytes {
+                bytes
+            } else if bytes.len() < size {
+                return Err(Error::invalid_arg(format!(
+                    "{}warmup setting expects {size} bytes, but the data provided from {file}only has {} bytes",
+                    prefix(),
+                    bytes.len()
+                )));
+            } else {
+                bytes[..size].to_vec()
+            }
+        }
+    };
+    Ok((dt, data))
+}
+
+/// Maps random floating point bits into [-1, 1).
+fn finite(dt: DataType, data: &mut [u8]) {
+    match dt {
+        DataType::Fp32 => {
+            for c in data.chunks_exact_mut(4) {
+                let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                let v = (bits >> 8) as f32 / (1u32 << 23) as f32 - 1.0;
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        DataType::Fp64 => {
+            for c in data.chunks_exact_mut(8) {
+                let bits = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                let v = (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0;
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        // Half precision: clear the top exponent bit, which keeps |v| < 2.
+        _ => {
+            for c in data.chunks_exact_mut(2) {
+                c[1] &= 0b1011_1111;
+            }
+        }
+    }
+}
+
+fn sample(config: &ModelConfig, model_dir: &Path, w: &ModelWarmup) -> Result<Sample> {
+    let batching = config.max_batch_size > 0;
+    let n = w.batch_size as usize;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    // Config inputs first, in config order, then any others.
+    let mut names: Vec<&String> = config
+        .input
+        .iter()
+        .filter_map(|i| w.inputs.get_key_value(&i.name).map(|(k, _)| k))
+        .collect();
+    names.extend(
+        w.inputs
+            .keys()
+            .filter(|k| !config.input.iter().any(|i| &i.name == *k)),
+    );
+    let mut one = Vec::new();
+    for name in names {
+        let input = &w.inputs[name];
+        let (dt, data) = input_data(name, input, model_dir, &mut seed)?;
+        one.push((name.clone(), dt, input.dims.clone(), data));
+    }
+    let runs = if batching {
+        let inputs = one
+            .into_iter()
+            .map(|(name, datatype, dims, data)| Tensor {
+                name,
+                datatype,
+                shape: std::iter::once(n as i64).chain(dims).collect(),
+                data: data.repeat(n),
+            })
+            .collect();
+        vec![inputs]
+    } else {
+        let inputs: Vec<Tensor> = one
+            .into_iter()
+            .map(|(name, datatype, dims, data)| Tensor {
+                name,
+                datatype,
+                shape: dims,
+                data,
+            })
+            .collect();
+        vec![inputs; n]
+    };
+    Ok(Sample {
+        name: w.name.clone(),
+        runs,
+        count: w.count.max(1) as usize,
+    })
+}
+
+/// Runs the samples on a loaded instance; the first failure fails it.
+pub fn run(
+    config: &ModelConfig,
+    instance: &mut dyn InstanceExec,
+    instance_name: &str,
+    samples: &[Sample],
+) -> Result<()> {
+    let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
+    for s in samples {
+        for i in 0..s.count {
+            crate::core::logging::verbose(&format!(
+                "model '{}' instance {instance_name} is running warmup sample '{}' for iteration {}",
+                config.name,
+                s.name,
+                i + 1
+            ));
+            for inputs in &s.runs {
+                let checked = crate::core::engine::check_inputs(config, inputs.clone());
+                let result = checked.and_then(|inputs| instance.execute(&inputs, &outputs));
+                if let Err(e) = result {
+                    return Err(Error::invalid_arg(format!(
+                        "failed to run warmup sample '{}': {}; ",
+                        s.name, e.message
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(warmup: &str) -> ModelConfig {
+        let text = format!(
+            r#"name: "m" backend: "identity" max_batch_size: 4
+            input [{{ name: "IN" data_type: TYPE_INT32 dims: [2] }}]
+            output [{{ name: "OUT" data_type: TYPE_INT32 dims: [2] }}]
+            model_warmup [{warmup}]"#
+        );
+        crate::core::config::parse_config(text.as_bytes())
+            .expect("parses")
+            .config
+    }
+
+    #[test]
+    fn a_sample_becomes_one_batched_execution_repeated_count_times() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("warmup")).unwrap();
+        std::fs::write(dir.path().join("warmup/in.bin"), [1u8, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+        let c = config(
+            r#"{ name: "z" batch_size: 3 count: 2 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [2] input_data_file: "in.bin" } } },
+               { name: "skipped" batch_size: 0 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [2] zero_data: true } } }"#,
+        );
+        let s = samples(&c, dir.path()).expect("builds");
+        assert_eq!(s.len(), 1, "batch_size 0 is skipped");
+        assert_eq!(s[0].count, 2);
+        assert_eq!(s[0].runs.len(), 1);
+        let t = &s[0].runs[0][0];
+        assert_eq!(t.shape, vec![3, 2]);
+        assert_eq!(t.data, [1u8, 0, 0, 0, 2, 0, 0, 0].repeat(3));
+    }
+
+    #[test]
+    fn data_file_errors_read_as_tritons() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("warmup")).unwrap();
+        std::fs::write(dir.path().join("warmup/short.bin"), [0u8; 4]).unwrap();
+        let c = config(
+            r#"{ name: "s" batch_size: 1 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [2] input_data_file: "short.bin" } } }"#,
+        );
+        let e = samples(&c, dir.path()).err().expect("too short");
+        assert_eq!(
+            e.message,
+            "[request id: <id_unknown>] warmup setting expects 8 bytes, but the data provided from short.binonly has 4 bytes"
+        );
+        let c = config(
+            r#"{ name: "s" batch_size: 1 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [2] input_data_file: "none.bin" } } }"#,
+        );
+        let e = samples(&c, dir.path()).err().expect("missing");
+        assert!(
+            e.message.starts_with("failed to open text file for read ")
+                && e.message
+                    .ends_with("warmup/none.bin: No such file or directory"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn random_floats_are_finite() {
+        let mut data: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        finite(DataType::Fp32, &mut data);
+        assert!(data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .all(|v| (-1.0..1.0).contains(&v)));
+    }
+}

@@ -323,6 +323,38 @@ fn metrics_count_requests_in_tritons_names() {
     assert!(sample(page, &format!("nv_inference_request_duration_us{labels}")) > 0.0);
     assert!(sample(page, "nv_cpu_memory_total_bytes") > 0.0);
     assert!(page.contains("# TYPE nv_inference_pending_request_count gauge"));
+    for reason in ["REJECTED", "CANCELED", "BACKEND"] {
+        assert_eq!(
+            sample(
+                page,
+                &format!(
+                    r#"nv_inference_request_failure{{model="slow",reason="{reason}",version="1"}}"#
+                )
+            ),
+            0.0
+        );
+    }
+    // Latency histograms: three successes, in cumulative buckets.
+    let h = "trtis_inference_request_duration_us";
+    assert!(page.contains(&format!("# TYPE {h} histogram")));
+    assert_eq!(sample(page, &format!("{h}_count{labels}")), 3.0);
+    assert_eq!(
+        sample(
+            page,
+            &format!(r#"{h}_bucket{{model="slow",le="+Inf",version="1"}}"#)
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            page,
+            &format!(r#"{h}_bucket{{model="slow",le="10000000",version="1"}}"#)
+        ),
+        3.0
+    );
+    assert!(sample(page, &format!("{h}_sum{labels}")) > 0.0);
+    // No GPU here: no GPU metrics, and no error.
+    assert!(!page.contains("nv_gpu_"), "{page}");
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }

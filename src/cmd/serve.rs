@@ -258,7 +258,16 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
                 .add_service(service.inference())
                 .add_service(service.health())
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    // Answers go out at once, not held back by Nagle's
+                    // algorithm waiting for the client's delayed ACK.
+                    tokio_stream::StreamExt::map(
+                        tokio_stream::wrappers::TcpListenerStream::new(listener),
+                        |conn| {
+                            conn.inspect(|tcp| {
+                                let _ = tcp.set_nodelay(true);
+                            })
+                        },
+                    ),
                     shutdown,
                 )
                 .await
@@ -275,6 +284,9 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             max_input_size: args.http_max_input_size,
         });
         let shutdown = stopped(stop_rx.clone());
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         services.push(tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)

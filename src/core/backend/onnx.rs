@@ -116,8 +116,7 @@ pub fn environment() -> Result<&'static Environment> {
     .map_err(|e| Error::unavailable(e.clone()))
 }
 
-/// The intra-op thread count from the model's `parameters`
-/// (`intra_op_thread_count`), default 1 (fastest per session on 2 cores).
+/// A whole-number parameter from the model's `parameters`.
 fn thread_param(config: &ModelConfig, key: &str, default: usize) -> Result<usize> {
     match config.parameters.get(key) {
         None => Ok(default),
@@ -130,15 +129,53 @@ fn thread_param(config: &ModelConfig, key: &str, default: usize) -> Result<usize
     }
 }
 
-/// Opens a session on `path` with the model's thread settings.
+/// The default intra-op thread count: the machine's cores shared among the
+/// model's instances (two instances on two cores: one thread each; one
+/// instance: every core), so a model uses the whole machine without
+/// oversubscribing it.
+pub fn default_intra_threads(config: &ModelConfig) -> usize {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let instances: usize = config
+        .instance_group
+        .iter()
+        .map(|g| g.count.max(1) as usize)
+        .sum();
+    (cores / instances.max(1)).max(1)
+}
+
+/// Opens a session on `path` with the model's thread settings:
+/// `intra_op_thread_count` (default: `default_intra_threads`),
+/// `inter_op_thread_count` (default 1), and `allow_spinning` (default
+/// false: idle intra-op threads sleep instead of spinning, which on a small
+/// machine leaves the cores to the network threads).
 pub fn open_session(path: &Path, config: &ModelConfig) -> Result<Session> {
     let env = environment()?;
-    let intra = thread_param(config, "intra_op_thread_count", 1)?;
+    let intra = thread_param(
+        config,
+        "intra_op_thread_count",
+        default_intra_threads(config),
+    )?;
     let inter = thread_param(config, "inter_op_thread_count", 1)?;
+    let spinning = match config.parameters.get("allow_spinning") {
+        None => false,
+        Some(p) => match p.string_value.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => {
+                return Err(Error::invalid_arg(format!(
+                    "parameter 'allow_spinning' of model '{}' must be true or false, got '{other}'",
+                    config.name
+                )))
+            }
+        },
+    };
     let session = (|| -> ort::Result<Session> {
         Session::builder(env)?
             .with_intra_threads(intra)?
             .with_inter_threads(inter)?
+            .with_intra_op_spinning(spinning)?
             .commit_from_file(path)
     })();
     session.map_err(|e| Error::internal(format!("failed to load '{}': {e}", path.display())))

@@ -11,3 +11,4 @@
 
 pub mod client;
 pub mod core;
+pub mod perf;

@@ -11,6 +11,7 @@ mod grpc;
 mod http;
 mod lifecycle;
 mod parse;
+mod perf;
 mod schema;
 mod serve;
 mod tidy;

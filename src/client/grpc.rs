@@ -28,6 +28,11 @@ pub struct GrpcClient {
 }
 
 impl GrpcClient {
+    /// The generated stub (cheap to clone: it shares the connection).
+    pub(super) fn stub(&self) -> GrpcInferenceServiceClient<Channel> {
+        self.stub.clone()
+    }
+
     pub async fn connect(url: String) -> Result<Self, ClientError> {
         let channel = Channel::from_shared(url)
             .map_err(|e| ClientError::Transport(e.to_string()))?
@@ -274,7 +279,7 @@ impl GrpcClient {
 }
 
 /// Engine tensors → a gRPC request with raw input contents.
-fn infer_request(
+pub(super) fn infer_request(
     model: &str,
     version: &str,
     inputs: Vec<Tensor>,
@@ -319,7 +324,7 @@ fn infer_request(
 }
 
 /// A gRPC response with raw output contents → engine tensors.
-fn infer_response(resp: ModelInferResponse) -> Result<InferResponse, ClientError> {
+pub(super) fn infer_response(resp: ModelInferResponse) -> Result<InferResponse, ClientError> {
     let mut raw = resp.raw_output_contents.into_iter();
     let mut tensors = Vec::new();
     for o in resp.outputs {

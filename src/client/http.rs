@@ -14,7 +14,7 @@ use crate::core::types::{
 
 use super::{version_path, ClientError, IndexEntry, ModelStats, ServerMetadata};
 
-const HEADER_LENGTH: &str = "inference-header-content-length";
+pub(super) const HEADER_LENGTH: &str = "inference-header-content-length";
 
 pub struct HttpClient {
     base: String,
@@ -34,7 +34,10 @@ impl HttpClient {
     }
 
     /// Sends a request; a non-2xx answer becomes `ClientError::Http`.
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+    pub(super) async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
         let resp = req.send().await?;
         let status = resp.status();
         if status.is_success() {
@@ -267,98 +270,125 @@ impl HttpClient {
         inputs: Vec<Tensor>,
         outputs: Vec<RequestedOutput>,
     ) -> Result<InferResponse, ClientError> {
-        let mut tail = Vec::new();
-        let inputs_json: Vec<Value> = inputs
-            .iter()
-            .map(|t| {
-                tail.extend_from_slice(&t.data);
-                json!({
-                    "name": t.name,
-                    "datatype": t.datatype.name(),
-                    "shape": t.shape,
-                    "parameters": { "binary_data_size": t.data.len() },
-                })
-            })
-            .collect();
-        let outputs_json: Vec<Value> = outputs
-            .iter()
-            .map(|o| {
-                let mut params = json!({ "binary_data": true });
-                if let Some(n) = o.classification {
-                    params["classification"] = json!(n);
-                }
-                json!({ "name": o.name, "parameters": params })
-            })
-            .collect();
-        let mut header =
-            json!({ "inputs": inputs_json, "parameters": { "binary_data_output": true } });
-        if !outputs_json.is_empty() {
-            header["outputs"] = Value::Array(outputs_json);
-        }
-        let mut body = serde_json::to_vec(&header).map_err(decode("request"))?;
-        let json_len = body.len();
-        body.extend_from_slice(&tail);
-        let url = format!(
-            "{}/v2/models/{model}{}/infer",
-            self.base,
-            version_path(version)
-        );
+        let (body, json_len) = infer_body(&inputs, &outputs)?;
         let resp = self
             .send(
                 self.http
-                    .post(url)
+                    .post(self.infer_url(model, version))
                     .header(HEADER_LENGTH, json_len.to_string())
                     .header("content-type", "application/octet-stream")
                     .body(body),
             )
             .await?;
-        let header_len = resp
-            .headers()
-            .get(HEADER_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
+        let header_len = header_length(&resp);
         let body = resp.bytes().await?;
-        let json_len = header_len.unwrap_or(body.len()).min(body.len());
-        let (head, mut binary) = body.split_at(json_len);
-        let v: Value = serde_json::from_slice(head).map_err(decode("response"))?;
-        let mut tensors = Vec::new();
-        for o in v["outputs"].as_array().cloned().unwrap_or_default() {
-            let datatype_name = str_of(&o, "datatype");
-            let datatype = DataType::from_name(&datatype_name).ok_or_else(|| {
-                ClientError::Decode(format!("unknown datatype '{datatype_name}'"))
-            })?;
-            let shape: Vec<i64> = o["shape"]
-                .as_array()
-                .map(|s| s.iter().filter_map(Value::as_i64).collect())
-                .unwrap_or_default();
-            let data = match o["parameters"]["binary_data_size"].as_u64() {
-                Some(n) => {
-                    let n = n as usize;
-                    if n > binary.len() {
-                        return Err(ClientError::Decode(
-                            "binary output data is shorter than announced".into(),
-                        ));
-                    }
-                    let (mine, rest) = binary.split_at(n);
-                    binary = rest;
-                    mine.to_vec()
-                }
-                None => json_output_data(datatype, &o["data"])?,
-            };
-            tensors.push(Tensor {
-                name: str_of(&o, "name"),
-                datatype,
-                shape,
-                data,
-            });
-        }
-        Ok(InferResponse {
-            model_name: str_of(&v, "model_name"),
-            model_version: str_of(&v, "model_version"),
-            id: str_of(&v, "id"),
-            outputs: tensors,
-        })
+        infer_response(header_len, &body)
     }
+
+    pub fn infer_url(&self, model: &str, version: &str) -> String {
+        format!(
+            "{}/v2/models/{model}{}/infer",
+            self.base,
+            version_path(version)
+        )
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+/// The `Inference-Header-Content-Length` of a response.
+pub fn header_length(resp: &reqwest::Response) -> Option<usize> {
+    resp.headers()
+        .get(HEADER_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// An inference request body with binary tensor data, and the length of
+/// its JSON part.
+pub fn infer_body(
+    inputs: &[Tensor],
+    outputs: &[RequestedOutput],
+) -> Result<(Vec<u8>, usize), ClientError> {
+    let mut tail = Vec::new();
+    let inputs_json: Vec<Value> = inputs
+        .iter()
+        .map(|t| {
+            tail.extend_from_slice(&t.data);
+            json!({
+                "name": t.name,
+                "datatype": t.datatype.name(),
+                "shape": t.shape,
+                "parameters": { "binary_data_size": t.data.len() },
+            })
+        })
+        .collect();
+    let outputs_json: Vec<Value> = outputs
+        .iter()
+        .map(|o| {
+            let mut params = json!({ "binary_data": true });
+            if let Some(n) = o.classification {
+                params["classification"] = json!(n);
+            }
+            json!({ "name": o.name, "parameters": params })
+        })
+        .collect();
+    let mut header = json!({ "inputs": inputs_json, "parameters": { "binary_data_output": true } });
+    if !outputs_json.is_empty() {
+        header["outputs"] = Value::Array(outputs_json);
+    }
+    let mut body = serde_json::to_vec(&header).map_err(decode("request"))?;
+    let json_len = body.len();
+    body.extend_from_slice(&tail);
+    Ok((body, json_len))
+}
+
+/// An inference response body (JSON, then binary output data).
+pub fn infer_response(
+    header_len: Option<usize>,
+    body: &[u8],
+) -> Result<InferResponse, ClientError> {
+    let json_len = header_len.unwrap_or(body.len()).min(body.len());
+    let (head, mut binary) = body.split_at(json_len);
+    let v: Value = serde_json::from_slice(head).map_err(decode("response"))?;
+    let mut tensors = Vec::new();
+    for o in v["outputs"].as_array().cloned().unwrap_or_default() {
+        let datatype_name = str_of(&o, "datatype");
+        let datatype = DataType::from_name(&datatype_name)
+            .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{datatype_name}'")))?;
+        let shape: Vec<i64> = o["shape"]
+            .as_array()
+            .map(|s| s.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let data = match o["parameters"]["binary_data_size"].as_u64() {
+            Some(n) => {
+                let n = n as usize;
+                if n > binary.len() {
+                    return Err(ClientError::Decode(
+                        "binary output data is shorter than announced".into(),
+                    ));
+                }
+                let (mine, rest) = binary.split_at(n);
+                binary = rest;
+                mine.to_vec()
+            }
+            None => json_output_data(datatype, &o["data"])?,
+        };
+        tensors.push(Tensor {
+            name: str_of(&o, "name"),
+            datatype,
+            shape,
+            data,
+        });
+    }
+    Ok(InferResponse {
+        model_name: str_of(&v, "model_name"),
+        model_version: str_of(&v, "model_version"),
+        id: str_of(&v, "id"),
+        outputs: tensors,
+    })
 }
 
 fn str_of(v: &Value, key: &str) -> String {

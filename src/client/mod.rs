@@ -7,8 +7,11 @@
 mod error;
 mod grpc;
 mod http;
+pub mod inputs;
+mod prepared;
 
 pub use error::ClientError;
+pub use prepared::{Prepared, Timing};
 
 use crate::core::config::ModelConfig;
 use crate::core::stats::Snapshot;

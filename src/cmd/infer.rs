@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
+use trtis::client::inputs::{self, Generate};
 use trtis::client::ClientError;
 use trtis::core::protocol::kserve_json;
 use trtis::core::types::{
@@ -17,12 +18,6 @@ use trtis::core::types::{
 
 use super::client_args::{runtime, ServerArgs};
 use super::npy;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Generate {
-    Random,
-    Zero,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -168,7 +163,7 @@ async fn infer(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The inputs, from files, JSON or generated, in the model's order.
+/// The inputs, from .npy files, JSON or generated, in the model's order.
 fn build_inputs(
     args: &Args,
     specs: &[TensorMetadata],
@@ -184,233 +179,51 @@ fn build_inputs(
         }
         from_npy.insert(name.to_string(), PathBuf::from(path));
     }
-    let mut shapes: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for spec in &args.shapes {
-        let (name, dims) = spec
-            .split_once(':')
-            .ok_or_else(|| format!("--shape expects NAME:d1,d2, got '{spec}'"))?;
-        let dims = dims
-            .split(',')
-            .map(|d| {
-                d.trim()
-                    .parse::<i64>()
-                    .map_err(|_| format!("bad dimension in --shape '{spec}'"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        shapes.insert(name.to_string(), dims);
-    }
-    let json_entry = match &args.input_data {
-        Some(path) => Some(read_input_data(path)?),
-        None => None,
+    let shapes = inputs::parse_shapes(&args.shapes)?;
+    let entries = match &args.input_data {
+        Some(path) => inputs::read_input_data(path)?,
+        None => Vec::new(),
+    };
+    let rest: Vec<TensorMetadata> = specs
+        .iter()
+        .filter(|s| !from_npy.contains_key(&s.name))
+        .cloned()
+        .collect();
+    let how = inputs::InputSpec {
+        batching,
+        batch: args.batch,
+        shapes: &shapes,
+        generate: args.generate,
+        entry: entries.first(),
     };
     let mut seed = 0x9e3779b97f4a7c15u64;
+    let mut generated = inputs::build(&rest, &how, &mut seed)?.into_iter();
     specs
         .iter()
-        .map(|spec| {
-            let datatype = DataType::from_name(&spec.datatype).ok_or_else(|| {
-                format!(
-                    "input '{}' has unknown datatype '{}'",
-                    spec.name, spec.datatype
-                )
-            })?;
-            if let Some(path) = from_npy.get(&spec.name) {
+        .map(|spec| match from_npy.get(&spec.name) {
+            Some(path) => {
                 let (dt, shape, data) = npy::read(path)?;
-                if dt != datatype {
+                if dt.name() != spec.datatype {
                     return Err(format!(
                         "{}: holds {} data, input '{}' is {}",
                         path.display(),
                         dt.name(),
                         spec.name,
-                        datatype.name()
+                        spec.datatype
                     ));
                 }
-                return Ok(Tensor {
+                Ok(Tensor {
                     name: spec.name.clone(),
-                    datatype,
+                    datatype: dt,
                     shape,
                     data,
-                });
+                })
             }
-            if let Some(entry) = json_entry.as_ref().and_then(|e| e.get(&spec.name)) {
-                return json_input(
-                    &spec.name, datatype, entry, spec, batching, args.batch, &shapes,
-                );
-            }
-            let shape = full_shape(spec, batching, args.batch, &shapes)?;
-            let n = element_count(&shape).ok_or("shape too large")?;
-            Ok(Tensor {
-                name: spec.name.clone(),
-                datatype,
-                shape,
-                data: generate(datatype, n, args.generate, &mut seed),
-            })
+            None => generated
+                .next()
+                .ok_or_else(|| "internal: an input was not generated".to_string()),
         })
         .collect()
-}
-
-/// The request shape of an input: the batch size, then its dims with the
-/// variable ones from --shape.
-fn full_shape(
-    spec: &TensorMetadata,
-    batching: bool,
-    batch: i64,
-    shapes: &BTreeMap<String, Vec<i64>>,
-) -> Result<Vec<i64>, String> {
-    let dims: Vec<i64> = if batching {
-        spec.shape[1..].to_vec()
-    } else {
-        spec.shape.clone()
-    };
-    let dims = match shapes.get(&spec.name) {
-        Some(given) => given.clone(),
-        None if dims.contains(&-1) => {
-            return Err(format!(
-                "input '{}' has variable dimensions {:?}: give them with --shape {}:d1,d2",
-                spec.name, dims, spec.name
-            ))
-        }
-        None => dims,
-    };
-    Ok(if batching {
-        std::iter::once(batch).chain(dims).collect()
-    } else {
-        dims
-    })
-}
-
-/// The first entry of a perf_analyzer `--input-data` file.
-fn read_input_data(path: &Path) -> Result<serde_json::Map<String, Value>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    doc.get("data")
-        .and_then(Value::as_array)
-        .and_then(|a| a.first())
-        .and_then(Value::as_object)
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "{}: expected {{\"data\": [{{\"INPUT\": [...]}}]}}",
-                path.display()
-            )
-        })
-}
-
-/// One input from the JSON file: a flat list, or `{"content": [...], "shape": [...]}`.
-fn json_input(
-    name: &str,
-    datatype: DataType,
-    entry: &Value,
-    spec: &TensorMetadata,
-    batching: bool,
-    batch: i64,
-    shapes: &BTreeMap<String, Vec<i64>>,
-) -> Result<Tensor, String> {
-    let (content, shape) = match entry {
-        Value::Object(o) => {
-            let content = o
-                .get("content")
-                .ok_or_else(|| format!("input '{name}': expected \"content\""))?;
-            let shape = match o.get("shape").and_then(Value::as_array) {
-                Some(s) => {
-                    let dims: Vec<i64> = s.iter().filter_map(Value::as_i64).collect();
-                    if batching {
-                        std::iter::once(batch).chain(dims).collect()
-                    } else {
-                        dims
-                    }
-                }
-                None => full_shape(spec, batching, batch, shapes)?,
-            };
-            (content, shape)
-        }
-        other => (other, full_shape(spec, batching, batch, shapes)?),
-    };
-    let elements = kserve_json::flat_elements(content);
-    let data = kserve_json::elements_to_bytes(datatype, &elements)
-        .map_err(|v| format!("input '{name}': cannot read {v} as {}", datatype.name()))?;
-    Ok(Tensor {
-        name: name.to_string(),
-        datatype,
-        shape,
-        data,
-    })
-}
-
-/// `n` generated elements (a small xorshift, so runs are repeatable).
-fn generate(dt: DataType, n: usize, how: Generate, seed: &mut u64) -> Vec<u8> {
-    let mut next = || {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        *seed
-    };
-    let zero = how == Generate::Zero;
-    match dt {
-        DataType::Bytes => {
-            let elements: Vec<Vec<u8>> = (0..n)
-                .map(|_| {
-                    if zero {
-                        Vec::new()
-                    } else {
-                        format!("{}", next() % 1000).into_bytes()
-                    }
-                })
-                .collect();
-            Tensor::serialize_bytes(elements.iter().map(|e| e.as_slice()))
-        }
-        DataType::Bool => (0..n)
-            .map(|_| if zero { 0 } else { (next() & 1) as u8 })
-            .collect(),
-        DataType::Fp32 => (0..n)
-            .flat_map(|_| {
-                (if zero {
-                    0.0f32
-                } else {
-                    (next() % 2000) as f32 / 1000.0 - 1.0
-                })
-                .to_le_bytes()
-            })
-            .collect(),
-        DataType::Fp64 => (0..n)
-            .flat_map(|_| {
-                (if zero {
-                    0.0f64
-                } else {
-                    (next() % 2000) as f64 / 1000.0 - 1.0
-                })
-                .to_le_bytes()
-            })
-            .collect(),
-        DataType::Fp16 => (0..n)
-            .flat_map(|_| {
-                half::f16::from_f32(if zero {
-                    0.0
-                } else {
-                    (next() % 2000) as f32 / 1000.0 - 1.0
-                })
-                .to_le_bytes()
-            })
-            .collect(),
-        DataType::Bf16 => (0..n)
-            .flat_map(|_| {
-                half::bf16::from_f32(if zero {
-                    0.0
-                } else {
-                    (next() % 2000) as f32 / 1000.0 - 1.0
-                })
-                .to_le_bytes()
-            })
-            .collect(),
-        other => {
-            let size = other.size().unwrap_or(1);
-            (0..n)
-                .flat_map(|_| {
-                    let v = if zero { 0 } else { next() % 100 };
-                    v.to_le_bytes()[..size].to_vec()
-                })
-                .collect()
-        }
-    }
 }
 
 /// A tensor's elements as JSON values (the first `limit`).

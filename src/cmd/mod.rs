@@ -6,6 +6,7 @@ mod client_args;
 mod gen_config;
 mod infer;
 mod npy;
+mod perf;
 mod serve;
 mod status;
 mod validate_config;
@@ -30,6 +31,9 @@ pub enum Command {
     Infer(infer::Args),
     /// Show a server's health, models and statistics (exit 0 only when ready).
     Status(status::Args),
+    /// Measure a model's throughput and latency under load (Triton's
+    /// perf_client / perf_analyzer, with their flags and CSV).
+    Perf(perf::Args),
     /// Print the config.pbtxt that auto-complete makes for an ONNX model.
     GenConfig(gen_config::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
@@ -45,5 +49,6 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         Command::GenConfig(args) => gen_config::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Status(args) => status::run(args),
+        Command::Perf(args) => perf::run(args),
     }
 }

@@ -51,7 +51,7 @@ SETTLE_S = 0.5
 GAP_S = 0.15
 # Execution time of each queued request: completions of queued requests are
 # at least this far apart, so the client sees them in the server's order.
-STEP_MS = 100
+STEP_MS = 200
 
 PROTOCOLS = ["http", "grpc"]
 
@@ -620,11 +620,11 @@ def test_request_timeout_ignored_without_override(sched_server, protocol):
     50 ms is ignored (the 10 s default applies): it succeeds."""
     f = Flight(sched_server, protocol)
     f.send("busy", "reject_no_override", BUSY_MS, pause=SETTLE_S)
-    f.send("short", "reject_no_override", 1, pause=0, timeout=50_000)
+    f.send("short", "reject_no_override", STEP_MS, pause=0, timeout=50_000)
     f.wait()
     f.require_busy_outlived("busy", "short")
     f.ok("busy", BUSY_MS)
-    f.ok("short", 1)
+    f.ok("short", STEP_MS)
     f.assert_order(["busy", "short"])
 
 
@@ -648,11 +648,11 @@ def test_queue_timeout_delay_keeps_request(sched_server, protocol):
     still completes successfully."""
     f = Flight(sched_server, protocol)
     f.send("busy", "delay_short", BUSY_MS, pause=SETTLE_S)
-    f.send("late", "delay_short", 9, pause=0)
+    f.send("late", "delay_short", STEP_MS, pause=0)
     f.wait()
     f.require_busy_outlived("busy", "late")
     f.ok("busy", BUSY_MS)
-    f.ok("late", 9)
+    f.ok("late", STEP_MS)
     f.assert_order(["busy", "late"])
 
 

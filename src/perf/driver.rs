@@ -1,0 +1,274 @@
+//! The real load generator: requests prepared once (`client::Prepared`)
+//! and sent from async tasks, a fixed number outstanding (concurrency) or
+//! started on a schedule (request rate, constant or Poisson), each window
+//! bracketed by the server's statistics and this process's CPU time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+use crate::client::{Client, Prepared};
+
+use super::load::{new_histogram, Load, Measure, ServerDelta, Window};
+
+/// The request-rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Distribution {
+    Constant,
+    Poisson,
+}
+
+/// What the running requests record, swapped out at each window's end.
+struct Collector {
+    window: Window,
+}
+
+/// One kind of load running in the background.
+struct Running {
+    load: Load,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+pub struct Driver {
+    rt: Runtime,
+    /// The requests, sent in turn (one per `--input-data` entry).
+    requests: Arc<Vec<Prepared>>,
+    stats: Client,
+    model: String,
+    version: String,
+    window: Duration,
+    batch: u64,
+    distribution: Distribution,
+    collector: Arc<Mutex<Collector>>,
+    running: Option<Running>,
+}
+
+/// Seconds of CPU this process has used (user + system).
+pub fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let Some(rest) = stat.rsplit(')').next() else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // Linux reports /proc times in USER_HZ, 100 per second.
+    Duration::from_millis(ticks * 10)
+}
+
+fn record(
+    collector: &Mutex<Collector>,
+    result: Result<crate::client::Timing, crate::client::ClientError>,
+) {
+    let mut c = collector.lock().unwrap();
+    let w = &mut c.window;
+    match result {
+        Ok(t) => {
+            w.completed += 1;
+            let _ = w.latency.record((t.total().as_micros() as u64).max(1));
+            w.send_ns += t.send.as_nanos() as u64;
+            w.wait_ns += t.wait.as_nanos() as u64;
+            w.recv_ns += t.recv.as_nanos() as u64;
+        }
+        Err(e) => {
+            w.errors += 1;
+            if w.first_error.is_none() {
+                w.first_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        rt: Runtime,
+        requests: Vec<Prepared>,
+        stats: Client,
+        model: &str,
+        version: &str,
+        window: Duration,
+        batch: u64,
+        distribution: Distribution,
+    ) -> Driver {
+        Driver {
+            rt,
+            requests: Arc::new(requests),
+            stats,
+            model: model.to_string(),
+            version: version.to_string(),
+            window,
+            batch,
+            distribution,
+            collector: Arc::new(Mutex::new(Collector {
+                window: Window::empty(batch),
+            })),
+            running: None,
+        }
+    }
+
+    /// Stops whatever load is running and waits for its requests.
+    pub fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop.store(true, Ordering::SeqCst);
+            self.rt.block_on(async {
+                for t in r.tasks {
+                    let _ = t.await;
+                }
+            });
+        }
+    }
+
+    fn start(&mut self, load: Load) {
+        if self.running.as_ref().is_some_and(|r| r.load == load) {
+            return;
+        }
+        // A new concurrency above the running one just adds workers.
+        if let (Some(Load::Concurrency(m)), Load::Concurrency(n)) =
+            (self.running.as_ref().map(|r| r.load), load)
+        {
+            if n > m {
+                let stop = Arc::clone(&self.running.as_ref().unwrap().stop);
+                let added: Vec<JoinHandle<()>> =
+                    (m..n).map(|i| self.worker(i, Arc::clone(&stop))).collect();
+                let r = self.running.as_mut().unwrap();
+                r.tasks.extend(added);
+                r.load = load;
+                return;
+            }
+        }
+        self.stop();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = match load {
+            Load::Concurrency(n) => (0..n).map(|i| self.worker(i, Arc::clone(&stop))).collect(),
+            Load::Rate(r) => vec![self.scheduler(r, Arc::clone(&stop))],
+        };
+        self.running = Some(Running { load, stop, tasks });
+    }
+
+    /// One request outstanding at all times.
+    fn worker(&self, index: usize, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+        let requests = Arc::clone(&self.requests);
+        let collector = Arc::clone(&self.collector);
+        self.rt.spawn(async move {
+            let mut i = index;
+            while !stop.load(Ordering::Relaxed) {
+                let result = requests[i % requests.len()].send().await;
+                record(&collector, result);
+                i += 1;
+            }
+        })
+    }
+
+    /// Starts requests at `rate` per second.
+    fn scheduler(&self, rate: f64, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+        let requests = Arc::clone(&self.requests);
+        let collector = Arc::clone(&self.collector);
+        let poisson = self.distribution == Distribution::Poisson;
+        self.rt.spawn(async move {
+            let mean = 1.0 / rate.max(1e-6);
+            let mut seed = 0x853c_49e6_748f_ea9bu64;
+            let mut next = tokio::time::Instant::now();
+            let mut inflight = tokio::task::JoinSet::new();
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let gap = if poisson {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let u = ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                    -u.ln() * mean
+                } else {
+                    mean
+                };
+                next += Duration::from_secs_f64(gap);
+                tokio::time::sleep_until(next).await;
+                let request = requests[i % requests.len()].clone();
+                let collector = Arc::clone(&collector);
+                inflight.spawn(async move {
+                    let result = request.send().await;
+                    record(&collector, result);
+                });
+                while inflight.try_join_next().is_some() {}
+                i += 1;
+            }
+            while inflight.join_next().await.is_some() {}
+        })
+    }
+
+    fn server_snapshot(&mut self) -> Option<crate::core::stats::Snapshot> {
+        let model = self.model.clone();
+        let version = self.version.clone();
+        let stats = self.rt.block_on(self.stats.statistics(&model)).ok()?;
+        let mut total = crate::core::stats::Snapshot::default();
+        for s in stats
+            .iter()
+            .filter(|s| version.is_empty() || s.version == version)
+        {
+            let t = &s.stats;
+            total.inference_count += t.inference_count;
+            total.execution_count += t.execution_count;
+            for (a, b) in [
+                (&mut total.success, t.success),
+                (&mut total.queue, t.queue),
+                (&mut total.compute_input, t.compute_input),
+                (&mut total.compute_infer, t.compute_infer),
+                (&mut total.compute_output, t.compute_output),
+            ] {
+                a.0 += b.0;
+                a.1 += b.1;
+            }
+        }
+        Some(total)
+    }
+}
+
+fn delta(a: &crate::core::stats::Snapshot, b: &crate::core::stats::Snapshot) -> ServerDelta {
+    ServerDelta {
+        requests: b.success.0.saturating_sub(a.success.0),
+        inferences: b.inference_count.saturating_sub(a.inference_count),
+        executions: b.execution_count.saturating_sub(a.execution_count),
+        request_ns: b.success.1.saturating_sub(a.success.1),
+        queue_ns: b.queue.1.saturating_sub(a.queue.1),
+        compute_input_ns: b.compute_input.1.saturating_sub(a.compute_input.1),
+        compute_infer_ns: b.compute_infer.1.saturating_sub(a.compute_infer.1),
+        compute_output_ns: b.compute_output.1.saturating_sub(a.compute_output.1),
+    }
+}
+
+impl Measure for Driver {
+    fn window(&mut self, load: Load) -> Result<Window, String> {
+        self.start(load);
+        let before = self.server_snapshot();
+        let cpu0 = process_cpu();
+        let t0 = Instant::now();
+        self.collector.lock().unwrap().window = Window::empty(self.batch);
+        std::thread::sleep(self.window);
+        let mut w = std::mem::replace(
+            &mut self.collector.lock().unwrap().window,
+            Window::empty(self.batch),
+        );
+        w.elapsed = t0.elapsed();
+        w.client_cpu = process_cpu().saturating_sub(cpu0);
+        let after = self.server_snapshot();
+        w.server = before.zip(after).map(|(a, b)| delta(&a, &b));
+        if w.latency.is_empty() {
+            w.latency = new_histogram();
+        }
+        Ok(w)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

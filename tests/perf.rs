@@ -180,3 +180,78 @@ fn errors_are_clear() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("needs -l"), "{}", stderr(&out));
 }
+
+#[test]
+fn system_shared_memory_runs_and_leaves_no_region_behind() {
+    let repo = repo();
+    let server = Serve::start(repo.path(), &["--allow-client-shm"], &[]);
+    for (protocol, port) in [("http", server.port), ("grpc", server.grpc_port)] {
+        let url = format!("127.0.0.1:{port}");
+        let out = perf(&[
+            "-m",
+            "fixed",
+            "-u",
+            &url,
+            "-i",
+            protocol,
+            "--shared-memory",
+            "system",
+            "-p",
+            "200",
+            "-r",
+            "3",
+            "-s",
+            "90",
+            "--json",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(doc["steps"][0]["request_count"].as_u64().unwrap() > 0);
+        assert_eq!(doc["steps"][0]["failed_count"], 0);
+    }
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"GET /v2/systemsharedmemory/status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut raw = String::new();
+    std::io::Read::read_to_string(&mut s, &mut raw).unwrap();
+    assert_eq!(
+        raw.split("\r\n\r\n").nth(1).unwrap_or("").trim(),
+        "[]",
+        "{raw}"
+    );
+    let pid_prefix = "trtis_perf_";
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(pid_prefix))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Without --allow-client-shm on the server, the run fails clearly.
+    let plain = Serve::start(repo.path(), &[], &[]);
+    let url = format!("127.0.0.1:{}", plain.port);
+    let out = perf(&[
+        "-m",
+        "fixed",
+        "-u",
+        &url,
+        "--shared-memory",
+        "system",
+        "-p",
+        "100",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--allow-client-shm"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

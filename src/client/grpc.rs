@@ -18,7 +18,7 @@ use crate::core::protocol::pb::inference::{
 };
 use crate::core::stats::Snapshot;
 use crate::core::types::{
-    DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
+    DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
 };
 
 use super::{ClientError, IndexEntry, ModelStats, ServerMetadata};
@@ -285,32 +285,78 @@ pub(super) fn infer_request(
     inputs: Vec<Tensor>,
     outputs: Vec<RequestedOutput>,
 ) -> ModelInferRequest {
+    infer_request_shm(model, version, inputs, &[], outputs)
+}
+
+/// The shared memory parameters of a tensor.
+fn shm_params(r: &ShmRef) -> std::collections::HashMap<String, InferParameter> {
+    let p = |c: ParameterChoice| InferParameter {
+        parameter_choice: Some(c),
+    };
+    [
+        (
+            "shared_memory_region".to_string(),
+            p(ParameterChoice::StringParam(r.region.clone())),
+        ),
+        (
+            "shared_memory_byte_size".to_string(),
+            p(ParameterChoice::Int64Param(r.byte_size as i64)),
+        ),
+        (
+            "shared_memory_offset".to_string(),
+            p(ParameterChoice::Int64Param(r.offset as i64)),
+        ),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// As `infer_request`, with inputs (where `input_shm[i]` is set) and
+/// outputs (where `shm` is set) in system shared memory.
+pub(super) fn infer_request_shm(
+    model: &str,
+    version: &str,
+    inputs: Vec<Tensor>,
+    input_shm: &[Option<ShmRef>],
+    outputs: Vec<RequestedOutput>,
+) -> ModelInferRequest {
     let mut raw = Vec::with_capacity(inputs.len());
     let inputs = inputs
         .into_iter()
-        .map(|t| {
-            raw.push(t.data);
+        .enumerate()
+        .map(|(i, t)| {
+            let parameters = match input_shm.get(i).and_then(Option::as_ref) {
+                Some(r) => shm_params(r),
+                None => {
+                    raw.push(t.data);
+                    Default::default()
+                }
+            };
             InferInputTensor {
                 name: t.name,
                 datatype: t.datatype.name().to_string(),
                 shape: t.shape,
+                parameters,
                 ..Default::default()
             }
         })
         .collect();
     let outputs = outputs
         .into_iter()
-        .map(|o| InferRequestedOutputTensor {
-            name: o.name,
-            parameters: o
-                .classification
-                .map(|n| {
-                    let p = InferParameter {
+        .map(|o| {
+            let mut parameters = o.shm.as_ref().map(shm_params).unwrap_or_default();
+            if let Some(n) = o.classification {
+                parameters.insert(
+                    "classification".to_string(),
+                    InferParameter {
                         parameter_choice: Some(ParameterChoice::Int64Param(n as i64)),
-                    };
-                    [("classification".to_string(), p)].into_iter().collect()
-                })
-                .unwrap_or_default(),
+                    },
+                );
+            }
+            InferRequestedOutputTensor {
+                name: o.name,
+                parameters,
+            }
         })
         .collect();
     ModelInferRequest {

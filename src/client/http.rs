@@ -9,7 +9,7 @@ use crate::core::config::ModelConfig;
 use crate::core::protocol::kserve_json;
 use crate::core::stats::Snapshot;
 use crate::core::types::{
-    DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
+    DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
 };
 
 use super::{version_path, ClientError, IndexEntry, ModelStats, ServerMetadata};
@@ -312,23 +312,51 @@ pub fn infer_body(
     inputs: &[Tensor],
     outputs: &[RequestedOutput],
 ) -> Result<(Vec<u8>, usize), ClientError> {
+    infer_body_shm(inputs, &[], outputs)
+}
+
+fn shm_json(r: &ShmRef) -> Value {
+    json!({
+        "shared_memory_region": r.region,
+        "shared_memory_byte_size": r.byte_size,
+        "shared_memory_offset": r.offset,
+    })
+}
+
+/// As `infer_body`, with inputs (where `input_shm[i]` is set) and outputs
+/// (where `shm` is set) in system shared memory.
+pub fn infer_body_shm(
+    inputs: &[Tensor],
+    input_shm: &[Option<ShmRef>],
+    outputs: &[RequestedOutput],
+) -> Result<(Vec<u8>, usize), ClientError> {
     let mut tail = Vec::new();
     let inputs_json: Vec<Value> = inputs
         .iter()
-        .map(|t| {
-            tail.extend_from_slice(&t.data);
+        .enumerate()
+        .map(|(i, t)| {
+            let parameters = match input_shm.get(i).and_then(Option::as_ref) {
+                Some(r) => shm_json(r),
+                None => {
+                    tail.extend_from_slice(&t.data);
+                    json!({ "binary_data_size": t.data.len() })
+                }
+            };
             json!({
                 "name": t.name,
                 "datatype": t.datatype.name(),
                 "shape": t.shape,
-                "parameters": { "binary_data_size": t.data.len() },
+                "parameters": parameters,
             })
         })
         .collect();
     let outputs_json: Vec<Value> = outputs
         .iter()
         .map(|o| {
-            let mut params = json!({ "binary_data": true });
+            let mut params = match &o.shm {
+                Some(r) => shm_json(r),
+                None => json!({ "binary_data": true }),
+            };
             if let Some(n) = o.classification {
                 params["classification"] = json!(n);
             }
@@ -374,6 +402,8 @@ pub fn infer_response(
                 binary = rest;
                 mine.to_vec()
             }
+            // An output written to shared memory has no data here.
+            None if o["data"].is_null() => Vec::new(),
             None => json_output_data(datatype, &o["data"])?,
         };
         tensors.push(Tensor {

@@ -10,7 +10,7 @@ use tonic::transport::Channel;
 use crate::core::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient, ModelInferRequest,
 };
-use crate::core::types::{RequestedOutput, Tensor};
+use crate::core::types::{RequestedOutput, ShmRef, Tensor};
 
 use super::{grpc, http, Client, ClientError};
 
@@ -53,9 +53,22 @@ impl Client {
         inputs: Vec<Tensor>,
         outputs: Vec<RequestedOutput>,
     ) -> Result<Prepared, ClientError> {
+        self.prepare_shm(model, version, inputs, &[], outputs)
+    }
+
+    /// As `prepare`, with inputs (where `input_shm[i]` is set) and outputs
+    /// (where their `shm` is set) in registered system shared memory.
+    pub fn prepare_shm(
+        &self,
+        model: &str,
+        version: &str,
+        inputs: Vec<Tensor>,
+        input_shm: &[Option<ShmRef>],
+        outputs: Vec<RequestedOutput>,
+    ) -> Result<Prepared, ClientError> {
         Ok(match self {
             Client::Http(c) => {
-                let (body, json_len) = http::infer_body(&inputs, &outputs)?;
+                let (body, json_len) = http::infer_body_shm(&inputs, input_shm, &outputs)?;
                 Prepared::Http {
                     http: c.http().clone(),
                     url: c.infer_url(model, version),
@@ -65,7 +78,9 @@ impl Client {
             }
             Client::Grpc(c) => Prepared::Grpc {
                 stub: c.stub(),
-                request: Box::new(grpc::infer_request(model, version, inputs, outputs)),
+                request: Box::new(grpc::infer_request_shm(
+                    model, version, inputs, input_shm, outputs,
+                )),
             },
         })
     }

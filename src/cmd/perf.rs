@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use trtis::client::inputs::{self, Generate};
 use trtis::client::{Client, ClientError, Protocol};
+use trtis::core::types::{RequestedOutput, ShmRef};
 use trtis::perf::driver::{Distribution, Driver};
 use trtis::perf::load::{self, Load, Plan, Settings, Step, Window};
 use trtis::perf::{plot, report};
@@ -93,9 +94,14 @@ pub struct Args {
     #[arg(short = 'z', long = "zero-input")]
     zero: bool,
 
-    /// Shared memory for the tensors: none (system is not available yet).
-    #[arg(long = "shared-memory", default_value = "none")]
-    shared_memory: String,
+    /// Where tensors travel: in the requests (none), or in system shared
+    /// memory regions registered with the server (system).
+    #[arg(long = "shared-memory", value_enum, default_value_t = SharedMemory::None)]
+    shared_memory: SharedMemory,
+
+    /// Bytes of the shared memory region of each output.
+    #[arg(long = "output-shared-memory-size", default_value_t = 102400)]
+    output_shm_size: usize,
 
     /// Accepted for compatibility: requests are always sent from async
     /// tasks.
@@ -126,6 +132,70 @@ pub struct Args {
     /// Print every measurement window.
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SharedMemory {
+    None,
+    System,
+}
+
+/// System shared memory regions made for a run: files under `/dev/shm`
+/// registered with the server; `cleanup` unregisters and removes them.
+#[derive(Default)]
+struct Regions {
+    names: Vec<String>,
+}
+
+impl Regions {
+    /// A new region holding `data` (or `size` zero bytes).
+    async fn create(
+        &mut self,
+        client: &mut Client,
+        label: &str,
+        data: Option<&[u8]>,
+        size: usize,
+    ) -> Result<ShmRef, String> {
+        let name = format!("trtis_perf_{}_{label}", std::process::id());
+        let path = std::path::Path::new("/dev/shm").join(&name);
+        let bytes = match data {
+            Some(d) => d.to_vec(),
+            None => vec![0; size],
+        };
+        std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.names.push(name.clone());
+        client
+            .register_system_shared_memory(&name, &format!("/{name}"), 0, bytes.len() as u64)
+            .await
+            .map_err(|e| format!("registering shared memory region '{name}': {}", e.message()))?;
+        Ok(ShmRef {
+            region: name,
+            byte_size: bytes.len(),
+            offset: 0,
+        })
+    }
+
+    /// Unregisters and removes the regions (on a fresh connection).
+    fn cleanup(&self, url: &str, protocol: Protocol) {
+        if self.names.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(async {
+                if let Ok(mut c) = Client::connect(url, protocol).await {
+                    for n in &self.names {
+                        let _ = c.unregister_system_shared_memory(n).await;
+                    }
+                }
+            });
+        }
+        for n in &self.names {
+            let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
+        }
+    }
 }
 
 fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
@@ -195,15 +265,6 @@ pub fn run(args: Args) -> ExitCode {
         Ok(p) => p,
         Err(m) => return fail(m, 2),
     };
-    if args.shared_memory != "none" {
-        return fail(
-            format!(
-                "--shared-memory {} is not supported by trtis perf yet; use none",
-                args.shared_memory
-            ),
-            2,
-        );
-    }
     let settings = Settings {
         stability: args.stability / 100.0,
         max_trials: args.max_trials.max(1),
@@ -230,6 +291,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let url = args.server.url();
     let protocol = args.server.protocol();
+    let mut regions = Regions::default();
     let setup = rt.block_on(async {
         let client = Client::connect(&url, protocol)
             .await
@@ -263,6 +325,21 @@ pub fn run(args: Args) -> ExitCode {
             "zero" | "random" => Vec::new(),
             path => inputs::read_input_data(std::path::Path::new(path)).map_err(|m| fail(m, 2))?,
         };
+        let shm = args.shared_memory == SharedMemory::System;
+        let mut outputs = Vec::new();
+        if shm {
+            for (k, o) in meta.outputs.iter().enumerate() {
+                let r = regions
+                    .create(&mut client, &format!("out{k}"), None, args.output_shm_size)
+                    .await
+                    .map_err(|m| fail(m, 1))?;
+                outputs.push(RequestedOutput {
+                    name: o.name.clone(),
+                    classification: None,
+                    shm: Some(r),
+                });
+            }
+        }
         let mut seed = 0x9e3779b97f4a7c15u64;
         let mut requests = Vec::new();
         for i in 0..entries.len().max(1) {
@@ -274,9 +351,25 @@ pub fn run(args: Args) -> ExitCode {
                 entry: entries.get(i),
             };
             let tensors = inputs::build(&meta.inputs, &how, &mut seed).map_err(|m| fail(m, 2))?;
+            let mut input_shm = Vec::new();
+            if shm {
+                for (j, t) in tensors.iter().enumerate() {
+                    let r = regions
+                        .create(&mut client, &format!("in{i}_{j}"), Some(&t.data), 0)
+                        .await
+                        .map_err(|m| fail(m, 1))?;
+                    input_shm.push(Some(r));
+                }
+            }
             requests.push(
                 client
-                    .prepare(&args.model, &args.version, tensors, Vec::new())
+                    .prepare_shm(
+                        &args.model,
+                        &args.version,
+                        tensors,
+                        &input_shm,
+                        outputs.clone(),
+                    )
                     .map_err(|e| fail(e, 1))?,
             );
         }
@@ -288,7 +381,10 @@ pub fn run(args: Args) -> ExitCode {
     });
     let (client, requests) = match setup {
         Ok(v) => v,
-        Err(code) => return code,
+        Err(code) => {
+            regions.cleanup(&url, protocol);
+            return code;
+        }
     };
     let grpc = protocol == Protocol::Grpc;
     let mut driver = Driver::new(
@@ -375,6 +471,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let result = load::sweep(&mut driver, &plan, &settings, &mut on_window, &mut on_step);
     drop(driver);
+    regions.cleanup(&url, protocol);
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

@@ -22,6 +22,7 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np

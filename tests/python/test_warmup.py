@@ -258,10 +258,10 @@ def test_not_ready_until_warmup_completes(client, warmup_server):
     assert began, "no 'is running warmup sample 'slow'' verbose log line"
     not_ready_while_loading = [o for o in observed if o == (False, True)]
     assert not_ready_while_loading, f"never saw the model not ready during its load: {observed}"
-    ready_while_loading = [o for o in observed if o == (True, True)]
-    # A READY answer can only precede load_model's return by the time the
-    # response takes to reach the client: allow it only at the very end.
-    assert len(ready_while_loading) <= 1, observed
+    # READY may show just before load_model's response reaches the client,
+    # but once ready the model stays ready: never not-ready after ready.
+    readiness = [r for r, _ in observed]
+    assert readiness == sorted(readiness), f"readiness went back to False: {observed}"
 
     assert client.is_model_ready("warm_slow")
     assert index_entry(client, "warm_slow")["state"] == "READY"

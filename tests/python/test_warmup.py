@@ -316,13 +316,6 @@ def test_grpc_load_with_failing_warmup(client, warmup_server):
 
 # Triton reads the file while generating the warmup data, at instance load
 # (ReadTextFile: "failed to open text file for read <path>: <strerror>").
-@pytest.mark.xfail(
-    strict=True,
-    reason="trtis refuses the load before warmup with its own repository check: "
-    "\"load failed for model 'warm_missing_file': warmup data file "
-    "'warmup/nope.bin' for input 'INPUT0' not found\" instead of Triton's "
-    "\"failed to open text file for read <path>: No such file or directory\"",
-)
 def test_missing_data_file_fails_load(client):
     _load_fails(
         client,

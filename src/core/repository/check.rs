@@ -341,10 +341,15 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
     for (i, warmup) in config.model_warmup.iter().enumerate() {
         for (input, spec) in &warmup.inputs {
             if let Some(InputDataType::InputDataFile(file)) = &spec.input_data_type {
-                if !m.dir.path.join("warmup").join(file).is_file() {
+                let path = m.dir.path.join("warmup").join(file);
+                if !path.is_file() {
+                    // Triton's words when the instance reads the file.
                     m.push(Issue::error(
                         format!("model_warmup[{i}].inputs[{input:?}]"),
-                        format!("warmup data file 'warmup/{file}' for input '{input}' not found"),
+                        format!(
+                            "failed to open text file for read {}: No such file or directory",
+                            path.display()
+                        ),
                     ));
                 }
             }

@@ -5,16 +5,15 @@ The model (bench/make_mlp.py): 8 dense layers of 1024x1024 FP32, input
   - the ceiling: ONNX Runtime called directly from Python at batch 1, 16 and
     32 with its default threads, one and two intra-op threads (the best
     setting is the reference);
-  - trtis serve with `dynamic_batching` (instances and threads left to the
-    defaults) driven by perf_analyzer over gRPC at concurrency 1, 4, 16 and
-    32: throughput, latency, the ratio to the ceiling, and the batch sizes
-    that formed (from the statistics extension);
+  - trtis serve with `dynamic_batching`, instances and threads left to the
+    defaults (mlp_batched), and with one instance using every core and
+    preferred batch sizes 16 and 32 (mlp_one_instance), driven by
+    perf_analyzer over gRPC at concurrency 1, 4, 16 and 32: throughput,
+    latency, the ratio to the ceiling, and the batch sizes that formed (from
+    the statistics extension);
   - the same model without dynamic batching, as the baseline.
 
 Run it with scripts/bench-batching.sh. Results: target/bench/batching-bench.md.
-Variants for exploring (not the defaults): TRTIS_BENCH_CONFIG_EXTRA is added
-to the batched model's config.pbtxt, TRTIS_BENCH_DELAY_US sets
-max_queue_delay_microseconds (default 0).
 """
 import csv
 import json
@@ -58,7 +57,7 @@ def perf(server, model, concurrency):
     csv_path = os.path.join(OUT, f"pa-batching-{model}-c{concurrency}.csv")
     before, cpu0 = batch_stats(server, model), cpu_seconds(server.proc.pid)
     cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
-           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "8", "-s", "10", "-f", csv_path]
+           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
     try:
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180, check=True)
     except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
@@ -90,17 +89,25 @@ def main():
     model_path = os.path.join(OUT, "mlp.onnx")
     if not os.path.exists(model_path):
         make(model_path)
-    extra = os.environ.get("TRTIS_BENCH_CONFIG_EXTRA", "")
-    delay = int(os.environ.get("TRTIS_BENCH_DELAY_US", "0"))
     io = ('input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n'
           'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n')
-    for name, body in [
-        ("mlp_batched", f'max_batch_size: 32\n{io}dynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n{extra}\n'),
-        ("mlp_unbatched", f'max_batch_size: 32\n{io}'),
-    ]:
+    models = {
+        # Everything left to the defaults: two CPU instances, each with one
+        # intra-op thread (the cores shared among the instances).
+        "mlp_batched": "dynamic_batching { }\n",
+        # One instance using every core; batches go as soon as 16 or 32
+        # requests are there, else after 2 ms.
+        "mlp_one_instance": ('instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+                             'dynamic_batching { preferred_batch_size: [ 16, 32 ] '
+                             'max_queue_delay_microseconds: 2000 }\n'),
+        # The baseline: the same model without dynamic batching.
+        "mlp_unbatched": "",
+    }
+    for name, body in models.items():
         os.makedirs(os.path.join(repo, name, "1"))
         os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
-        open(os.path.join(repo, name, "config.pbtxt"), "w").write(f'backend: "onnxruntime"\n{body}')
+        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
+            f'backend: "onnxruntime"\nmax_batch_size: 32\n{io}{body}')
 
     lines = ["# Dynamic batching benchmark", "",
              f"Model: 8 x dense 1024x1024 FP32 (bench/make_mlp.py); {os.cpu_count()} CPUs. "
@@ -119,7 +126,7 @@ def main():
     lines += ["| model | concurrency | infer/s | of ceiling (batch 16) | p50 ms | p99 ms | mean batch | batch sizes (share of executions) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     results = {}
-    for model in ("mlp_batched", "mlp_unbatched"):
+    for model in models:
         for c in CONCURRENCY:
             r = perf(server, model, c)
             results[(model, c)] = r
@@ -131,11 +138,13 @@ def main():
             print(lines[-1], flush=True)
     server.stop()
     shutil.rmtree(repo)
-    r16 = results[("mlp_batched", 16)]
-    if "error" not in r16:
-        lines += ["", f"At concurrency 16 trtis serves {r16['throughput']:.0f} infer/s = "
-                      f"{100 * r16['throughput'] / ceiling[16]:.0f}% of the best direct ONNX Runtime rate at batch 16 "
-                      f"({ceiling[16]:.0f}/s), mean batch {r16['mean_batch']:.1f}."]
+    lines.append("")
+    for model in models:
+        r16 = results[(model, 16)]
+        if "error" not in r16:
+            lines.append(f"- {model}: at concurrency 16, {r16['throughput']:.0f} infer/s = "
+                         f"{100 * r16['throughput'] / ceiling[16]:.0f}% of the best direct ONNX Runtime rate at "
+                         f"batch 16 ({ceiling[16]:.0f}/s), mean batch {r16['mean_batch']:.1f}.")
     report = "\n".join(lines)
     print(report)
     open(os.path.join(OUT, "batching-bench.md"), "w").write(report + "\n")

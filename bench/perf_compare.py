@@ -52,14 +52,27 @@ def main():
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
+    # Server-bound: 4 instances each sleeping 2 ms per request, so at most
+    # 2000 infer/s whatever the client; both tools should measure the same.
+    os.makedirs(os.path.join(repo, "identity_sleep/1"))
+    open(os.path.join(repo, "identity_sleep/1/.keep"), "w").close()
+    open(os.path.join(repo, "identity_sleep/config.pbtxt"), "w").write(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'instance_group [ { count: 4 kind: KIND_CPU } ]\n'
+        'parameters { key: "execute_delay_ms" value: { string_value: "2" } }\n')
     server = Server(repo, 18500)
     lines = ["# perf_analyzer vs trtis perf", "",
              f"Same server (trtis serve, release), same flags: --concurrency-range C -p {WINDOW_MS} -s 10 -r 10. "
-             "Client CPU per request = the client's user+system time over the requests the server counted.", "",
+             "Client CPU per request = the client's user+system time over the requests the server counted. "
+             "Client and server share this machine's CPUs: where the server is CPU-bound, the lighter client "
+             "leaves it more CPU, so only the server-bound rows (identity_sleep, and concurrency 1) measure "
+             "the same thing with both tools.", "",
              "| protocol | model | concurrency | perf_analyzer infer/s | trtis perf infer/s | ratio | perf_analyzer p50 µs | trtis perf p50 µs | perf_analyzer CPU µs/req | trtis perf CPU µs/req |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for protocol in ("grpc", "http"):
-        for model in ("identity_fp32", "simple"):
+        for model in ("identity_fp32", "simple", "identity_sleep"):
             for c in (1, 4, 16):
                 pa = measure("perf_analyzer", server, model, protocol, c)
                 tp = measure("trtis", server, model, protocol, c)

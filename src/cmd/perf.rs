@@ -280,8 +280,14 @@ pub fn run(args: Args) -> ExitCode {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    // No more worker threads than requests outstanding: idle workers cost
+    // CPU in wake-ups (a concurrency-1 run on one thread is the cheapest).
+    let most = match plan {
+        Plan::Concurrency { start, end, .. } if end != 0 => start.max(end),
+        _ => cores,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores.clamp(1, 4))
+        .worker_threads(most.clamp(1, cores.min(4)))
         .thread_name("trtis-perf")
         .enable_all()
         .build()

@@ -9,6 +9,8 @@ mod client;
 mod config_cases;
 mod grpc;
 mod http;
+mod image;
+mod infer_image;
 mod lifecycle;
 mod parse;
 mod perf;

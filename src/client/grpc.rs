@@ -233,12 +233,13 @@ impl GrpcClient {
         &mut self,
         model: &str,
         requests: Vec<Vec<Tensor>>,
+        outputs: Vec<RequestedOutput>,
     ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
         let requests: Vec<ModelInferRequest> = requests
             .into_iter()
             .enumerate()
             .map(|(i, inputs)| {
-                let mut req = infer_request(model, "", inputs, Vec::new());
+                let mut req = infer_request(model, "", inputs, outputs.clone());
                 req.id = i.to_string();
                 req
             })

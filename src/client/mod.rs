@@ -7,6 +7,7 @@
 mod error;
 mod grpc;
 mod http;
+pub mod image;
 pub mod inputs;
 mod prepared;
 
@@ -180,15 +181,26 @@ impl Client {
         model: &str,
         requests: Vec<Vec<Tensor>>,
     ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
+        self.stream_infer_with_outputs(model, requests, Vec::new())
+            .await
+    }
+
+    /// As `stream_infer`, asking every request for these outputs.
+    pub async fn stream_infer_with_outputs(
+        &mut self,
+        model: &str,
+        requests: Vec<Vec<Tensor>>,
+        outputs: Vec<RequestedOutput>,
+    ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
         match self {
             Client::Http(c) => {
                 let mut out = Vec::with_capacity(requests.len());
                 for inputs in requests {
-                    out.push(c.infer(model, "", inputs, Vec::new()).await);
+                    out.push(c.infer(model, "", inputs, outputs.clone()).await);
                 }
                 Ok(out)
             }
-            Client::Grpc(c) => c.stream_infer(model, requests).await,
+            Client::Grpc(c) => c.stream_infer(model, requests, outputs).await,
         }
     }
 

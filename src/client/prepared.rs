@@ -10,7 +10,7 @@ use tonic::transport::Channel;
 use crate::core::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient, ModelInferRequest,
 };
-use crate::core::types::{RequestedOutput, ShmRef, Tensor};
+use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
 use super::{grpc, http, Client, ClientError};
 
@@ -89,6 +89,11 @@ impl Client {
 impl Prepared {
     /// Sends the request once and decodes the answer.
     pub async fn send(&self) -> Result<Timing, ClientError> {
+        self.infer().await.map(|(t, _)| t)
+    }
+
+    /// Sends the request once; the answer and where the time went.
+    pub async fn infer(&self) -> Result<(Timing, InferResponse), ClientError> {
         match self {
             Prepared::Http {
                 http,
@@ -118,12 +123,13 @@ impl Prepared {
                         message,
                     });
                 }
-                http::infer_response(header_len, &bytes)?;
-                Ok(Timing {
+                let response = http::infer_response(header_len, &bytes)?;
+                let timing = Timing {
                     send: t1 - t0,
                     wait: t2 - t1,
                     recv: t2.elapsed(),
-                })
+                };
+                Ok((timing, response))
             }
             Prepared::Grpc { stub, request } => {
                 let t0 = Instant::now();
@@ -132,12 +138,13 @@ impl Prepared {
                 let t1 = Instant::now();
                 let resp = stub.model_infer(req).await?.into_inner();
                 let t2 = Instant::now();
-                grpc::infer_response(resp)?;
-                Ok(Timing {
+                let response = grpc::infer_response(resp)?;
+                let timing = Timing {
                     send: t1 - t0,
                     wait: t2 - t1,
                     recv: t2.elapsed(),
-                })
+                };
+                Ok((timing, response))
             }
         }
     }

@@ -1,4 +1,6 @@
-//! `trtis infer -m MODEL`: one inference against any Triton-protocol server.
+//! `trtis infer -m MODEL`: one inference against any Triton-protocol server;
+//! with image files (`trtis infer -m MODEL IMAGE|DIR...`), Triton's
+//! image_client (`infer_image`).
 //! Inputs come from a perf_analyzer-style JSON file (`--input-data`), from
 //! `.npy` files (`--input NAME=file.npy`), or are generated (random or zero)
 //! in the model's shape; outputs are printed, or written with
@@ -9,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
+use trtis::client::image::Scaling;
 use trtis::client::inputs::{self, Generate};
 use trtis::client::ClientError;
 use trtis::core::protocol::kserve_json;
@@ -17,6 +20,7 @@ use trtis::core::types::{
 };
 
 use super::client_args::{runtime, ServerArgs};
+use super::infer_image::ImageArgs;
 use super::npy;
 
 #[derive(Debug, clap::Args)]
@@ -54,9 +58,28 @@ pub struct Args {
     #[arg(short = 'b', long = "batch-size", default_value_t = 1)]
     batch: i64,
 
-    /// Return the top N classes of each output instead of the tensor.
-    #[arg(long = "classification", value_name = "N")]
+    /// Return the top N classes of each output instead of the tensor
+    /// (image mode: default 1).
+    #[arg(short = 'c', long = "classification", value_name = "N")]
     classification: Option<usize>,
+
+    /// Images to classify (files, or directories of them): image_client
+    /// mode.
+    #[arg(value_name = "IMAGE|DIR")]
+    images: Vec<PathBuf>,
+
+    /// Image scaling: NONE, INCEPTION (x/127.5 - 1) or VGG (minus the
+    /// channel means).
+    #[arg(short = 's', long = "scaling", value_enum, default_value_t = Scaling::None)]
+    scaling: Scaling,
+
+    /// Image mode: send every request at once.
+    #[arg(short = 'a', long = "async")]
+    async_mode: bool,
+
+    /// Image mode: send the requests on one gRPC stream.
+    #[arg(long)]
+    streaming: bool,
 
     /// Write each output to DIR (`<name>.npy`, or `<name>.json` for BYTES).
     #[arg(long = "output-dir", value_name = "DIR")]
@@ -97,10 +120,27 @@ async fn infer(args: Args) -> ExitCode {
         Ok(m) => m,
         Err(e) => return server_error(&url, e),
     };
-    let batching = match client.model_config(&args.model, &args.version).await {
-        Ok(c) => c.max_batch_size > 0,
+    let config = match client.model_config(&args.model, &args.version).await {
+        Ok(c) => c,
         Err(e) => return server_error(&url, e),
     };
+    if !args.images.is_empty() {
+        let image_args = ImageArgs {
+            model: &args.model,
+            version: &args.version,
+            paths: &args.images,
+            scaling: args.scaling,
+            classes: args.classification.unwrap_or(1),
+            batch: args.batch,
+            async_mode: args.async_mode,
+            streaming: args.streaming,
+            json: args.json,
+            protocol: args.server.protocol(),
+            url: &url,
+        };
+        return super::infer_image::run(image_args, client, &meta, &config).await;
+    }
+    let batching = config.max_batch_size > 0;
     let inputs = match build_inputs(&args, &meta.inputs, batching) {
         Ok(i) => i,
         Err(message) => return fail(message, 2),

@@ -5,6 +5,7 @@
 mod client_args;
 mod gen_config;
 mod infer;
+mod infer_image;
 mod npy;
 mod perf;
 mod serve;

@@ -7,6 +7,7 @@ mod batching;
 mod cli;
 mod client;
 mod config_cases;
+mod examples;
 mod grpc;
 mod http;
 mod image;

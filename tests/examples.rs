@@ -1,0 +1,138 @@
+//! The example programs (`examples/*.rs`) against `trtis serve` on the
+//! example model repository: their exact output over HTTP and gRPC, and a
+//! clear error and a failing exit status when the server cannot be reached.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::serve::Serve;
+use crate::util::stdout;
+
+/// A built example binary: `cargo test` builds examples into
+/// `target/<profile>/examples/`, next to the `trtis` binary's directory.
+fn example(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_trtis"));
+    let path = bin
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build --examples`",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str]) -> Output {
+    Command::new(example(name))
+        .args(args)
+        .output()
+        .expect("the example runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What `simple_client` prints: Triton's 16 pairs of lines.
+fn simple_client_output() -> String {
+    (0..16)
+        .map(|i| format!("{i} + 1 = {}\n{i} - 1 = {}\n", i + 1, i - 1))
+        .collect()
+}
+
+fn onnx_available() -> bool {
+    if trtis::core::backend::onnx::find_library().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
+        "ONNX Runtime not found: run scripts/setup.sh"
+    );
+    eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
+    false
+}
+
+#[test]
+fn the_examples_run_against_the_example_repository() {
+    if !onnx_available() {
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/model_repository");
+    let server = Serve::start(&repo, &[], &[]);
+    let http = format!("127.0.0.1:{}", server.port);
+    let grpc = format!("127.0.0.1:{}", server.grpc_port);
+
+    for args in [
+        vec!["-u", http.as_str()],
+        vec!["-u", http.as_str(), "-i", "http"],
+        vec!["-u", grpc.as_str(), "-i", "grpc"],
+    ] {
+        let out = run("simple_client", &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), simple_client_output(), "{args:?}");
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+
+    let out = run("stream_client", &["-u", &grpc]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "response 0: OUTPUT0[0..4] = [1, 2, 3, 4]  OUTPUT1[0..4] = [-1, 0, 1, 2]\n\
+         response 1: OUTPUT0[0..4] = [17, 18, 19, 20]  OUTPUT1[0..4] = [15, 16, 17, 18]\n\
+         response 2: OUTPUT0[0..4] = [33, 34, 35, 36]  OUTPUT1[0..4] = [31, 32, 33, 34]\n\
+         response 3: OUTPUT0[0..4] = [49, 50, 51, 52]  OUTPUT1[0..4] = [47, 48, 49, 50]\n"
+    );
+    let out = run("stream_client", &["-u", &grpc, "-n", "9"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 9);
+    assert_eq!(
+        lines[8],
+        "response 8: OUTPUT0[0..4] = [129, 130, 131, 132]  OUTPUT1[0..4] = [127, 128, 129, 130]"
+    );
+
+    // A server error is reported, not a panic.
+    let out = run("simple_client", &["-u", &http, "-m", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "error: inference on 'nosuch' at {http} failed: HTTP 404: "
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = run("stream_client", &["-u", &grpc, "-m", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: response 0: ") && stderr(&out).contains("nosuch"),
+        "{}",
+        stderr(&out)
+    );
+
+    server.interrupt();
+    assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn the_examples_fail_clearly_without_a_server() {
+    for (name, args) in [
+        ("simple_client", &["-u", "127.0.0.1:1"][..]),
+        ("simple_client", &["-u", "127.0.0.1:1", "-i", "grpc"][..]),
+        ("stream_client", &["-u", "127.0.0.1:1"][..]),
+    ] {
+        let out = run(name, args);
+        assert_eq!(out.status.code(), Some(1), "{name} {args:?}");
+        assert_eq!(stdout(&out), "", "{name} {args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("error: cannot reach the server at 127.0.0.1:1: "),
+            "{name} {args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{name} {args:?}: {err}");
+    }
+}

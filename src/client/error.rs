@@ -43,6 +43,22 @@ impl fmt::Display for ClientError {
 
 impl std::error::Error for ClientError {}
 
+/// An error with its causes ("transport error: tcp connect error:
+/// Connection refused"), without repeating a cause already in the text.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
         if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
@@ -58,9 +74,9 @@ impl From<tonic::Status> for ClientError {
 impl From<reqwest::Error> for ClientError {
     fn from(e: reqwest::Error) -> Self {
         if e.is_connect() || e.is_timeout() || e.is_request() {
-            ClientError::Transport(e.to_string())
+            ClientError::Transport(with_causes(&e))
         } else {
-            ClientError::Decode(e.to_string())
+            ClientError::Decode(with_causes(&e))
         }
     }
 }

@@ -38,7 +38,7 @@ impl GrpcClient {
             .map_err(|e| ClientError::Transport(e.to_string()))?
             .connect()
             .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+            .map_err(|e| ClientError::Transport(super::error::with_causes(&e)))?;
         Ok(GrpcClient {
             stub: GrpcInferenceServiceClient::new(channel)
                 .max_decoding_message_size(usize::MAX)

@@ -58,14 +58,16 @@ def perf(server, model, concurrency):
     before, cpu0 = batch_stats(server, model), cpu_seconds(server.proc.pid)
     cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
            "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
-    try:
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180, check=True)
-    except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
-        return {"error": type(e).__name__}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return {"error": f"exit {os.waitstatus_to_exitcode(status)}"}
+    client_cpu = usage.ru_utime + usage.ru_stime
     after, cpu1 = batch_stats(server, model), cpu_seconds(server.proc.pid)
     sizes = {b: after.get(b, 0) - before.get(b, 0) for b in after}
     sizes = {b: n for b, n in sorted(sizes.items()) if n > 0}
     executions = sum(sizes.values())
+    inferences = sum(b * n for b, n in sizes.items())
     row = next(csv.DictReader(open(csv_path)))
     return {
         "throughput": float(row["Inferences/Second"]),
@@ -73,7 +75,8 @@ def perf(server, model, concurrency):
         "p99_ms": float(row["p99 latency"]) / 1000,
         "mean_batch": sum(b * n for b, n in sizes.items()) / max(executions, 1),
         "sizes": sizes,
-        "cpu_s": cpu1 - cpu0,
+        "server_cpu_us": (cpu1 - cpu0) / max(inferences, 1) * 1e6,
+        "client_cpu_us": client_cpu / max(inferences, 1) * 1e6,
     }
 
 
@@ -123,18 +126,19 @@ def main():
     lines.append("")
 
     server = Server(repo, 18200)
-    lines += ["| model | concurrency | infer/s | of ceiling (batch 16) | p50 ms | p99 ms | mean batch | batch sizes (share of executions) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["| model | concurrency | infer/s | of ceiling (batch 16) | p50 ms | p99 ms | mean batch | batch sizes (share of executions) | server CPU µs/inf | perf_analyzer CPU µs/inf |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     results = {}
     for model in models:
         for c in CONCURRENCY:
             r = perf(server, model, c)
             results[(model, c)] = r
             if "error" in r:
-                lines.append(f"| {model} | {c} | perf_analyzer: {r['error']} | | | | | |")
+                lines.append(f"| {model} | {c} | perf_analyzer: {r['error']} | | | | | | | |")
             else:
                 lines.append(f"| {model} | {c} | {r['throughput']:.0f} | {r['throughput'] / ceiling[16]:.2f} | "
-                             f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | {histogram(r['sizes'])} |")
+                             f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | {histogram(r['sizes'])} | "
+                             f"{r['server_cpu_us']:.0f} | {r['client_cpu_us']:.0f} |")
             print(lines[-1], flush=True)
     server.stop()
     shutil.rmtree(repo)

@@ -7,6 +7,7 @@ mod batching;
 mod cli;
 mod client;
 mod config_cases;
+mod ensemble;
 mod examples;
 mod grpc;
 mod http;

@@ -341,6 +341,18 @@ impl Engine {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// `infer` as a boxed future, for the ensemble scheduler (whose steps
+    /// are inferences themselves, possibly on ensembles).
+    pub fn infer_boxed<'a>(
+        &'a self,
+        name: &'a str,
+        version: &'a str,
+        request: InferRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse>> + Send + 'a>>
+    {
+        Box::pin(self.infer(name, version, request))
+    }
+
     /// Runs one inference request.
     pub async fn infer(
         &self,
@@ -384,6 +396,41 @@ impl Engine {
                     return Err(e);
                 }
             };
+        let Some(pool) = model.pool.as_ref() else {
+            // An ensemble: its steps run on the composing models.
+            let result = crate::core::ensemble::run(
+                self,
+                &model,
+                (&request.id, request.priority, request.timeout_us),
+                inputs,
+                &outputs,
+            )
+            .await
+            .and_then(|t| classify(&model, &outputs, t, batch))
+            .and_then(|t| self.write_shm_outputs(&outputs, t));
+            return match result {
+                Ok(tensors) => {
+                    let total = start.elapsed();
+                    model.stats.record_success(
+                        batch,
+                        Some(batch),
+                        total,
+                        std::time::Duration::ZERO,
+                        total,
+                    );
+                    Ok(InferResponse {
+                        model_name: model.name.clone(),
+                        model_version: model.version.to_string(),
+                        id: request.id,
+                        outputs: tensors,
+                    })
+                }
+                Err(e) => {
+                    model.stats.record_backend_failure(start.elapsed());
+                    Err(e)
+                }
+            };
+        };
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let enqueued = Instant::now();
@@ -407,8 +454,7 @@ impl Engine {
                 },
                 &request.id,
             ),
-            None => model
-                .pool
+            None => pool
                 .submit(Work {
                     inputs,
                     outputs: names,

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod config;
 pub mod device;
 pub mod engine;
+pub mod ensemble;
 pub mod error;
 pub mod frontend;
 pub mod instance;

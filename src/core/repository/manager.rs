@@ -59,7 +59,9 @@ pub struct LoadedModel {
     pub version: i64,
     /// The normalized config.
     pub config: ModelConfig,
-    pub pool: std::sync::Arc<InstancePool>,
+    /// The instances; `None` for an ensemble, which runs its steps on
+    /// the composing models.
+    pub pool: Option<std::sync::Arc<InstancePool>>,
     /// The dynamic batcher, when the config asks for one (in front of `pool`).
     pub batcher: Option<crate::core::scheduler::DynamicBatcher>,
     pub stats: ModelStats,
@@ -302,6 +304,17 @@ impl ModelManager {
         config: &ModelConfig,
         labels: &BTreeMap<String, Vec<String>>,
     ) -> Result<LoadedModel> {
+        if config.platform == crate::core::config::normalize::ENSEMBLE_PLATFORM {
+            return Ok(LoadedModel {
+                name: name.to_string(),
+                version,
+                config: config.clone(),
+                pool: None,
+                batcher: None,
+                stats: ModelStats::default(),
+                labels: labels.clone(),
+            });
+        }
         let version_dir = model_dir.join(version.to_string());
         let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
         let mut loaders: Vec<Loader> = Vec::new();
@@ -354,7 +367,7 @@ impl ModelManager {
             name: name.to_string(),
             version,
             config: config.clone(),
-            pool,
+            pool: Some(pool),
             batcher,
             stats: ModelStats::default(),
             labels: labels.clone(),

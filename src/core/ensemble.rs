@@ -1,0 +1,139 @@
+//! The ensemble scheduler (`platform: "ensemble"`): a request's tensors
+//! flow through the steps of `ensemble_scheduling`, each step an inference
+//! on its composing model through that model's own scheduler (so composing
+//! models batch dynamically). Steps run as soon as every tensor they read
+//! exists, all ready steps at once; a tensor read by one step only (and not
+//! an output) moves into it, others are copied. A failing step fails the
+//! request with that step's error.
+
+use std::collections::HashMap;
+
+use futures_util::future::join_all;
+
+use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::config::pb::model_ensembling::Step;
+use crate::core::engine::Engine;
+use crate::core::error::{Error, Result};
+use crate::core::repository::LoadedModel;
+use crate::core::types::{InferRequest, RequestedOutput, Tensor};
+
+/// Runs an ensemble request (already validated against the ensemble's
+/// config); returns the requested outputs, in the requested order.
+pub async fn run(
+    engine: &Engine,
+    model: &LoadedModel,
+    // The request's id, priority and timeout, passed to every step.
+    (id, priority, timeout_us): (&str, u64, u64),
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+) -> Result<Vec<Tensor>> {
+    let Some(SchedulingChoice::EnsembleScheduling(ensembling)) = &model.config.scheduling_choice
+    else {
+        return Err(Error::internal(format!(
+            "ensemble '{}' has no ensemble_scheduling",
+            model.name
+        )));
+    };
+    let mut tensors: HashMap<String, Tensor> =
+        inputs.into_iter().map(|t| (t.name.clone(), t)).collect();
+    // How many readers each tensor has left (the response counts as one).
+    let mut readers: HashMap<String, usize> = HashMap::new();
+    for step in &ensembling.step {
+        for ensemble_name in step.input_map.values() {
+            *readers.entry(ensemble_name.clone()).or_default() += 1;
+        }
+    }
+    for o in outputs {
+        *readers.entry(o.name.clone()).or_default() += 1;
+    }
+    let mut pending: Vec<&Step> = ensembling.step.iter().collect();
+    while !pending.is_empty() {
+        let (ready, waiting): (Vec<&Step>, Vec<&Step>) = pending
+            .into_iter()
+            .partition(|s| s.input_map.values().all(|t| tensors.contains_key(t)));
+        if ready.is_empty() {
+            let step = waiting[0];
+            let missing = step
+                .input_map
+                .values()
+                .find(|t| !tensors.contains_key(*t))
+                .cloned()
+                .unwrap_or_default();
+            return Err(Error::internal(format!(
+                "in ensemble '{}', the step of model '{}' waits for tensor '{missing}', which no step produced",
+                model.name, step.model_name
+            )));
+        }
+        let mut runs = Vec::with_capacity(ready.len());
+        for step in &ready {
+            let mut step_inputs = Vec::with_capacity(step.input_map.len());
+            for (model_input, ensemble_name) in &step.input_map {
+                let left = readers.get_mut(ensemble_name).map(|n| {
+                    *n -= 1;
+                    *n
+                });
+                let mut t = if left == Some(0) {
+                    tensors.remove(ensemble_name)
+                } else {
+                    tensors.get(ensemble_name).cloned()
+                }
+                .ok_or_else(|| Error::internal(format!("tensor '{ensemble_name}' vanished")))?;
+                t.name = model_input.clone();
+                step_inputs.push(t);
+            }
+            let step_request = InferRequest {
+                id: id.to_string(),
+                inputs: step_inputs,
+                shm_inputs: Vec::new(),
+                outputs: step
+                    .output_map
+                    .keys()
+                    .map(|name| RequestedOutput {
+                        name: name.clone(),
+                        classification: None,
+                        shm: None,
+                    })
+                    .collect(),
+                priority,
+                timeout_us,
+            };
+            let version = if step.model_version < 0 {
+                String::new()
+            } else {
+                step.model_version.to_string()
+            };
+            runs.push(async move {
+                let result = engine
+                    .infer_boxed(&step.model_name, &version, step_request)
+                    .await;
+                (*step, result)
+            });
+        }
+        for (step, result) in join_all(runs).await {
+            let response = result?;
+            for t in response.outputs {
+                if let Some(ensemble_name) = step.output_map.get(&t.name) {
+                    tensors.insert(
+                        ensemble_name.clone(),
+                        Tensor {
+                            name: ensemble_name.clone(),
+                            ..t
+                        },
+                    );
+                }
+            }
+        }
+        pending = waiting;
+    }
+    outputs
+        .iter()
+        .map(|o| {
+            tensors.remove(&o.name).ok_or_else(|| {
+                Error::internal(format!(
+                    "ensemble '{}' produced no tensor '{}'",
+                    model.name, o.name
+                ))
+            })
+        })
+        .collect()
+}

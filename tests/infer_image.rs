@@ -1,7 +1,8 @@
 //! `trtis infer -m MODEL IMAGE...` (image_client) against a real server
 //! serving the example repository's classifier: coffee.jpg is an espresso,
 //! rocket.jpg a missile, over HTTP and gRPC, one by one and as a batch of
-//! two, with scores close to the reference logits shipped with the model;
+//! two, directly and through the preprocessing + classifier ensemble, with
+//! scores close to the reference logits shipped with the model;
 //! and the errors: not an image, a missing file, a model that is not an
 //! image classifier.
 
@@ -125,6 +126,38 @@ fn classifies_the_example_images_like_image_client() {
                     "{image}: {score} vs reference {logit}"
                 );
             }
+        }
+    }
+    // The same through the ensemble (preprocessing model, then the
+    // classifier): UINT8 pixels in, the same classes out.
+    let url = format!("127.0.0.1:{}", server.port);
+    let out = infer(&[
+        "-m",
+        "efficientnet_ensemble",
+        "-u",
+        &url,
+        "-c",
+        "3",
+        "--json",
+        "examples/images/coffee.jpg",
+        "examples/images/rocket.jpg",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (r, image) in ["coffee", "rocket"].iter().enumerate() {
+        let classes = doc[r]["images"][0]["classes"].as_array().unwrap();
+        for (c, (index, logit)) in classes.iter().zip(reference(image)) {
+            assert_eq!(c["index"].as_i64().unwrap(), index, "{image}: {doc}");
+            let score = c["score"].as_f64().unwrap();
+            assert!(
+                (score - logit).abs() < 0.2,
+                "{image}: {score} vs reference {logit}"
+            );
         }
     }
     // A directory, streamed over gRPC: every image, in name order.

@@ -107,6 +107,17 @@ impl Serve {
     }
 }
 
+/// A server a test did not stop is killed when the test ends, so no
+/// process outlives the test run.
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// One POST with `Connection: close`; the status and the JSON body.
 fn post(port: u16, path: &str, body: &str) -> (u16, Value) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -158,13 +158,35 @@ fn a_composing_model_unloaded_or_reloaded() {
     let (status, out) = s.json("POST", "/v2/repository/models/b/unload", json!({}));
     assert_eq!(status, 200, "{out}");
     let (status, out) = s.json("POST", "/v2/models/ens/infer", body(&[1, 2, 3, 4]));
-    assert_ne!(status, 200);
+    assert_eq!(status, 503, "{out}");
+    let message = out["error"].as_str().unwrap();
     assert!(
-        out["error"].as_str().unwrap().contains("'b'"),
-        "the reason names the composing model: {out}"
+        message.starts_with("ensemble 'ens' is not ready: composing model 'b' is not available: "),
+        "{message}"
+    );
+    // Not ready, and UNAVAILABLE in the index with the reason.
+    let (status, _) = s.json("GET", "/v2/models/ens/ready", Value::Null);
+    assert_eq!(status, 400);
+    let (_, index) = s.json("POST", "/v2/repository/index", json!({}));
+    let entry = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ens")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["state"], "UNAVAILABLE", "{index}");
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("composing model 'b'"),
+        "{entry}"
     );
     let (status, out) = s.json("POST", "/v2/repository/models/b/load", json!({}));
     assert_eq!(status, 200, "{out}");
+    let (status, _) = s.json("GET", "/v2/models/ens/ready", Value::Null);
+    assert_eq!(status, 200);
     // Reload b again while requests run: none is lost.
     let runner = {
         let s = Arc::clone(&s);

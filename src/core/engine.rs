@@ -179,7 +179,41 @@ impl Engine {
     }
 
     pub fn model_ready(&self, name: &str, version: &str) -> bool {
-        self.model(name, version).is_ok()
+        self.model(name, version)
+            .is_ok_and(|m| self.ensemble_unready(&m, 0).is_none())
+    }
+
+    /// Why an ensemble cannot serve: a composing model (at any depth) that
+    /// is not ready. `None` for a ready ensemble or any other model.
+    pub fn ensemble_unready(&self, model: &LoadedModel, depth: usize) -> Option<String> {
+        use crate::core::config::pb::model_config::SchedulingChoice;
+        let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice else {
+            return None;
+        };
+        if depth > 16 {
+            return Some("ensembles nested too deep".to_string());
+        }
+        for step in &e.step {
+            let version = if step.model_version < 0 {
+                String::new()
+            } else {
+                step.model_version.to_string()
+            };
+            match self.model(&step.model_name, &version) {
+                Err(err) => {
+                    return Some(format!(
+                        "composing model '{}' is not available: {}",
+                        step.model_name, err.message
+                    ))
+                }
+                Ok(m) => {
+                    if let Some(why) = self.ensemble_unready(&m, depth + 1) {
+                        return Some(why);
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// The metadata of a ready model version.
@@ -240,8 +274,25 @@ impl Engine {
         self.inner.manager.ready_versions(name)
     }
 
+    /// The repository index; an ensemble whose composing models are not
+    /// all ready shows UNAVAILABLE with the reason.
     pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
-        self.inner.manager.index(ready_only)
+        let mut entries = self.inner.manager.index(ready_only)?;
+        for e in &mut entries {
+            if e.state != crate::core::repository::ModelState::Ready {
+                continue;
+            }
+            if let Ok(m) = self.model(&e.name, &e.version) {
+                if let Some(why) = self.ensemble_unready(&m, 0) {
+                    e.state = crate::core::repository::ModelState::Unavailable;
+                    e.reason = why;
+                }
+            }
+        }
+        if ready_only {
+            entries.retain(|e| e.state == crate::core::repository::ModelState::Ready);
+        }
+        Ok(entries)
     }
 
     fn check_control(&self) -> Result<()> {
@@ -398,6 +449,13 @@ impl Engine {
             };
         let Some(pool) = model.pool.as_ref() else {
             // An ensemble: its steps run on the composing models.
+            if let Some(why) = self.ensemble_unready(&model, 0) {
+                model.stats.record_failure(start.elapsed());
+                return Err(Error::unavailable(format!(
+                    "ensemble '{}' is not ready: {why}",
+                    model.name
+                )));
+            }
             let result = crate::core::ensemble::run(
                 self,
                 &model,

@@ -381,3 +381,36 @@ fn schedule_parameters_of_the_wrong_type_are_refused() {
         "{meta}"
     );
 }
+
+#[test]
+fn a_request_whose_caller_left_does_not_hold_a_queue_place() {
+    let repo = policy_repo("default_queue_policy { max_queue_size: 1 }", 1, 1);
+    let s = start(&repo);
+    let blocker = {
+        let s = Arc::clone(&s);
+        std::thread::spawn(move || {
+            s.json("POST", "/v2/models/m/infer", sleeping(600, json!({})))
+                .0
+        })
+    };
+    std::thread::sleep(GAP);
+    // A caller queues a request behind the blocker, then hangs up.
+    {
+        use std::io::Write;
+        let body = serde_json::to_vec(&sleeping(0, json!({}))).unwrap();
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        write!(
+            c,
+            "POST /v2/models/m/infer HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        c.write_all(&body).unwrap();
+        std::thread::sleep(GAP);
+    }
+    std::thread::sleep(GAP);
+    // The one place in the queue is free again for a live request.
+    let (status, out) = s.json("POST", "/v2/models/m/infer", sleeping(0, json!({})));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(blocker.join().unwrap(), 200);
+}

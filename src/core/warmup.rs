@@ -39,6 +39,9 @@ pub fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
     Ok(out)
 }
 
+/// The most data one warmup input may ask for (1 GiB).
+const MAX_SAMPLE_BYTES: usize = 1 << 30;
+
 fn prefix() -> &'static str {
     "[request id: <id_unknown>] "
 }
@@ -61,9 +64,16 @@ fn input_data(
             "warmup setting expects all variable-size dimensions are specified for input '{name}'"
         )));
     }
-    let elements: usize = input.dims.iter().map(|&d| d as usize).product();
     // BYTES elements are 4-byte lengths: zeros are empty strings.
-    let size = dt.size().unwrap_or(4) * elements;
+    let size = crate::core::types::element_count(&input.dims)
+        .and_then(|n| n.checked_mul(dt.size().unwrap_or(4)))
+        .filter(|&n| n <= MAX_SAMPLE_BYTES)
+        .ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "warmup setting for input '{name}' asks for more than {MAX_SAMPLE_BYTES} bytes (dims {:?})",
+                input.dims
+            ))
+        })?;
     let data = match &input.input_data_type {
         None => {
             return Err(Error::invalid_arg(format!(
@@ -146,6 +156,19 @@ fn finite(dt: DataType, data: &mut [u8]) {
 fn sample(config: &ModelConfig, model_dir: &Path, w: &ModelWarmup) -> Result<Sample> {
     let batching = config.max_batch_size > 0;
     let n = w.batch_size as usize;
+    // A batching model takes at most max_batch_size; without batching the
+    // sample runs n times (bounded, so a typo cannot take the memory).
+    let most = if batching {
+        config.max_batch_size as usize
+    } else {
+        1024
+    };
+    if n > most {
+        return Err(Error::invalid_arg(format!(
+            "warmup sample '{}' has batch_size {n}; model '{}' takes at most {most}",
+            w.name, config.name
+        )));
+    }
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     // Config inputs first, in config order, then any others.
     let mut names: Vec<&String> = config
@@ -282,6 +305,28 @@ mod tests {
                     .ends_with("warmup/none.bin: No such file or directory"),
             "{}",
             e.message
+        );
+    }
+
+    #[test]
+    fn oversized_samples_are_refused_before_allocating() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config(
+            r#"{ name: "huge" batch_size: 1 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [4294967296, 4294967296] zero_data: true } } }"#,
+        );
+        let e = samples(&c, dir.path()).err().expect("refused");
+        assert!(
+            e.message.contains("more than 1073741824 bytes"),
+            "{}",
+            e.message
+        );
+        let c = config(
+            r#"{ name: "big_batch" batch_size: 5 inputs { key: "IN" value { data_type: TYPE_INT32 dims: [2] zero_data: true } } }"#,
+        );
+        let e = samples(&c, dir.path()).err().expect("refused");
+        assert_eq!(
+            e.message,
+            "warmup sample 'big_batch' has batch_size 5; model 'm' takes at most 4"
         );
     }
 

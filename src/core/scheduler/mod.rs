@@ -146,6 +146,12 @@ impl DynamicBatcher {
                 self.label
             )));
         }
+        // Requests whose callers went away must not hold places that a
+        // live request needs (the batcher only sweeps when it wakes).
+        for r in state.queue.remove_abandoned() {
+            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.shared.delivery.deliver(r.seq, None);
+        }
         if state.queue.len() >= self.shared.capacity {
             return Err(Error::unavailable(format!(
                 "{HARD_LIMIT_MESSAGE} for model '{}'",

@@ -210,3 +210,69 @@ fn a_composing_model_unloaded_or_reloaded() {
         "requests failed during the reload"
     );
 }
+
+#[test]
+fn a_step_starts_when_its_inputs_exist_not_when_its_wave_ends() {
+    // IN feeds a slow step (900 ms) and a fast one; the fast one's output
+    // feeds a third step. The third must run while the slow one still runs.
+    let dir = tempfile::tempdir().unwrap();
+    let delayed = |ms: u32| {
+        format!(
+            r#"backend: "identity"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+parameters {{ key: "execute_delay_ms" value: {{ string_value: "{ms}" }} }}
+"#
+        )
+    };
+    write(dir.path(), "slow", &delayed(900));
+    write(dir.path(), "fast", &delayed(0));
+    write(dir.path(), "mid", &delayed(50));
+    write(
+        dir.path(),
+        "dag",
+        r#"platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT_S" data_type: TYPE_INT32 dims: [ -1 ] },
+         { name: "OUT_M" data_type: TYPE_INT32 dims: [ -1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "slow" model_version: -1
+      input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT_S" } },
+    { model_name: "fast" model_version: -1
+      input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "t" } },
+    { model_name: "mid" model_version: -1
+      input_map { key: "INPUT0" value: "t" } output_map { key: "OUTPUT0" value: "OUT_M" } }
+  ]
+}
+"#,
+    );
+    let s = Arc::new(TestServer::start(
+        dir.path(),
+        ControlMode::None,
+        &[],
+        1 << 20,
+    ));
+    let request = {
+        let s = Arc::clone(&s);
+        std::thread::spawn(move || s.json("POST", "/v2/models/dag/infer", body(&[7, 8])))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    let count = |m: &str| {
+        stats(&s, m)["inference_stats"]["success"]["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(count("slow"), 0, "the slow step is still running");
+    assert_eq!(
+        count("mid"),
+        1,
+        "the third step ran without waiting for the slow one"
+    );
+    let (status, out) = request.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(output(&out, "OUT_M")["data"], json!([7, 8]));
+    assert_eq!(output(&out, "OUT_S")["data"], json!([7, 8]));
+}

@@ -1,14 +1,15 @@
 //! The ensemble scheduler (`platform: "ensemble"`): a request's tensors
 //! flow through the steps of `ensemble_scheduling`, each step an inference
 //! on its composing model through that model's own scheduler (so composing
-//! models batch dynamically). Steps run as soon as every tensor they read
-//! exists, all ready steps at once; a tensor read by one step only (and not
-//! an output) moves into it, others are copied. A failing step fails the
-//! request with that step's error.
+//! models batch dynamically). A step starts the moment every tensor it
+//! reads exists (steps run concurrently where the graph allows, and a step
+//! does not wait for unrelated ones); a tensor whose last reader this is
+//! moves into it, others are copied. The first failing step fails the
+//! request with its error at once.
 
 use std::collections::HashMap;
 
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_ensembling::Step;
@@ -47,25 +48,14 @@ pub async fn run(
         *readers.entry(o.name.clone()).or_default() += 1;
     }
     let mut pending: Vec<&Step> = ensembling.step.iter().collect();
-    while !pending.is_empty() {
+    let mut running = FuturesUnordered::new();
+    loop {
+        // Start every step whose input tensors all exist.
         let (ready, waiting): (Vec<&Step>, Vec<&Step>) = pending
             .into_iter()
             .partition(|s| s.input_map.values().all(|t| tensors.contains_key(t)));
-        if ready.is_empty() {
-            let step = waiting[0];
-            let missing = step
-                .input_map
-                .values()
-                .find(|t| !tensors.contains_key(*t))
-                .cloned()
-                .unwrap_or_default();
-            return Err(Error::internal(format!(
-                "in ensemble '{}', the step of model '{}' waits for tensor '{missing}', which no step produced",
-                model.name, step.model_name
-            )));
-        }
-        let mut runs = Vec::with_capacity(ready.len());
-        for step in &ready {
+        pending = waiting;
+        for step in ready {
             let mut step_inputs = Vec::with_capacity(step.input_map.len());
             for (model_input, ensemble_name) in &step.input_map {
                 let left = readers.get_mut(ensemble_name).map(|n| {
@@ -102,28 +92,41 @@ pub async fn run(
             } else {
                 step.model_version.to_string()
             };
-            runs.push(async move {
+            running.push(async move {
                 let result = engine
                     .infer_boxed(&step.model_name, &version, step_request)
                     .await;
-                (*step, result)
+                (step, result)
             });
         }
-        for (step, result) in join_all(runs).await {
-            let response = result?;
-            for t in response.outputs {
-                if let Some(ensemble_name) = step.output_map.get(&t.name) {
-                    tensors.insert(
-                        ensemble_name.clone(),
-                        Tensor {
-                            name: ensemble_name.clone(),
-                            ..t
-                        },
-                    );
-                }
+        // Wait for the next step to finish; its outputs may start others.
+        let Some((step, result)) = running.next().await else {
+            break;
+        };
+        let response = result?;
+        for t in response.outputs {
+            if let Some(ensemble_name) = step.output_map.get(&t.name) {
+                tensors.insert(
+                    ensemble_name.clone(),
+                    Tensor {
+                        name: ensemble_name.clone(),
+                        ..t
+                    },
+                );
             }
         }
-        pending = waiting;
+    }
+    if let Some(step) = pending.first() {
+        let missing = step
+            .input_map
+            .values()
+            .find(|t| !tensors.contains_key(*t))
+            .cloned()
+            .unwrap_or_default();
+        return Err(Error::internal(format!(
+            "in ensemble '{}', the step of model '{}' waits for tensor '{missing}', which no step produced",
+            model.name, step.model_name
+        )));
     }
     outputs
         .iter()

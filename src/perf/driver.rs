@@ -30,6 +30,8 @@ struct Collector {
 struct Running {
     load: Load,
     stop: Arc<AtomicBool>,
+    /// Wakes a rate scheduler sleeping until its next request.
+    wake: Arc<tokio::sync::Notify>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -119,6 +121,8 @@ impl Driver {
     pub fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             r.stop.store(true, Ordering::SeqCst);
+            // A permit is kept if the scheduler is not waiting yet.
+            r.wake.notify_one();
             self.rt.block_on(async {
                 for t in r.tasks {
                     let _ = t.await;
@@ -147,11 +151,17 @@ impl Driver {
         }
         self.stop();
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
         let tasks = match load {
             Load::Concurrency(n) => (0..n).map(|i| self.worker(i, Arc::clone(&stop))).collect(),
-            Load::Rate(r) => vec![self.scheduler(r, Arc::clone(&stop))],
+            Load::Rate(r) => vec![self.scheduler(r, Arc::clone(&stop), Arc::clone(&wake))],
         };
-        self.running = Some(Running { load, stop, tasks });
+        self.running = Some(Running {
+            load,
+            stop,
+            wake,
+            tasks,
+        });
     }
 
     /// One request outstanding at all times.
@@ -169,7 +179,12 @@ impl Driver {
     }
 
     /// Starts requests at `rate` per second.
-    fn scheduler(&self, rate: f64, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    fn scheduler(
+        &self,
+        rate: f64,
+        stop: Arc<AtomicBool>,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> JoinHandle<()> {
         let requests = Arc::clone(&self.requests);
         let collector = Arc::clone(&self.collector);
         let poisson = self.distribution == Distribution::Poisson;
@@ -190,7 +205,13 @@ impl Driver {
                     mean
                 };
                 next += Duration::from_secs_f64(gap);
-                tokio::time::sleep_until(next).await;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => {}
+                    _ = wake.notified() => break,
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
                 let request = requests[i % requests.len()].clone();
                 let collector = Arc::clone(&collector);
                 inflight.spawn(async move {

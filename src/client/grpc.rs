@@ -232,6 +232,7 @@ impl GrpcClient {
     pub async fn stream_infer(
         &mut self,
         model: &str,
+        version: &str,
         requests: Vec<Vec<Tensor>>,
         outputs: Vec<RequestedOutput>,
     ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
@@ -239,7 +240,7 @@ impl GrpcClient {
             .into_iter()
             .enumerate()
             .map(|(i, inputs)| {
-                let mut req = infer_request(model, "", inputs, outputs.clone());
+                let mut req = infer_request(model, version, inputs, outputs.clone());
                 req.id = i.to_string();
                 req
             })

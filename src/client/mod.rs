@@ -181,7 +181,7 @@ impl Client {
         model: &str,
         requests: Vec<Vec<Tensor>>,
     ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
-        self.stream_infer_with_outputs(model, requests, Vec::new())
+        self.stream_infer_with_outputs(model, "", requests, Vec::new())
             .await
     }
 
@@ -189,6 +189,7 @@ impl Client {
     pub async fn stream_infer_with_outputs(
         &mut self,
         model: &str,
+        version: &str,
         requests: Vec<Vec<Tensor>>,
         outputs: Vec<RequestedOutput>,
     ) -> Result<Vec<Result<InferResponse, ClientError>>, ClientError> {
@@ -196,11 +197,11 @@ impl Client {
             Client::Http(c) => {
                 let mut out = Vec::with_capacity(requests.len());
                 for inputs in requests {
-                    out.push(c.infer(model, "", inputs, outputs.clone()).await);
+                    out.push(c.infer(model, version, inputs, outputs.clone()).await);
                 }
                 Ok(out)
             }
-            Client::Grpc(c) => c.stream_infer(model, requests, outputs).await,
+            Client::Grpc(c) => c.stream_infer(model, version, requests, outputs).await,
         }
     }
 

@@ -158,7 +158,7 @@ pub async fn run(
         // One gRPC stream; the answers come back in order.
         let mut client = client;
         match client
-            .stream_infer_with_outputs(args.model, requests, outputs)
+            .stream_infer_with_outputs(args.model, args.version, requests, outputs)
             .await
         {
             Ok(r) => r,

@@ -164,6 +164,20 @@ pub fn resize_crop(img: &DynamicImage, channels: usize, height: usize, width: us
     let s = short / w0.min(h0);
     let nw = ((w0 * s).round() as u32).max(width as u32);
     let nh = ((h0 * s).round() as u32).max(height as u32);
+    if nw as u64 * nh as u64 > 16 * width as u64 * height as u64 {
+        // An extreme aspect ratio: resizing the whole image would take
+        // memory without bound, so crop the centre of the source to the
+        // same region first, then resize just that.
+        let cw = ((width as f64 / s).round() as u32).clamp(1, img.width());
+        let ch = ((height as f64 / s).round() as u32).clamp(1, img.height());
+        let region = img.crop_imm((img.width() - cw) / 2, (img.height() - ch) / 2, cw, ch);
+        let out = region.resize_exact(width as u32, height as u32, FilterType::Triangle);
+        return if channels == 1 {
+            out.to_luma8().into_raw()
+        } else {
+            out.to_rgb8().into_raw()
+        };
+    }
     let resized = img.resize_exact(nw, nh, FilterType::Triangle);
     let left = (nw - width as u32) / 2;
     let top = (nh - height as u32) / 2;
@@ -322,6 +336,17 @@ mod tests {
         assert_eq!(vgg, [0.0, 0.0, 0.0]);
         let u8s = to_tensor(&hwc, &input(Layout::Nhwc, DataType::Uint8), Scaling::None);
         assert_eq!(u8s, hwc);
+    }
+
+    #[test]
+    fn extreme_aspect_ratios_are_cropped_before_resizing() {
+        // 1 x 20000: resizing it whole to a 256-pixel short side would
+        // make a 256 x 5.1 M image (3.9 GB); cropped first it is instant.
+        let img =
+            DynamicImage::ImageRgb8(image::RgbImage::from_pixel(1, 20000, image::Rgb([9, 8, 7])));
+        let out = resize_crop(&img, 3, 224, 224);
+        assert_eq!(out.len(), 224 * 224 * 3);
+        assert_eq!(&out[..3], &[9, 8, 7]);
     }
 
     #[test]

@@ -179,6 +179,23 @@ fn errors_are_clear() {
     let out = perf(&["-m", "fixed", "-u", &url, "-d", "-p", "100"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("needs -l"), "{}", stderr(&out));
+
+    let out = perf(&[
+        "-m",
+        "fixed",
+        "-u",
+        &url,
+        "--concurrency-range",
+        "8:4",
+        "-p",
+        "100",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--concurrency-range ends (4) below where it starts (8)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

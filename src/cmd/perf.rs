@@ -219,18 +219,30 @@ fn plan(args: &Args) -> Result<Plan, String> {
         if start <= 0.0 {
             return Err("--request-rate-range must start above 0".into());
         }
+        let end = p.get(1).copied().unwrap_or(start);
+        if end < start {
+            return Err(format!(
+                "--request-rate-range ends ({end}) below where it starts ({start})"
+            ));
+        }
         return Ok(Plan::Rate {
             start,
-            end: p.get(1).copied().unwrap_or(start),
+            end,
             step: p.get(2).copied().unwrap_or(1.0),
         });
     }
     if let Some(spec) = &args.concurrency_range {
         let p = range(spec, "--concurrency-range")?;
         let start = (p[0] as usize).max(1);
+        let end = p.get(1).map(|&e| e as usize).unwrap_or(start);
+        if end != 0 && end < start {
+            return Err(format!(
+                "--concurrency-range ends ({end}) below where it starts ({start}); 0 means no end"
+            ));
+        }
         return Ok(Plan::Concurrency {
             start,
-            end: p.get(1).map(|&e| e as usize).unwrap_or(start),
+            end,
             step: p.get(2).map(|&s| s as usize).unwrap_or(1).max(1),
         });
     }

@@ -549,8 +549,9 @@ impl Engine {
                 .err()
                 .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
         }
+        // The batcher counts its batches' executions itself.
         let execution = if model.batcher.is_some() {
-            done.leader.then_some(done.executed_batch)
+            None
         } else {
             Some(batch)
         };

@@ -69,8 +69,6 @@ pub struct Done {
     pub compute: Duration,
     /// The batch size the backend executed (this request's or a batch's).
     pub executed_batch: usize,
-    /// Whether this request counts the execution (the first of its batch).
-    pub leader: bool,
     /// Refused before reaching an instance (a queue timeout).
     pub rejected: bool,
 }
@@ -204,7 +202,6 @@ fn run_instance(
             queue: taken - work.enqueued,
             compute: taken.elapsed(),
             executed_batch,
-            leader: true,
             rejected: false,
         };
         work.reply.send(done);

@@ -129,12 +129,18 @@ impl ModelStats {
         self.compute_output.add(Duration::ZERO);
         self.inference_count.fetch_add(batch as u64, Relaxed);
         if let Some(executed) = execution {
-            self.execution_count.fetch_add(1, Relaxed);
-            if let Some(b) = self.batch.by_size.get(executed) {
-                b.add(compute);
-            }
+            self.record_execution(executed, compute);
         }
         self.touch();
+    }
+
+    /// One backend execution of `executed` batch elements (the dynamic
+    /// batcher records each batch once, whoever of its callers is left).
+    pub fn record_execution(&self, executed: usize, compute: Duration) {
+        self.execution_count.fetch_add(1, Relaxed);
+        if let Some(b) = self.batch.by_size.get(executed) {
+            b.add(compute);
+        }
     }
 
     pub fn record_failure(&self, total: Duration) {

@@ -64,7 +64,8 @@ pub struct LoadedModel {
     pub pool: Option<std::sync::Arc<InstancePool>>,
     /// The dynamic batcher, when the config asks for one (in front of `pool`).
     pub batcher: Option<crate::core::scheduler::DynamicBatcher>,
-    pub stats: ModelStats,
+    /// Shared with the dynamic batcher, which counts executions.
+    pub stats: Arc<ModelStats>,
     /// Output name → labels from its `label_filename`.
     pub labels: BTreeMap<String, Vec<String>>,
 }
@@ -311,7 +312,7 @@ impl ModelManager {
                 config: config.clone(),
                 pool: None,
                 batcher: None,
-                stats: ModelStats::default(),
+                stats: Arc::default(),
                 labels: labels.clone(),
             });
         }
@@ -353,6 +354,7 @@ impl ModelManager {
             loaders,
             self.opts.queue_capacity,
         )?);
+        let stats: Arc<ModelStats> = Arc::default();
         let batcher = match crate::core::scheduler::BatchConfig::from_config(config) {
             Some(batching) => Some(crate::core::scheduler::DynamicBatcher::start(
                 name,
@@ -360,6 +362,7 @@ impl ModelManager {
                 Arc::clone(&pool),
                 instances,
                 self.opts.queue_capacity,
+                Arc::clone(&stats),
             )?),
             None => None,
         };
@@ -369,7 +372,7 @@ impl ModelManager {
             config: config.clone(),
             pool: Some(pool),
             batcher,
-            stats: ModelStats::default(),
+            stats,
             labels: labels.clone(),
         })
     }

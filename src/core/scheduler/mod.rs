@@ -42,6 +42,8 @@ struct State {
 }
 
 struct Shared {
+    /// The model's statistics: each batch's execution is counted here.
+    stats: Arc<crate::core::stats::ModelStats>,
     state: Mutex<State>,
     cv: Condvar,
     config: BatchConfig,
@@ -104,6 +106,7 @@ impl DynamicBatcher {
         pool: Arc<InstancePool>,
         instances: usize,
         capacity: usize,
+        stats: Arc<crate::core::stats::ModelStats>,
     ) -> Result<Self> {
         let delivery = if config.preserve_ordering {
             Delivery::Ordered(Mutex::default())
@@ -111,6 +114,7 @@ impl DynamicBatcher {
             Delivery::Direct
         };
         let shared = Arc::new(Shared {
+            stats,
             state: Mutex::new(State {
                 queue: Queue::new(&config),
                 free: instances.max(1),
@@ -194,7 +198,6 @@ fn fail(shared: &Shared, r: Request, error: Error) {
         queue: r.enqueued.elapsed(),
         compute: Duration::ZERO,
         executed_batch: 0,
-        leader: false,
         rejected: true,
     };
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
@@ -306,17 +309,19 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| {
         let taken = Instant::now() - done.compute;
+        if done.result.is_ok() {
+            finish_shared.stats.record_execution(total, done.compute);
+        }
         let parts = match done.result {
             Ok(tensors) => split(&tensors, &sizes),
             Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
         };
-        for (i, ((reply, enqueued, seq), part)) in waiting.into_iter().zip(parts).enumerate() {
+        for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
             let answer = Done {
                 result: part,
                 queue: taken.saturating_duration_since(enqueued),
                 compute: done.compute,
                 executed_batch: total,
-                leader: i == 0,
                 rejected: false,
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
@@ -338,7 +343,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             queue: Duration::ZERO,
             compute: Duration::ZERO,
             executed_batch: total,
-            leader: false,
             rejected: false,
         });
     }
@@ -417,7 +421,6 @@ mod tests {
             queue: Duration::ZERO,
             compute: Duration::ZERO,
             executed_batch: 1,
-            leader: true,
             rejected: false,
         }
     }

@@ -21,6 +21,15 @@ pub struct HttpClient {
     http: reqwest::Client,
 }
 
+/// An error answer: the `{"error": ...}` message, or the body as text.
+pub(super) fn http_error(status: u16, body: &[u8]) -> ClientError {
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    ClientError::Http { status, message }
+}
+
 fn decode(what: &str) -> impl Fn(serde_json::Error) -> ClientError + '_ {
     move |e| ClientError::Decode(format!("{what}: {e}"))
 }
@@ -44,14 +53,7 @@ impl HttpClient {
             return Ok(resp);
         }
         let body = resp.bytes().await.unwrap_or_default();
-        let message = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        Err(ClientError::Http {
-            status: status.as_u16(),
-            message,
-        })
+        Err(http_error(status.as_u16(), &body))
     }
 
     async fn get_json(&self, path: &str) -> Result<Value, ClientError> {

@@ -172,20 +172,21 @@ pub fn resize_crop(img: &DynamicImage, channels: usize, height: usize, width: us
         let ch = ((height as f64 / s).round() as u32).clamp(1, img.height());
         let region = img.crop_imm((img.width() - cw) / 2, (img.height() - ch) / 2, cw, ch);
         let out = region.resize_exact(width as u32, height as u32, FilterType::Triangle);
-        return if channels == 1 {
-            out.to_luma8().into_raw()
-        } else {
-            out.to_rgb8().into_raw()
-        };
+        return raw_pixels(&out, channels);
     }
     let resized = img.resize_exact(nw, nh, FilterType::Triangle);
     let left = (nw - width as u32) / 2;
     let top = (nh - height as u32) / 2;
     let crop = resized.crop_imm(left, top, width as u32, height as u32);
+    raw_pixels(&crop, channels)
+}
+
+/// HWC bytes of an image, grey or RGB.
+fn raw_pixels(img: &DynamicImage, channels: usize) -> Vec<u8> {
     if channels == 1 {
-        crop.to_luma8().into_raw()
+        img.to_luma8().into_raw()
     } else {
-        crop.to_rgb8().into_raw()
+        img.to_rgb8().into_raw()
     }
 }
 

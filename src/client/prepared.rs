@@ -114,14 +114,7 @@ impl Prepared {
                 let bytes = resp.bytes().await?;
                 let t2 = Instant::now();
                 if !status.is_success() {
-                    let message = serde_json::from_slice::<serde_json::Value>(&bytes)
-                        .ok()
-                        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-                        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-                    return Err(ClientError::Http {
-                        status: status.as_u16(),
-                        message,
-                    });
+                    return Err(http::http_error(status.as_u16(), &bytes));
                 }
                 let response = http::infer_response(header_len, &bytes)?;
                 let timing = Timing {

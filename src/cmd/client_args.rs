@@ -1,5 +1,7 @@
 //! Arguments shared by the subcommands that talk to a server.
 
+use std::process::ExitCode;
+
 use trtis::client::{Client, ClientError, Protocol};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -46,4 +48,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a current-thread runtime starts")
+}
+
+/// Prints `error: MESSAGE` and gives the exit code.
+pub fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+/// A client error as an exit: 2 when the server cannot be reached, 1 when
+/// it answered with an error.
+pub fn server_error(url: &str, e: ClientError) -> ExitCode {
+    if e.is_transport() {
+        fail(
+            format!("cannot reach a server at {url}: {}", e.message()),
+            2,
+        )
+    } else {
+        fail(e.message(), 1)
+    }
 }

@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use trtis::client::image::Scaling;
 use trtis::client::inputs::{self, Generate};
-use trtis::client::ClientError;
 use trtis::core::protocol::kserve_json;
 use trtis::core::types::{
     element_count, DataType, InferResponse, RequestedOutput, Tensor, TensorMetadata,
 };
 
+use super::client_args::{fail, server_error};
 use super::client_args::{runtime, ServerArgs};
 use super::infer_image::ImageArgs;
 use super::npy;
@@ -92,22 +92,6 @@ pub struct Args {
 
 pub fn run(args: Args) -> ExitCode {
     runtime().block_on(infer(args))
-}
-
-fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
-}
-
-fn server_error(url: &str, e: ClientError) -> ExitCode {
-    if e.is_transport() {
-        fail(
-            format!("cannot reach a server at {url}: {}", e.message()),
-            2,
-        )
-    } else {
-        fail(e.message(), 1)
-    }
 }
 
 async fn infer(args: Args) -> ExitCode {

@@ -11,13 +11,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use trtis::client::inputs::{self, Generate};
-use trtis::client::{Client, ClientError, Protocol};
+use trtis::client::{Client, Protocol};
 use trtis::core::types::{RequestedOutput, ShmRef};
 use trtis::perf::driver::{Distribution, Driver};
 use trtis::perf::load::{self, Load, Plan, Settings, Step, Window};
 use trtis::perf::{plot, report};
 
 use super::client_args::ServerArgs;
+use super::client_args::{fail, server_error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -198,11 +199,6 @@ impl Regions {
     }
 }
 
-fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
-}
-
 /// `a:b:c` → up to three numbers.
 fn range(spec: &str, flag: &str) -> Result<Vec<f64>, String> {
     let parts: Result<Vec<f64>, _> = spec.split(':').map(|p| p.trim().parse::<f64>()).collect();
@@ -259,17 +255,6 @@ fn plan(args: &Args) -> Result<Plan, String> {
         end: n,
         step: 1,
     })
-}
-
-fn server_error(url: &str, e: ClientError) -> ExitCode {
-    if e.is_transport() {
-        fail(
-            format!("cannot reach a server at {url}: {}", e.message()),
-            2,
-        )
-    } else {
-        fail(e.message(), 1)
-    }
 }
 
 pub fn run(args: Args) -> ExitCode {

@@ -194,12 +194,7 @@ impl Engine {
             return Some("ensembles nested too deep".to_string());
         }
         for step in &e.step {
-            let version = if step.model_version < 0 {
-                String::new()
-            } else {
-                step.model_version.to_string()
-            };
-            match self.model(&step.model_name, &version) {
+            match self.model(&step.model_name, &crate::core::ensemble::step_version(step)) {
                 Err(err) => {
                     return Some(format!(
                         "composing model '{}' is not available: {}",

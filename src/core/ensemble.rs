@@ -18,6 +18,15 @@ use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
 use crate::core::types::{InferRequest, RequestedOutput, Tensor};
 
+/// A step's model version for the engine: "" (the latest) for -1.
+pub fn step_version(step: &Step) -> String {
+    if step.model_version < 0 {
+        String::new()
+    } else {
+        step.model_version.to_string()
+    }
+}
+
 /// Runs an ensemble request (already validated against the ensemble's
 /// config); returns the requested outputs, in the requested order.
 pub async fn run(
@@ -87,11 +96,7 @@ pub async fn run(
                 priority,
                 timeout_us,
             };
-            let version = if step.model_version < 0 {
-                String::new()
-            } else {
-                step.model_version.to_string()
-            };
+            let version = step_version(step);
             running.push(async move {
                 let result = engine
                     .infer_boxed(&step.model_name, &version, step_request)

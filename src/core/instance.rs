@@ -67,8 +67,6 @@ pub struct Done {
     /// Time the backend spent (Triton's compute_infer; input/output copies
     /// are part of it for the built-in backends).
     pub compute: Duration,
-    /// The batch size the backend executed (this request's or a batch's).
-    pub executed_batch: usize,
     /// Refused before reaching an instance (a queue timeout).
     pub rejected: bool,
 }
@@ -191,17 +189,10 @@ fn run_instance(
                 "the backend panicked while executing the request",
             ))
         });
-        let executed_batch = work
-            .inputs
-            .first()
-            .and_then(|t| t.shape.first())
-            .map(|&b| b.max(1) as usize)
-            .unwrap_or(1);
         let done = Done {
             result,
             queue: taken - work.enqueued,
             compute: taken.elapsed(),
-            executed_batch,
             rejected: false,
         };
         work.reply.send(done);

@@ -151,28 +151,32 @@ impl DynamicBatcher {
             )));
         }
         // Requests whose callers went away must not hold places that a
-        // live request needs (the batcher only sweeps when it wakes).
-        for r in state.queue.remove_abandoned() {
-            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            self.shared.delivery.deliver(r.seq, None);
-        }
+        // live request needs (the batcher only sweeps when it wakes): a
+        // request about to be refused sweeps them first.
         if state.queue.len() >= self.shared.capacity {
-            return Err(Error::unavailable(format!(
-                "{HARD_LIMIT_MESSAGE} for model '{}'",
-                self.label
-            )));
+            sweep_abandoned(&self.shared, &mut state.queue);
+            if state.queue.len() >= self.shared.capacity {
+                return Err(Error::unavailable(format!(
+                    "{HARD_LIMIT_MESSAGE} for model '{}'",
+                    self.label
+                )));
+            }
         }
         let mut request = request;
         request.seq = state.next_seq;
-        state
-            .queue
-            .push(&self.shared.config, request)
-            .map_err(|(e, _)| {
-                Error::new(
-                    e.kind,
-                    format!("{}{}", crate::core::engine::request_prefix(id), e.message),
-                )
-            })?;
+        let config = &self.shared.config;
+        let pushed = match state.queue.push(config, request) {
+            Err((_, request)) if sweep_abandoned(&self.shared, &mut state.queue) > 0 => {
+                state.queue.push(config, request)
+            }
+            other => other,
+        };
+        pushed.map_err(|(e, _)| {
+            Error::new(
+                e.kind,
+                format!("{}{}", crate::core::engine::request_prefix(id), e.message),
+            )
+        })?;
         state.next_seq += 1;
         drop(state);
         self.shared.cv.notify_all();
@@ -190,6 +194,17 @@ impl Drop for DynamicBatcher {
     }
 }
 
+/// Drops the queued requests whose callers went away (releasing their
+/// gauge count and ordering slot); returns how many.
+fn sweep_abandoned(shared: &Shared, queue: &mut Queue) -> usize {
+    let gone = queue.remove_abandoned();
+    for r in &gone {
+        r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        shared.delivery.deliver(r.seq, None);
+    }
+    gone.len()
+}
+
 /// Fails a request that never reached an instance.
 fn fail(shared: &Shared, r: Request, error: Error) {
     r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -197,7 +212,6 @@ fn fail(shared: &Shared, r: Request, error: Error) {
         result: Err(error),
         queue: r.enqueued.elapsed(),
         compute: Duration::ZERO,
-        executed_batch: 0,
         rejected: true,
     };
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
@@ -208,10 +222,7 @@ fn run_batcher(shared: Arc<Shared>, pool: Arc<InstancePool>) {
     let mut state = shared.state.lock().unwrap();
     loop {
         let now = Instant::now();
-        for r in state.queue.remove_abandoned() {
-            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            shared.delivery.deliver(r.seq, None);
-        }
+        sweep_abandoned(&shared, &mut state.queue);
         for r in state.queue.expire(now) {
             fail(&shared, r, Error::unavailable("Request timeout expired"));
         }
@@ -321,7 +332,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
                 result: part,
                 queue: taken.saturating_duration_since(enqueued),
                 compute: done.compute,
-                executed_batch: total,
                 rejected: false,
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
@@ -342,7 +352,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             result: Err(e),
             queue: Duration::ZERO,
             compute: Duration::ZERO,
-            executed_batch: total,
             rejected: false,
         });
     }
@@ -420,7 +429,6 @@ mod tests {
             }]),
             queue: Duration::ZERO,
             compute: Duration::ZERO,
-            executed_batch: 1,
             rejected: false,
         }
     }

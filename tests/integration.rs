@@ -17,5 +17,6 @@ mod lifecycle;
 mod parse;
 mod perf;
 mod schema;
+mod sequence;
 mod serve;
 mod tidy;

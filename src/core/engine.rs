@@ -17,11 +17,12 @@ use crate::core::config::ModelConfig;
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::instance::{Reply, Work};
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::scheduler::sequence_batcher::{SeqRequest, SequenceBatcher};
 use crate::core::scheduler::Request as BatchRequest;
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
 use crate::core::trace::{TraceSettings, Tracer};
 use crate::core::types::{
-    element_count, DataType, InferRequest, InferResponse, RequestedOutput, Tensor,
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId, Tensor,
 };
 
 /// Server settings the engine needs (the frontends have their own).
@@ -454,7 +455,12 @@ impl Engine {
             let result = crate::core::ensemble::run(
                 self,
                 &model,
-                (&request.id, request.priority, request.timeout_us),
+                (
+                    &request.id,
+                    request.priority,
+                    request.timeout_us,
+                    &request.sequence,
+                ),
                 inputs,
                 &outputs,
             )
@@ -484,6 +490,12 @@ impl Engine {
                 }
             };
         };
+        if let Some(sequencer) = &model.sequencer {
+            if let Err(e) = check_sequence(&model, sequencer, &request.id, &request.sequence, batch) {
+                model.stats.record_failure(start.elapsed());
+                return Err(e);
+            }
+        }
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let enqueued = Instant::now();
@@ -491,8 +503,22 @@ impl Engine {
             .stats
             .pending
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let submitted = match &model.batcher {
-            Some(batcher) => batcher.submit(
+        let submitted = match (&model.batcher, &model.sequencer) {
+            (_, Some(sequencer)) => sequencer.submit(
+                SeqRequest {
+                    inputs,
+                    outputs: names,
+                    enqueued,
+                    reply,
+                    pending: std::sync::Arc::clone(&model.stats.pending),
+                    id: request.sequence.id.clone(),
+                    seq: 0,
+                },
+                request.sequence.start,
+                request.sequence.end,
+                &request_prefix(&request.id),
+            ),
+            (Some(batcher), None) => batcher.submit(
                 BatchRequest {
                     inputs,
                     outputs: names,
@@ -507,7 +533,7 @@ impl Engine {
                 },
                 &request.id,
             ),
-            None => pool
+            (None, None) => pool
                 .submit(Work {
                     inputs,
                     outputs: names,
@@ -545,7 +571,7 @@ impl Engine {
                 .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
         }
         // The batcher counts its batches' executions itself.
-        let execution = if model.batcher.is_some() {
+        let execution = if model.batcher.is_some() || model.sequencer.is_some() {
             None
         } else {
             Some(batch)
@@ -644,6 +670,49 @@ fn dims_string(dims: &[i64]) -> String {
 }
 
 /// Triton's prefix for messages about a request (`LogRequest()`).
+/// The sequence batcher's request checks, in Triton's order and with its
+/// messages: the CORRID type (a request check), batch size 1, a sequence
+/// id.
+fn check_sequence(
+    model: &LoadedModel,
+    sequencer: &SequenceBatcher,
+    request_id: &str,
+    sequence: &crate::core::types::SequenceParams,
+    batch: usize,
+) -> Result<()> {
+    let name = &model.name;
+    let id = &sequence.id;
+    if let Some(control) = sequencer.settings().corrid_control() {
+        let given = match id {
+            SequenceId::Text(_) => Some("BYTES"),
+            SequenceId::Number(_) => Some("UINT64"),
+            SequenceId::None => None,
+        };
+        let text_control = control.datatype == DataType::Bytes;
+        if let Some(given) = given {
+            if (given == "BYTES") != text_control {
+                return Err(Error::invalid_arg(format!(
+                    "{}sequence batching control '{}' data-type is '{given}', but model '{name}' expects '{}'",
+                    request_prefix(request_id),
+                    control.name,
+                    control.datatype.name()
+                )));
+            }
+        }
+    }
+    if model.config.max_batch_size > 0 && batch > 1 {
+        return Err(Error::invalid_arg(format!(
+            "inference request to model '{name}' must specify batch-size 1 due to requirements of sequence batcher"
+        )));
+    }
+    if id.is_none() {
+        return Err(Error::invalid_arg(format!(
+            "inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn request_prefix(id: &str) -> String {
     format!(
         "[request id: {}] ",

@@ -16,7 +16,7 @@ use crate::core::config::pb::model_ensembling::Step;
 use crate::core::engine::Engine;
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
-use crate::core::types::{InferRequest, RequestedOutput, Tensor};
+use crate::core::types::{InferRequest, RequestedOutput, SequenceParams, Tensor};
 
 /// A step's model version for the engine: "" (the latest) for -1.
 pub fn step_version(step: &Step) -> String {
@@ -32,8 +32,9 @@ pub fn step_version(step: &Step) -> String {
 pub async fn run(
     engine: &Engine,
     model: &LoadedModel,
-    // The request's id, priority and timeout, passed to every step.
-    (id, priority, timeout_us): (&str, u64, u64),
+    // The request's id, priority, timeout and sequence parameters, passed
+    // to every step (stateful composing models get the sequence).
+    (id, priority, timeout_us, sequence): (&str, u64, u64, &SequenceParams),
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
 ) -> Result<Vec<Tensor>> {
@@ -95,6 +96,7 @@ pub async fn run(
                     .collect(),
                 priority,
                 timeout_us,
+                sequence: sequence.clone(),
             };
             let version = step_version(step);
             running.push(async move {

@@ -2,8 +2,9 @@
 //! runtime and blocking backend code.
 //!
 //! An `InstancePool` owns one named thread per instance (`trtis:<model>:<n>`)
-//! and one bounded queue they all take work from (Triton's default
-//! scheduler: FIFO, no batching). Backends are loaded on their instance's
+//! and either one bounded queue they all take work from (Triton's default
+//! scheduler: FIFO, no batching) or, for the sequence batcher, which routes
+//! each batch to a chosen instance, one queue per instance. Backends are loaded on their instance's
 //! thread; `submit` never blocks (a full queue is an `Unavailable` error);
 //! a request whose caller went away is dropped, not computed; a panicking
 //! backend fails that request, not the server.
@@ -74,10 +75,11 @@ pub struct Done {
 /// How to create one instance (called on the instance's own thread).
 pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
 
-/// The instances of one model version and their shared queue.
+/// The instances of one model version and their queue(s).
 pub struct InstancePool {
-    /// The queue; `None` once shutting down, which lets the threads exit.
-    work_tx: Option<SyncSender<Work>>,
+    /// The shared queue, or one per instance (`dedicated`); empty once
+    /// shutting down, which lets the threads exit.
+    work_tx: Vec<SyncSender<Work>>,
     /// Joined on drop.
     threads: Vec<JoinHandle<()>>,
     label: String,
@@ -86,14 +88,26 @@ pub struct InstancePool {
 impl InstancePool {
     /// Starts one thread per loader and waits until every instance loaded;
     /// the first load error fails the whole pool.
-    pub fn start(label: &str, loaders: Vec<Loader>, queue_capacity: usize) -> Result<Self> {
-        let (work_tx, work_rx) = mpsc::sync_channel::<Work>(queue_capacity.max(1));
-        let work_rx = Arc::new(Mutex::new(work_rx));
+    /// With `dedicated`, each instance has its own queue (`submit_to`);
+    /// otherwise all share one (`submit`).
+    pub fn start(
+        label: &str,
+        loaders: Vec<Loader>,
+        queue_capacity: usize,
+        dedicated: bool,
+    ) -> Result<Self> {
+        let mut senders = Vec::new();
+        let mut receivers = Vec::new();
+        for _ in 0..if dedicated { loaders.len() } else { 1 } {
+            let (tx, rx) = mpsc::sync_channel::<Work>(queue_capacity.max(1));
+            senders.push(tx);
+            receivers.push(Arc::new(Mutex::new(rx)));
+        }
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
         for (i, loader) in loaders.into_iter().enumerate() {
-            let rx = Arc::clone(&work_rx);
+            let rx = Arc::clone(&receivers[if dedicated { i } else { 0 }]);
             let ready = ready_tx.clone();
             // Linux keeps 15 bytes of a thread name.
             let name: String = format!("trtis:{label}:{i}").chars().take(15).collect();
@@ -105,7 +119,7 @@ impl InstancePool {
         }
         drop(ready_tx);
         let pool = InstancePool {
-            work_tx: Some(work_tx),
+            work_tx: senders,
             threads,
             label: label.to_string(),
         };
@@ -123,8 +137,14 @@ impl InstancePool {
     /// with the reason.
     #[allow(clippy::result_large_err)] // the work comes back whole, by design
     pub fn submit(&self, work: Work) -> std::result::Result<(), (Error, Work)> {
+        self.submit_to(0, work)
+    }
+
+    /// Queues work for instance `i` (a pool with a queue per instance).
+    #[allow(clippy::result_large_err)]
+    pub fn submit_to(&self, i: usize, work: Work) -> std::result::Result<(), (Error, Work)> {
         let unloading = || Error::unavailable(format!("model '{}' is unloading", self.label));
-        let Some(tx) = self.work_tx.as_ref() else {
+        let Some(tx) = self.work_tx.get(i) else {
             return Err((unloading(), work));
         };
         tx.try_send(work).map_err(|e| match e {
@@ -143,7 +163,7 @@ impl InstancePool {
 impl Drop for InstancePool {
     fn drop(&mut self) {
         // Closing the queue ends each thread after the work already queued.
-        self.work_tx = None;
+        self.work_tx.clear();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -200,6 +200,46 @@ pub struct InferRequest {
     /// level) and `timeout` in microseconds (0: the model's default).
     pub priority: u64,
     pub timeout_us: u64,
+    /// The sequence extension's parameters.
+    pub sequence: SequenceParams,
+}
+
+/// A sequence's correlation id: the `sequence_id` request parameter, a
+/// number or a string (0 and "" mean no sequence).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum SequenceId {
+    #[default]
+    None,
+    Number(u64),
+    Text(String),
+}
+
+impl SequenceId {
+    pub fn is_none(&self) -> bool {
+        match self {
+            SequenceId::None => true,
+            SequenceId::Number(n) => *n == 0,
+            SequenceId::Text(s) => s.is_empty(),
+        }
+    }
+}
+
+impl std::fmt::Display for SequenceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SequenceId::None => f.write_str("0"),
+            SequenceId::Number(n) => write!(f, "{n}"),
+            SequenceId::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// `sequence_id`, `sequence_start` and `sequence_end` of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SequenceParams {
+    pub id: SequenceId,
+    pub start: bool,
+    pub end: bool,
 }
 
 /// The engine's answer.

@@ -4,6 +4,13 @@
 //! (for testing queues, shutdown and lifecycle under load). A `delay_input`
 //! parameter names an INT32 input whose largest value adds that many
 //! milliseconds, so requests can finish out of order (ordering tests).
+//!
+//! With the sequence batcher, the inputs it supplies (control inputs, then
+//! implicit state inputs, in config order) follow the config's inputs, so
+//! outputs past the config's inputs echo them; an output state echoes its
+//! input state. A `record_inputs` parameter names a file that gets one JSON
+//! line per execution with every input tensor the model received (shape,
+//! datatype, values), to check what a scheduler gave the model.
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -16,11 +23,26 @@ pub struct IdentityInstance {
     delay: std::time::Duration,
     /// Index of the input whose largest value is extra milliseconds.
     delay_input: Option<usize>,
+    /// (output state, input state) names.
+    states: Vec<(String, String)>,
+    /// Where to append a JSON line per execution.
+    record: Option<std::path::PathBuf>,
 }
 
 impl IdentityInstance {
     pub fn new(config: &ModelConfig) -> Result<Self> {
-        if config.output.len() > config.input.len() {
+        use crate::core::config::pb::model_config::SchedulingChoice;
+        let (supplied, states) = match &config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(sb)) => (
+                sb.control_input.len() + sb.state.len(),
+                sb.state
+                    .iter()
+                    .map(|s| (s.output_name.clone(), s.input_name.clone()))
+                    .collect(),
+            ),
+            _ => (0, Vec::new()),
+        };
+        if config.output.len() > config.input.len() + supplied {
             return Err(Error::invalid_arg(format!(
                 "identity model '{}' has more outputs than inputs",
                 config.name
@@ -57,6 +79,11 @@ impl IdentityInstance {
             outputs: config.output.iter().map(|o| o.name.clone()).collect(),
             delay: std::time::Duration::from_millis(delay_ms),
             delay_input,
+            states,
+            record: config
+                .parameters
+                .get("record_inputs")
+                .map(|p| std::path::PathBuf::from(&p.string_value)),
         })
     }
 }
@@ -76,9 +103,21 @@ impl super::InstanceExec for IdentityInstance {
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
+        if let Some(path) = &self.record {
+            record(path, inputs)?;
+        }
         outputs
             .iter()
             .map(|name| {
+                if let Some((_, input)) = self.states.iter().find(|(o, _)| o == name) {
+                    let t = inputs.iter().find(|t| &t.name == input).ok_or_else(|| {
+                        Error::internal(format!("identity state '{input}' was not given"))
+                    })?;
+                    return Ok(Tensor {
+                        name: name.clone(),
+                        ..t.clone()
+                    });
+                }
                 let i = self
                     .outputs
                     .iter()
@@ -94,4 +133,53 @@ impl super::InstanceExec for IdentityInstance {
             })
             .collect()
     }
+}
+
+/// Appends one JSON line with the inputs of an execution.
+fn record(path: &std::path::Path, inputs: &[Tensor]) -> Result<()> {
+    use crate::core::types::DataType;
+    use std::io::Write;
+    let mut line = serde_json::Map::new();
+    for t in inputs {
+        let values: Vec<serde_json::Value> = match t.datatype {
+            DataType::Int32 => t
+                .data
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]).into())
+                .collect(),
+            DataType::Uint64 => t
+                .data
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])).into())
+                .collect(),
+            DataType::Int64 => t
+                .data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])).into())
+                .collect(),
+            DataType::Fp32 => t
+                .data
+                .chunks_exact(4)
+                .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).into())
+                .collect(),
+            DataType::Bool => t.data.iter().map(|&b| (b != 0).into()).collect(),
+            DataType::Bytes => Tensor::bytes_elements(&t.data)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| String::from_utf8_lossy(e).into_owned().into())
+                .collect(),
+            _ => vec![],
+        };
+        line.insert(
+            t.name.clone(),
+            serde_json::json!({"datatype": t.datatype.name(), "shape": t.shape, "values": values}),
+        );
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::internal(format!("identity: cannot record to '{}': {e}", path.display())))?;
+    writeln!(file, "{}", serde_json::Value::Object(line))
+        .map_err(|e| Error::internal(format!("identity: cannot record: {e}")))
 }

@@ -6,7 +6,10 @@
 use crate::core::engine::{ModelMetadata, TensorMetadata};
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
-use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, ShmRef, Tensor};
+use crate::core::types::{
+    DataType, InferRequest, InferResponse, RequestedOutput, SequenceId, SequenceParams, ShmRef,
+    Tensor,
+};
 
 use super::pb::inference::{
     infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
@@ -105,6 +108,7 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
         });
     }
     let (priority, timeout_us) = schedule_params(&req.parameters)?;
+    let sequence = sequence_params(&req.parameters)?;
     Ok(InferRequest {
         id: req.id,
         inputs,
@@ -112,6 +116,38 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
         outputs,
         priority,
         timeout_us,
+        sequence,
+    })
+}
+
+/// The sequence extension's parameters with Triton's gRPC checks:
+/// `sequence_id` as `int64_param` or `string_param`, `sequence_start` and
+/// `sequence_end` as `bool_param`.
+fn sequence_params(
+    params: &std::collections::HashMap<String, InferParameter>,
+) -> Result<SequenceParams> {
+    let choice = |key: &str| params.get(key).and_then(|p| p.parameter_choice.as_ref());
+    let id = match choice("sequence_id") {
+        None => SequenceId::None,
+        Some(ParameterChoice::Int64Param(v)) => SequenceId::Number(*v as u64),
+        Some(ParameterChoice::StringParam(s)) => SequenceId::Text(s.clone()),
+        Some(_) => {
+            return Err(bad(
+                "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+            ))
+        }
+    };
+    let flag = |key: &str| match choice(key) {
+        None => Ok(false),
+        Some(ParameterChoice::BoolParam(b)) => Ok(*b),
+        Some(_) => Err(bad(format!(
+            "invalid value type for '{key}' parameter, expected bool_param."
+        ))),
+    };
+    Ok(SequenceParams {
+        id,
+        start: flag("sequence_start")?,
+        end: flag("sequence_end")?,
     })
 }
 

@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::{
-    element_count, DataType, InferRequest, InferResponse, RequestedOutput, ShmRef, Tensor,
+    element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId,
+    SequenceParams, ShmRef, Tensor,
 };
 
 /// How the client wants each output back.
@@ -69,6 +70,7 @@ pub fn parse_request(
     };
     let mut format = OutputFormat::default();
     let (mut priority, mut timeout_us) = (0, 0);
+    let mut sequence = SequenceParams::default();
     if let Some(params) = obj.get("parameters") {
         let params = params
             .as_object()
@@ -87,6 +89,7 @@ pub fn parse_request(
                 })?;
             }
         }
+        sequence = sequence_params(params)?;
     }
     let inputs_json = obj
         .get("inputs")
@@ -165,9 +168,41 @@ pub fn parse_request(
             outputs,
             priority,
             timeout_us,
+            sequence,
         },
         format,
     ))
+}
+
+/// The sequence extension's parameters, with Triton's parse errors:
+/// `sequence_id` an unsigned integer or a string, `sequence_start` and
+/// `sequence_end` booleans.
+fn sequence_params(params: &Map<String, Value>) -> Result<SequenceParams> {
+    let mut sequence = SequenceParams::default();
+    if let Some(v) = params.get("sequence_id") {
+        sequence.id = match v {
+            Value::Number(n) if n.as_u64().is_some() => SequenceId::Number(n.as_u64().unwrap_or(0)),
+            Value::String(s) => SequenceId::Text(s.clone()),
+            _ => {
+                return Err(bad(
+                    "Unable to parse 'sequence_id': attempt to access JSON non-string as string",
+                ))
+            }
+        };
+    }
+    for (key, slot) in [
+        ("sequence_start", &mut sequence.start),
+        ("sequence_end", &mut sequence.end),
+    ] {
+        if let Some(v) = params.get(key) {
+            *slot = v.as_bool().ok_or_else(|| {
+                bad(format!(
+                    "Unable to parse '{key}': attempt to access JSON non-boolean as boolean"
+                ))
+            })?;
+        }
+    }
+    Ok(sequence)
 }
 
 /// The shared memory parameters of a tensor, if it names a region (HTTP:

@@ -64,7 +64,10 @@ pub struct LoadedModel {
     pub pool: Option<std::sync::Arc<InstancePool>>,
     /// The dynamic batcher, when the config asks for one (in front of `pool`).
     pub batcher: Option<crate::core::scheduler::DynamicBatcher>,
-    /// Shared with the dynamic batcher, which counts executions.
+    /// The sequence batcher, when the config asks for one (in front of
+    /// `pool`, whose instances then each have their own queue).
+    pub sequencer: Option<crate::core::scheduler::sequence_batcher::SequenceBatcher>,
+    /// Shared with the batchers, which count executions.
     pub stats: Arc<ModelStats>,
     /// Output name → labels from its `label_filename`.
     pub labels: BTreeMap<String, Vec<String>>,
@@ -312,6 +315,7 @@ impl ModelManager {
                 config: config.clone(),
                 pool: None,
                 batcher: None,
+                sequencer: None,
                 stats: Arc::default(),
                 labels: labels.clone(),
             });
@@ -349,10 +353,14 @@ impl ModelManager {
             )));
         }
         let instances = loaders.len();
+        let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
+            config, instances, model_dir,
+        )?;
         let pool = Arc::new(InstancePool::start(
             name,
             loaders,
             self.opts.queue_capacity,
+            sequencing.is_some(),
         )?);
         let stats: Arc<ModelStats> = Arc::default();
         let batcher = match crate::core::scheduler::BatchConfig::from_config(config) {
@@ -366,12 +374,25 @@ impl ModelManager {
             )?),
             None => None,
         };
+        let sequencer = match sequencing {
+            Some(settings) => Some(
+                crate::core::scheduler::sequence_batcher::SequenceBatcher::start(
+                    name,
+                    settings,
+                    Arc::clone(&pool),
+                    self.opts.queue_capacity,
+                    Arc::clone(&stats),
+                )?,
+            ),
+            None => None,
+        };
         Ok(LoadedModel {
             name: name.to_string(),
             version,
             config: config.clone(),
             pool: Some(pool),
             batcher,
+            sequencer,
             stats,
             labels: labels.clone(),
         })

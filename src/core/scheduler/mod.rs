@@ -13,6 +13,8 @@
 //! the answers are released in arrival order.
 
 pub mod queue;
+pub mod sequence;
+pub mod sequence_batcher;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};

@@ -1,0 +1,678 @@
+//! The sequence batcher's bookkeeping, kept free of threads, clocks and
+//! tensors so it is unit-tested as pure state (times are passed in).
+//!
+//! Each instance has a fixed number of places: batch slots with the
+//! `direct` strategy (one per batch row, `max(1, max_batch_size)`), and
+//! candidate sequences with `oldest` (`max_candidate_sequences`). A
+//! sequence takes a place when its START request arrives and keeps it until
+//! its END request is taken into a batch, or until it has been idle for
+//! `max_sequence_idle_microseconds`; a sequence that finds no free place
+//! waits in the backlog, and the oldest backlogged sequence takes the next
+//! place freed. An END request removes the id at once, so a later request
+//! with that id must START a new sequence.
+//!
+//! An instance runs one batch at a time (a sequence's requests run in
+//! order). `direct` batches hold one row per slot up to the highest slot
+//! with a request ready; slots in between without one are empty rows (READY
+//! false). `oldest` batches take the oldest request of each candidate
+//! sequence, at most one per sequence, like the dynamic batcher.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// How sequences share an instance's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    Direct,
+    Oldest,
+}
+
+/// The sequence batcher's settings, from the model config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqConfig {
+    pub strategy: Strategy,
+    pub instances: usize,
+    /// Places per instance: batch slots (direct) or candidate sequences
+    /// (oldest).
+    pub places: usize,
+    /// The largest batch (oldest): `max(1, max_batch_size)`.
+    pub max_batch: usize,
+    /// Oldest: batch sizes sent as soon as they form.
+    pub preferred: Vec<usize>,
+    /// How long the oldest ready request may wait for a fuller batch.
+    pub max_queue_delay: Duration,
+    /// Direct: the share of an instance's slots that must have a request
+    /// before a batch goes without waiting out `max_queue_delay`.
+    pub min_slot_utilization: f32,
+    /// A sequence in a place with no request for this long loses it.
+    pub idle: Duration,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not the START of a sequence, and its id names no active sequence.
+    NoStart,
+}
+
+/// A queued request of a sequence.
+#[derive(Debug)]
+pub struct Entry<R> {
+    pub request: R,
+    pub start: bool,
+    pub end: bool,
+    pub arrived: Instant,
+}
+
+/// One row of a batch: the sequence (by serial, unique for the batcher's
+/// life) and its request.
+#[derive(Debug)]
+pub struct Row<R> {
+    pub serial: u64,
+    pub entry: Entry<R>,
+}
+
+/// A batch for one instance. With `direct`, row *i* is slot *i* (`None`:
+/// no request in that slot); with `oldest`, every row has a request.
+#[derive(Debug)]
+pub struct Batch<R> {
+    pub instance: usize,
+    pub rows: Vec<Option<Row<R>>>,
+}
+
+/// What an instance should do now.
+#[derive(Debug)]
+pub enum Next<R> {
+    Run(Batch<R>),
+    /// Ask again at this time (a batch is waiting out the queue delay).
+    WaitUntil(Instant),
+    /// Nothing to do until something changes.
+    Nothing,
+}
+
+#[derive(Debug)]
+struct Sequence<K, R> {
+    key: K,
+    queue: VecDeque<Entry<R>>,
+    /// (instance, place), or None while in the backlog.
+    place: Option<(usize, usize)>,
+    /// The last arrival or completion: the idle clock.
+    last: Instant,
+    /// A request of this sequence is executing.
+    running: bool,
+    /// The END request has arrived: no request may join any more.
+    ended: bool,
+    /// Groups sequences whose batched tensors have equal shapes (set by
+    /// the caller, e.g. from the implicit state's shapes).
+    shape_key: u64,
+}
+
+/// Sequences, their places and the backlog of one model version.
+#[derive(Debug)]
+pub struct Sequences<K, R> {
+    config: SeqConfig,
+    /// Active ids (END not yet received) → serial.
+    active: HashMap<K, u64>,
+    sequences: HashMap<u64, Sequence<K, R>>,
+    /// places[instance][place] = the serial there.
+    places: Vec<Vec<Option<u64>>>,
+    backlog: VecDeque<u64>,
+    busy: Vec<bool>,
+    next_serial: u64,
+    queued: usize,
+    /// The shape key of a START request.
+    start_key: u64,
+}
+
+impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
+    pub fn new(config: SeqConfig) -> Self {
+        let instances = config.instances.max(1);
+        let places = config.places.max(1);
+        Sequences {
+            places: vec![vec![None; places]; instances],
+            busy: vec![false; instances],
+            config,
+            active: HashMap::new(),
+            sequences: HashMap::new(),
+            backlog: VecDeque::new(),
+            next_serial: 1,
+            queued: 0,
+            start_key: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SeqConfig {
+        &self.config
+    }
+
+    /// Requests waiting (in places and in the backlog).
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Sequences holding a place or waiting for one.
+    pub fn sequences(&self) -> usize {
+        self.sequences.len()
+    }
+
+    /// Sequences waiting for a place.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// Where a sequence is: (instance, place), None in the backlog or when
+    /// unknown.
+    pub fn place_of(&self, key: &K) -> Option<(usize, usize)> {
+        self.active
+            .get(key)
+            .and_then(|s| self.sequences.get(s))
+            .and_then(|s| s.place)
+    }
+
+    /// The serial of an active sequence.
+    pub fn serial_of(&self, key: &K) -> Option<u64> {
+        self.active.get(key).copied()
+    }
+
+    /// Queues a request of sequence `key`; returns the sequence's serial.
+    /// A START for an active id restarts it in its place.
+    pub fn submit(
+        &mut self,
+        key: K,
+        start: bool,
+        end: bool,
+        request: R,
+        now: Instant,
+    ) -> Result<u64, (Refusal, R)> {
+        let serial = match self.active.get(&key) {
+            Some(&s) => s,
+            None if !start => return Err((Refusal::NoStart, request)),
+            None => {
+                let serial = self.next_serial;
+                self.next_serial += 1;
+                self.sequences.insert(
+                    serial,
+                    Sequence {
+                        key: key.clone(),
+                        queue: VecDeque::new(),
+                        place: None,
+                        last: now,
+                        running: false,
+                        ended: false,
+                        shape_key: self.start_key,
+                    },
+                );
+                self.active.insert(key.clone(), serial);
+                match self.free_place() {
+                    Some((i, p)) => self.settle(serial, i, p),
+                    None => self.backlog.push_back(serial),
+                }
+                serial
+            }
+        };
+        let seq = self.sequences.get_mut(&serial).expect("active sequence");
+        seq.queue.push_back(Entry {
+            request,
+            start,
+            end,
+            arrived: now,
+        });
+        seq.last = now;
+        self.queued += 1;
+        if end {
+            seq.ended = true;
+            self.active.remove(&key);
+        }
+        Ok(serial)
+    }
+
+    /// The shape key of START requests (and of new sequences).
+    pub fn set_start_key(&mut self, key: u64) {
+        self.start_key = key;
+    }
+
+    /// Sets the shape key of a sequence (requests batch together only with
+    /// equal keys; a START request has the start key).
+    pub fn set_shape_key(&mut self, serial: u64, key: u64) {
+        if let Some(s) = self.sequences.get_mut(&serial) {
+            s.shape_key = key;
+        }
+    }
+
+    /// Whether a sequence still exists (its END not yet taken, not idled
+    /// out).
+    pub fn alive(&self, serial: u64) -> bool {
+        self.sequences.contains_key(&serial)
+    }
+
+    /// The free place to give a new sequence: the lowest place index, on
+    /// the instance with the fewest sequences (sequences spread over the
+    /// instances and direct batches stay small).
+    fn free_place(&self) -> Option<(usize, usize)> {
+        let mut best: Option<(usize, usize, usize)> = None; // (place, load, instance)
+        for (i, places) in self.places.iter().enumerate() {
+            let load = places.iter().filter(|p| p.is_some()).count();
+            if let Some(p) = places.iter().position(Option::is_none) {
+                let candidate = (p, load, i);
+                if best.is_none_or(|b| candidate < b) {
+                    best = Some(candidate);
+                }
+            }
+        }
+        best.map(|(p, _, i)| (i, p))
+    }
+
+    fn settle(&mut self, serial: u64, instance: usize, place: usize) {
+        self.places[instance][place] = Some(serial);
+        if let Some(s) = self.sequences.get_mut(&serial) {
+            s.place = Some((instance, place));
+        }
+    }
+
+    /// Frees a place and gives it to the oldest backlogged sequence.
+    fn release(&mut self, instance: usize, place: usize, now: Instant) {
+        self.places[instance][place] = None;
+        if let Some(next) = self.backlog.pop_front() {
+            self.settle(next, instance, place);
+            if let Some(s) = self.sequences.get_mut(&next) {
+                s.last = now; // its idle clock starts in the place
+            }
+        }
+    }
+
+    /// Removes a sequence (END taken, or idle), freeing its place.
+    fn remove(&mut self, serial: u64, now: Instant) {
+        if let Some(s) = self.sequences.remove(&serial) {
+            if self.active.get(&s.key) == Some(&serial) {
+                self.active.remove(&s.key);
+            }
+            self.queued -= s.queue.len();
+            match s.place {
+                Some((i, p)) => self.release(i, p, now),
+                None => self.backlog.retain(|&b| b != serial),
+            }
+        }
+    }
+
+    /// What instance `instance` should run now. `compatible(a, b)` says
+    /// whether two requests (with their shape keys) can share a batch.
+    pub fn next(
+        &mut self,
+        instance: usize,
+        now: Instant,
+        compatible: impl Fn((&R, u64), (&R, u64)) -> bool,
+    ) -> Next<R> {
+        if self.busy.get(instance).copied().unwrap_or(true) {
+            return Next::Nothing;
+        }
+        // The places with a request ready: (place, serial, arrival).
+        let ready: Vec<(usize, u64, Instant)> = self.places[instance]
+            .iter()
+            .enumerate()
+            .filter_map(|(p, s)| {
+                let s = (*s)?;
+                let seq = &self.sequences[&s];
+                seq.queue.front().map(|e| (p, s, e.arrived))
+            })
+            .collect();
+        let Some(oldest) = ready.iter().min_by_key(|r| (r.2, r.0)).copied() else {
+            return Next::Nothing;
+        };
+        let key_of = |s: u64| {
+            let seq = &self.sequences[&s];
+            let e = seq.queue.front().expect("ready");
+            (&e.request, if e.start { self.start_key } else { seq.shape_key })
+        };
+        // The requests that can join the oldest one's batch, oldest first.
+        let mut picks: Vec<(usize, u64, Instant)> = ready
+            .iter()
+            .copied()
+            .filter(|r| r.1 == oldest.1 || compatible(key_of(oldest.1), key_of(r.1)))
+            .collect();
+        picks.sort_by_key(|r| (r.2, r.0));
+        let deadline = oldest.2 + self.config.max_queue_delay;
+        let waited = now >= deadline;
+        let go = match self.config.strategy {
+            Strategy::Direct => {
+                let used = picks.len() as f32 / self.config.places.max(1) as f32;
+                waited || used >= self.config.min_slot_utilization
+            }
+            Strategy::Oldest => {
+                picks.truncate(self.config.max_batch.max(1));
+                waited
+                    || picks.len() >= self.config.max_batch
+                    || self.config.preferred.contains(&picks.len())
+            }
+        };
+        if !go {
+            return Next::WaitUntil(deadline);
+        }
+        let rows = match self.config.strategy {
+            Strategy::Direct => {
+                let top = picks.iter().map(|r| r.0).max().unwrap_or(0);
+                let mut rows: Vec<Option<Row<R>>> = (0..=top).map(|_| None).collect();
+                for &(p, s, _) in &picks {
+                    rows[p] = self.take(s, now);
+                }
+                rows
+            }
+            Strategy::Oldest => picks.iter().map(|&(_, s, _)| self.take(s, now)).collect(),
+        };
+        self.busy[instance] = true;
+        Next::Run(Batch { instance, rows })
+    }
+
+    /// Takes the head request of a sequence into a batch; an END request
+    /// frees the place.
+    fn take(&mut self, serial: u64, now: Instant) -> Option<Row<R>> {
+        let seq = self.sequences.get_mut(&serial)?;
+        let entry = seq.queue.pop_front()?;
+        self.queued -= 1;
+        seq.running = true;
+        if entry.end {
+            // The END request still runs; the sequence is gone for the
+            // scheduler, and its place goes to the backlog.
+            let (instance, place) = seq.place.expect("a sequence in a batch has a place");
+            let key = seq.key.clone();
+            self.sequences.remove(&serial);
+            if self.active.get(&key) == Some(&serial) {
+                self.active.remove(&key);
+            }
+            self.release(instance, place, now);
+        }
+        Some(Row { serial, entry })
+    }
+
+    /// A batch of `instance` finished; `serials` were its sequences.
+    pub fn finished(&mut self, instance: usize, serials: &[u64], now: Instant) {
+        if let Some(b) = self.busy.get_mut(instance) {
+            *b = false;
+        }
+        for s in serials {
+            if let Some(seq) = self.sequences.get_mut(s) {
+                seq.running = false;
+                seq.last = now;
+            }
+        }
+    }
+
+    /// Frees the places of sequences idle for `idle` (no request queued
+    /// or running); returns their serials.
+    pub fn reap(&mut self, now: Instant) -> Vec<u64> {
+        let idle = self.config.idle;
+        let gone: Vec<u64> = self
+            .sequences
+            .iter()
+            .filter(|(_, s)| {
+                s.place.is_some()
+                    && s.queue.is_empty()
+                    && !s.running
+                    && now.saturating_duration_since(s.last) >= idle
+            })
+            .map(|(&serial, _)| serial)
+            .collect();
+        for &s in &gone {
+            self.remove(s, now);
+        }
+        gone
+    }
+
+    /// When the next sequence could idle out.
+    pub fn next_idle(&self) -> Option<Instant> {
+        self.sequences
+            .values()
+            .filter(|s| s.place.is_some() && s.queue.is_empty() && !s.running)
+            .map(|s| s.last + self.config.idle)
+            .min()
+    }
+
+    /// Removes every queued request (shutting down).
+    pub fn drain(&mut self) -> Vec<Entry<R>> {
+        let mut out = Vec::new();
+        for s in self.sequences.values_mut() {
+            out.extend(s.queue.drain(..));
+        }
+        self.queued = 0;
+        out
+    }
+
+    /// The instances.
+    pub fn instances(&self) -> usize {
+        self.busy.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn direct(instances: usize, slots: usize) -> SeqConfig {
+        SeqConfig {
+            strategy: Strategy::Direct,
+            instances,
+            places: slots,
+            max_batch: slots,
+            preferred: vec![],
+            max_queue_delay: Duration::ZERO,
+            min_slot_utilization: 0.0,
+            idle: Duration::from_secs(1),
+        }
+    }
+
+    fn oldest(instances: usize, candidates: usize, max_batch: usize) -> SeqConfig {
+        SeqConfig {
+            strategy: Strategy::Oldest,
+            places: candidates,
+            max_batch,
+            ..direct(instances, 1)
+        }
+    }
+
+    fn any(_: (&i32, u64), _: (&i32, u64)) -> bool {
+        true
+    }
+
+    /// The requests in a batch's rows (None: an empty slot).
+    fn rows(next: Next<i32>) -> Vec<Option<i32>> {
+        match next {
+            Next::Run(b) => b.rows.into_iter().map(|r| r.map(|r| r.entry.request)).collect(),
+            other => panic!("expected a batch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn direct_slots_follow_the_seed_timeline() {
+        // One instance with two slots (the seed's START/READY figure).
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 2));
+        s.submit(1, true, false, 10, t0).unwrap();
+        assert_eq!(s.place_of(&1), Some((0, 0)));
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+        // Busy: nothing more until finished.
+        s.submit(1, false, false, 11, t0).unwrap();
+        assert!(matches!(s.next(0, t0, any), Next::Nothing));
+        s.submit(2, true, false, 20, t0).unwrap();
+        assert_eq!(s.place_of(&2), Some((0, 1)));
+        s.finished(0, &[1], t0);
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(11), Some(20)]);
+        s.finished(0, &[1, 2], t0);
+        // Only slot 1 has a request: slot 0 is an empty row.
+        s.submit(2, false, false, 21, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![None, Some(21)]);
+    }
+
+    #[test]
+    fn backlog_takes_the_place_freed_by_end_in_order() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+        s.submit(1, true, false, 10, t0).unwrap();
+        s.submit(2, true, false, 20, t0).unwrap();
+        s.submit(3, true, false, 30, t0).unwrap();
+        assert_eq!(s.backlog_len(), 2);
+        assert_eq!(s.place_of(&2), None);
+        // A backlogged sequence's requests wait with it.
+        s.submit(2, false, false, 21, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+        s.finished(0, &[1], t0);
+        s.submit(1, false, true, 11, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(11)]);
+        // END taken: the place went to sequence 2, the oldest backlogged.
+        assert_eq!(s.place_of(&2), Some((0, 0)));
+        assert_eq!(s.backlog_len(), 1);
+        s.finished(0, &[1], t0);
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(20)]);
+        s.finished(0, &[2], t0);
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(21)]);
+        assert_eq!(s.place_of(&3), None);
+        s.finished(0, &[2], t0);
+        s.submit(2, false, true, 22, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(22)]);
+        assert_eq!(s.place_of(&3), Some((0, 0)));
+    }
+
+    #[test]
+    fn requests_after_end_or_without_start_are_refused() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 2));
+        assert_eq!(s.submit(7, false, false, 1, t0).unwrap_err().0, Refusal::NoStart);
+        s.submit(7, true, true, 1, t0).unwrap();
+        assert_eq!(s.submit(7, false, false, 2, t0).unwrap_err().0, Refusal::NoStart);
+        // A new START with the same id is a new sequence in another slot
+        // (the ended one still holds its slot until its END is taken).
+        s.submit(7, true, false, 3, t0).unwrap();
+        assert_eq!(s.place_of(&7), Some((0, 1)));
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(1), Some(3)]);
+    }
+
+    #[test]
+    fn sequences_spread_over_instances() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(2, 2));
+        for id in 1..=4 {
+            s.submit(id, true, false, id as i32, t0).unwrap();
+        }
+        assert_eq!(s.place_of(&1), Some((0, 0)));
+        assert_eq!(s.place_of(&2), Some((1, 0)));
+        assert_eq!(s.place_of(&3), Some((0, 1)));
+        assert_eq!(s.place_of(&4), Some((1, 1)));
+        assert_eq!(rows(s.next(1, t0, any)), vec![Some(2), Some(4)]);
+    }
+
+    #[test]
+    fn idle_sequences_lose_their_place_on_a_paused_clock() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+        s.submit(1, true, false, 10, t0).unwrap();
+        s.submit(2, true, false, 20, t0).unwrap();
+        let _ = rows(s.next(0, t0, any));
+        // Running: never idle, however long it takes.
+        assert!(s.reap(t0 + Duration::from_secs(5)).is_empty());
+        let t1 = t0 + Duration::from_millis(10);
+        s.finished(0, &[1], t1);
+        assert_eq!(s.next_idle(), Some(t1 + Duration::from_secs(1)));
+        assert!(s.reap(t1 + Duration::from_millis(999)).is_empty());
+        let serial = s.serial_of(&1).unwrap();
+        assert_eq!(s.reap(t1 + Duration::from_secs(1)), vec![serial]);
+        // Its id is gone, its place went to the backlog.
+        assert_eq!(s.submit(1, false, false, 11, t1).unwrap_err().0, Refusal::NoStart);
+        assert_eq!(s.place_of(&2), Some((0, 0)));
+        // The backlogged sequence's idle clock starts when it gets the place.
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(rows(s.next(0, t2, any)), vec![Some(20)]);
+        s.finished(0, &[s.serial_of(&2).unwrap()], t2);
+        assert_eq!(s.next_idle(), Some(t2 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn direct_minimum_slot_utilization_waits_up_to_the_delay() {
+        let t0 = Instant::now();
+        let mut config = direct(1, 4);
+        config.min_slot_utilization = 0.5;
+        config.max_queue_delay = Duration::from_millis(5);
+        let mut s: Sequences<u64, i32> = Sequences::new(config);
+        s.submit(1, true, false, 10, t0).unwrap();
+        match s.next(0, t0, any) {
+            Next::WaitUntil(at) => assert_eq!(at, t0 + Duration::from_millis(5)),
+            other => panic!("{other:?}"),
+        }
+        // Two of four slots: enough.
+        s.submit(2, true, false, 20, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(10), Some(20)]);
+        s.finished(0, &[1, 2], t0);
+        s.submit(1, false, false, 11, t0).unwrap();
+        // Alone, it goes once it has waited the delay.
+        assert_eq!(rows(s.next(0, t0 + Duration::from_millis(5), any)), vec![Some(11)]);
+    }
+
+    #[test]
+    fn oldest_batches_one_request_per_sequence_oldest_first() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s: Sequences<u64, i32> = Sequences::new(oldest(1, 4, 2));
+        // Sequence 1 has two requests ready; only its first joins a batch.
+        s.submit(1, true, false, 10, ms(0)).unwrap();
+        s.submit(1, false, false, 11, ms(1)).unwrap();
+        s.submit(2, true, false, 20, ms(2)).unwrap();
+        s.submit(3, true, false, 30, ms(3)).unwrap();
+        assert_eq!(rows(s.next(0, ms(3), any)), vec![Some(10), Some(20)]);
+        s.finished(0, &[1, 2], ms(4));
+        assert_eq!(rows(s.next(0, ms(4), any)), vec![Some(11), Some(30)]);
+        // A fifth sequence waits for a candidate place.
+        s.submit(4, true, false, 40, ms(5)).unwrap();
+        s.submit(5, true, false, 50, ms(5)).unwrap();
+        assert_eq!(s.backlog_len(), 1);
+    }
+
+    #[test]
+    fn oldest_waits_for_a_preferred_size_up_to_the_delay() {
+        let t0 = Instant::now();
+        let mut config = oldest(1, 4, 4);
+        config.preferred = vec![2, 4];
+        config.max_queue_delay = Duration::from_millis(3);
+        let mut s: Sequences<u64, i32> = Sequences::new(config);
+        s.submit(1, true, false, 10, t0).unwrap();
+        assert!(matches!(s.next(0, t0, any), Next::WaitUntil(_)));
+        s.submit(2, true, false, 20, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(10), Some(20)]);
+        s.finished(0, &[1, 2], t0);
+        s.submit(3, true, false, 30, t0).unwrap();
+        assert!(matches!(s.next(0, t0, any), Next::WaitUntil(_)));
+        assert_eq!(rows(s.next(0, t0 + Duration::from_millis(3), any)), vec![Some(30)]);
+    }
+
+    #[test]
+    fn incompatible_requests_wait_for_another_batch() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 3));
+        let same_parity = |a: (&i32, u64), b: (&i32, u64)| a.0 % 2 == b.0 % 2 && a.1 == b.1;
+        s.submit(1, true, false, 1, t0).unwrap();
+        s.submit(2, true, false, 2, t0 + Duration::from_millis(1)).unwrap();
+        s.submit(3, true, false, 3, t0 + Duration::from_millis(2)).unwrap();
+        assert_eq!(rows(s.next(0, t0, same_parity)), vec![Some(1), None, Some(3)]);
+        s.finished(0, &[], t0);
+        assert_eq!(rows(s.next(0, t0, same_parity)), vec![None, Some(2)]);
+        // Shape keys: a non-START request carries its sequence's key.
+        s.finished(0, &[], t0);
+        let (a, b) = (s.serial_of(&1).unwrap(), s.serial_of(&3).unwrap());
+        s.set_shape_key(a, 5);
+        s.set_shape_key(b, 6);
+        s.submit(1, false, false, 11, t0).unwrap();
+        s.submit(3, false, false, 13, t0 + Duration::from_millis(1)).unwrap();
+        assert_eq!(rows(s.next(0, t0, same_parity)), vec![Some(11)]);
+    }
+
+    #[test]
+    fn queued_counts_follow_submits_takes_and_removals() {
+        let t0 = Instant::now();
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+        s.submit(1, true, false, 1, t0).unwrap();
+        s.submit(1, false, false, 2, t0).unwrap();
+        s.submit(2, true, false, 3, t0).unwrap();
+        assert_eq!(s.queued(), 3);
+        let _ = rows(s.next(0, t0, any));
+        assert_eq!(s.queued(), 2);
+        assert_eq!(s.drain().len(), 2);
+        assert_eq!(s.queued(), 0);
+    }
+}

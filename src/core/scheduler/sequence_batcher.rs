@@ -1,0 +1,763 @@
+//! The sequence batcher (`sequence_batching` in the config): routes every
+//! request of a sequence to one instance (`sequence` keeps the places, the
+//! backlog and the idle clock), fills the control inputs (START, END,
+//! READY, CORRID) of each batch row, and carries implicit state from one
+//! request of a sequence to the next.
+//!
+//! It runs on its own thread, waiting on one condition variable for new
+//! requests, finished batches, a batch's queue delay and the next idle
+//! deadline. Each instance has its own queue in the pool, and an instance
+//! runs one batch at a time, so a sequence's requests run in order and its
+//! state is stored before its next request is batched.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::sequence::{Batch, Next, Refusal, Row, SeqConfig, Sequences, Strategy};
+use super::{split, Delivery};
+use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::config::pb::model_sequence_batching::control::Kind as PbKind;
+use crate::core::config::pb::model_sequence_batching::initial_state::StateData;
+use crate::core::config::pb::model_sequence_batching::StrategyChoice;
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, Result};
+use crate::core::instance::{Done, InstancePool, Reply, Work};
+use crate::core::types::{element_count, DataType, SequenceId, Tensor};
+
+/// A control input's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlKind {
+    Start,
+    End,
+    Ready,
+    CorrId,
+}
+
+/// One control input tensor the batcher fills.
+#[derive(Debug, Clone)]
+pub struct Control {
+    pub name: String,
+    pub kind: ControlKind,
+    pub datatype: DataType,
+    /// The encoded element for false and for true (START, END, READY).
+    pub values: [Vec<u8>; 2],
+}
+
+/// One implicit state.
+#[derive(Debug, Clone)]
+pub struct StateSpec {
+    pub input: String,
+    pub output: String,
+    pub datatype: DataType,
+    /// The state a sequence starts with, per request (no batch dim).
+    pub initial_shape: Vec<i64>,
+    pub initial_data: Vec<u8>,
+}
+
+/// Everything the batcher needs from the model config.
+#[derive(Debug, Clone)]
+pub struct SeqSettings {
+    pub seq: SeqConfig,
+    pub controls: Vec<Control>,
+    pub states: Vec<StateSpec>,
+    /// `max_batch_size > 0`: tensors have a batch dimension.
+    pub batching: bool,
+    pub preserve_ordering: bool,
+}
+
+impl SeqSettings {
+    /// The settings of a model with `sequence_batching` (None otherwise).
+    /// `model_dir` holds `initial_state/` files.
+    pub fn from_config(
+        c: &ModelConfig,
+        instances: usize,
+        model_dir: &Path,
+    ) -> Result<Option<Self>> {
+        let Some(SchedulingChoice::SequenceBatching(sb)) = &c.scheduling_choice else {
+            return Ok(None);
+        };
+        let max_batch = c.max_batch_size.max(1) as usize;
+        let idle = Duration::from_micros(sb.max_sequence_idle_microseconds);
+        let (seq, preserve_ordering) = match &sb.strategy_choice {
+            Some(StrategyChoice::Oldest(o)) => {
+                let mut preferred: Vec<usize> = o
+                    .preferred_batch_size
+                    .iter()
+                    .filter(|&&p| p > 0)
+                    .map(|&p| p as usize)
+                    .collect();
+                preferred.sort_unstable();
+                preferred.dedup();
+                (
+                    SeqConfig {
+                        strategy: Strategy::Oldest,
+                        instances,
+                        places: o.max_candidate_sequences.max(1) as usize,
+                        max_batch,
+                        preferred,
+                        max_queue_delay: Duration::from_micros(o.max_queue_delay_microseconds),
+                        min_slot_utilization: 0.0,
+                        idle,
+                    },
+                    o.preserve_ordering,
+                )
+            }
+            direct => {
+                let d = match direct {
+                    Some(StrategyChoice::Direct(d)) => d.clone(),
+                    _ => Default::default(),
+                };
+                (
+                    SeqConfig {
+                        strategy: Strategy::Direct,
+                        instances,
+                        places: max_batch,
+                        max_batch,
+                        preferred: vec![],
+                        max_queue_delay: Duration::from_micros(d.max_queue_delay_microseconds),
+                        min_slot_utilization: d.minimum_slot_utilization,
+                        idle,
+                    },
+                    false,
+                )
+            }
+        };
+        let mut controls = Vec::new();
+        for input in &sb.control_input {
+            for control in &input.control {
+                let kind = match PbKind::try_from(control.kind) {
+                    Ok(PbKind::ControlSequenceStart) => ControlKind::Start,
+                    Ok(PbKind::ControlSequenceEnd) => ControlKind::End,
+                    Ok(PbKind::ControlSequenceReady) => ControlKind::Ready,
+                    Ok(PbKind::ControlSequenceCorrid) => ControlKind::CorrId,
+                    Err(_) => continue,
+                };
+                let (datatype, values) = if kind == ControlKind::CorrId {
+                    let dt = DataType::from_config(control.data_type).ok_or_else(|| {
+                        Error::invalid_arg(format!(
+                            "sequence batching control '{}' has no valid data_type",
+                            input.name
+                        ))
+                    })?;
+                    (dt, [vec![], vec![]])
+                } else if control.int32_false_true.len() == 2 {
+                    let v = &control.int32_false_true;
+                    (
+                        DataType::Int32,
+                        [v[0].to_le_bytes().to_vec(), v[1].to_le_bytes().to_vec()],
+                    )
+                } else if control.fp32_false_true.len() == 2 {
+                    let v = &control.fp32_false_true;
+                    (
+                        DataType::Fp32,
+                        [v[0].to_le_bytes().to_vec(), v[1].to_le_bytes().to_vec()],
+                    )
+                } else if control.bool_false_true.len() == 2 {
+                    let v = &control.bool_false_true;
+                    (DataType::Bool, [vec![v[0] as u8], vec![v[1] as u8]])
+                } else {
+                    return Err(Error::invalid_arg(format!(
+                        "sequence batching control '{}' must have exactly 2 false/true values",
+                        input.name
+                    )));
+                };
+                controls.push(Control {
+                    name: input.name.clone(),
+                    kind,
+                    datatype,
+                    values,
+                });
+            }
+        }
+        let mut states = Vec::new();
+        for s in &sb.state {
+            let datatype = DataType::from_config(s.data_type).ok_or_else(|| {
+                Error::invalid_arg(format!("state '{}' has no valid data_type", s.input_name))
+            })?;
+            let (shape, data) = match s.initial_state.first() {
+                Some(init) => {
+                    let shape = init.dims.clone();
+                    let data = match &init.state_data {
+                        Some(StateData::DataFile(file)) => {
+                            let path = model_dir.join("initial_state").join(file);
+                            std::fs::read(&path).map_err(|e| {
+                                Error::invalid_arg(format!(
+                                    "failed to read initial state file '{}': {}",
+                                    path.display(),
+                                    crate::core::error::os_reason(&e)
+                                ))
+                            })?
+                        }
+                        _ => zeros(datatype, &shape),
+                    };
+                    (shape, data)
+                }
+                None => {
+                    // Variable dims start at 1 (the seed).
+                    let shape: Vec<i64> = s.dims.iter().map(|&d| if d < 0 { 1 } else { d }).collect();
+                    let data = zeros(datatype, &shape);
+                    (shape, data)
+                }
+            };
+            states.push(StateSpec {
+                input: s.input_name.clone(),
+                output: s.output_name.clone(),
+                datatype,
+                initial_shape: shape,
+                initial_data: data,
+            });
+        }
+        Ok(Some(SeqSettings {
+            seq,
+            controls,
+            states,
+            batching: c.max_batch_size > 0,
+            preserve_ordering,
+        }))
+    }
+
+    /// The CORRID control, if the model has one.
+    pub fn corrid_control(&self) -> Option<&Control> {
+        self.controls.iter().find(|c| c.kind == ControlKind::CorrId)
+    }
+
+    /// Names the batcher supplies (control and state inputs): not inputs a
+    /// client sends.
+    pub fn supplied_inputs(&self) -> impl Iterator<Item = &str> {
+        self.controls
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(self.states.iter().map(|s| s.input.as_str()))
+    }
+}
+
+/// Zero-filled data of a shape (BYTES: empty strings).
+fn zeros(datatype: DataType, shape: &[i64]) -> Vec<u8> {
+    let n = element_count(shape).unwrap_or(0);
+    vec![0; n * datatype.size().unwrap_or(4)]
+}
+
+/// A request waiting in the sequence batcher.
+pub struct SeqRequest {
+    /// Inputs in the model config's order, batch dimension included.
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<String>,
+    pub enqueued: Instant,
+    pub reply: oneshot::Sender<Done>,
+    pub pending: Arc<AtomicI64>,
+    pub id: SequenceId,
+    /// Arrival order (for `preserve_ordering`); set by the batcher.
+    pub seq: u64,
+}
+
+impl std::fmt::Debug for SeqRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeqRequest").field("id", &self.id).finish()
+    }
+}
+
+struct State {
+    seqs: Sequences<SequenceId, SeqRequest>,
+    /// Implicit state of each sequence (by serial), per state spec.
+    states: HashMap<u64, Vec<Tensor>>,
+    open: bool,
+    next_seq: u64,
+}
+
+struct Shared {
+    label: String,
+    stats: Arc<crate::core::stats::ModelStats>,
+    state: Mutex<State>,
+    cv: Condvar,
+    settings: SeqSettings,
+    capacity: usize,
+    delivery: Delivery,
+}
+
+/// The sequence batcher of one model version.
+pub struct SequenceBatcher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A shape key for the states a sequence carries (sequences batch together
+/// only with equal keys).
+fn shape_key(shapes: &[&[i64]]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    shapes.hash(&mut h);
+    h.finish() | 1
+}
+
+impl SequenceBatcher {
+    pub fn start(
+        label: &str,
+        settings: SeqSettings,
+        pool: Arc<InstancePool>,
+        capacity: usize,
+        stats: Arc<crate::core::stats::ModelStats>,
+    ) -> Result<Self> {
+        let mut seqs = Sequences::new(settings.seq.clone());
+        let initial: Vec<&[i64]> = settings
+            .states
+            .iter()
+            .map(|s| s.initial_shape.as_slice())
+            .collect();
+        seqs.set_start_key(shape_key(&initial));
+        let delivery = if settings.preserve_ordering {
+            Delivery::Ordered(Mutex::default())
+        } else {
+            Delivery::Direct
+        };
+        let shared = Arc::new(Shared {
+            label: label.to_string(),
+            stats,
+            state: Mutex::new(State {
+                seqs,
+                states: HashMap::new(),
+                open: true,
+                next_seq: 0,
+            }),
+            cv: Condvar::new(),
+            settings,
+            capacity: capacity.max(1),
+            delivery,
+        });
+        let name: String = format!("trtis:seq:{label}").chars().take(15).collect();
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run(thread_shared, pool))
+            .map_err(|e| Error::internal(format!("failed to start the sequence batcher: {e}")))?;
+        Ok(SequenceBatcher {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn settings(&self) -> &SeqSettings {
+        &self.shared.settings
+    }
+
+    /// Queues a request of a sequence, or refuses it with Triton's message
+    /// (`prefix` is the request id prefix).
+    pub fn submit(
+        &self,
+        request: SeqRequest,
+        start: bool,
+        end: bool,
+        prefix: &str,
+    ) -> Result<()> {
+        let mut state = self.shared.state.lock().unwrap();
+        if !state.open {
+            return Err(Error::unavailable(format!(
+                "model '{}' is unloading",
+                self.shared.label
+            )));
+        }
+        if state.seqs.queued() >= self.shared.capacity {
+            return Err(Error::unavailable(format!(
+                "{prefix}inference request queue is full for model '{}'",
+                self.shared.label
+            )));
+        }
+        let mut request = request;
+        request.seq = state.next_seq;
+        let key = request.id.clone();
+        if start && state.seqs.serial_of(&key).is_some() {
+            crate::core::logging::log(
+                'W',
+                &format!(
+                    "sequence {key} for model '{}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.",
+                    self.shared.label
+                ),
+            );
+        }
+        match state.seqs.submit(key, start, end, request, Instant::now()) {
+            Ok(_) => {}
+            Err((Refusal::NoStart, r)) => {
+                return Err(Error::invalid_arg(format!(
+                    "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
+                    r.id, self.shared.label
+                )))
+            }
+        }
+        state.next_seq += 1;
+        drop(state);
+        self.shared.cv.notify_all();
+        Ok(())
+    }
+}
+
+impl Drop for SequenceBatcher {
+    fn drop(&mut self) {
+        self.shared.state.lock().unwrap().open = false;
+        self.shared.cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether two requests can share a batch: equal input shapes and equal
+/// state shapes.
+fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
+    a.1 == b.1
+        && a.0.inputs.len() == b.0.inputs.len()
+        && a
+            .0
+            .inputs
+            .iter()
+            .zip(&b.0.inputs)
+            .all(|(x, y)| x.name == y.name && x.shape == y.shape)
+}
+
+fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
+    let mut state = shared.state.lock().unwrap();
+    loop {
+        let open = state.open;
+        // Shutting down: queued requests go without waiting for fuller
+        // batches.
+        let now = if open {
+            Instant::now()
+        } else {
+            Instant::now() + Duration::from_secs(86_400)
+        };
+        for serial in state.seqs.reap(Instant::now()) {
+            state.states.remove(&serial);
+        }
+        if !open && state.seqs.queued() == 0 {
+            return;
+        }
+        let mut wake = state.seqs.next_idle();
+        let mut batches = Vec::new();
+        for i in 0..state.seqs.instances() {
+            match state.seqs.next(i, now, compatible) {
+                Next::Run(batch) => {
+                    let prepared = prepare(&shared, &mut state, batch);
+                    batches.push(prepared);
+                }
+                Next::WaitUntil(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
+                Next::Nothing => {}
+            }
+        }
+        if !batches.is_empty() {
+            drop(state);
+            for (instance, work) in batches {
+                if let Err((e, work)) = pool.submit_to(instance, work) {
+                    work.reply.send(Done {
+                        result: Err(e),
+                        queue: Duration::ZERO,
+                        compute: Duration::ZERO,
+                        rejected: false,
+                    });
+                }
+            }
+            state = shared.state.lock().unwrap();
+            continue;
+        }
+        state = match wake {
+            Some(at) if open => {
+                let wait = at.saturating_duration_since(Instant::now());
+                shared.cv.wait_timeout(state, wait).unwrap().0
+            }
+            _ => shared.cv.wait(state).unwrap(),
+        };
+    }
+}
+
+/// One row's part in a batch being built.
+struct RowInfo {
+    serial: u64,
+    start: bool,
+    end: bool,
+    request: SeqRequest,
+}
+
+/// Builds the batch's tensors (inputs, controls, states) and the work that
+/// runs it and hands out the results.
+fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) -> (usize, Work) {
+    let settings = &shared.settings;
+    let instance = batch.instance;
+    let n = batch.rows.len();
+    let rows: Vec<Option<RowInfo>> = batch
+        .rows
+        .into_iter()
+        .map(|r| {
+            r.map(|Row { serial, entry }| RowInfo {
+                serial,
+                start: entry.start,
+                end: entry.end,
+                request: entry.request,
+            })
+        })
+        .collect();
+    let template = rows.iter().flatten().next().expect("a batch has a request");
+    let row_shape = |shape: &[i64]| -> Vec<i64> {
+        if settings.batching {
+            shape[1..].to_vec()
+        } else {
+            shape.to_vec()
+        }
+    };
+    let batched = |row: &[i64]| -> Vec<i64> {
+        if settings.batching {
+            std::iter::once(n as i64).chain(row.iter().copied()).collect()
+        } else {
+            row.to_vec()
+        }
+    };
+    let mut inputs = Vec::new();
+    for (j, t) in template.request.inputs.iter().enumerate() {
+        let per_row = row_shape(&t.shape);
+        let null = zeros(t.datatype, &per_row);
+        let mut data = Vec::new();
+        for row in &rows {
+            match row {
+                Some(r) => data.extend_from_slice(&r.request.inputs[j].data),
+                None => data.extend_from_slice(&null),
+            }
+        }
+        inputs.push(Tensor {
+            name: t.name.clone(),
+            datatype: t.datatype,
+            shape: batched(&per_row),
+            data,
+        });
+    }
+    for c in &settings.controls {
+        let mut data = Vec::new();
+        for row in &rows {
+            let flag = |on: bool| c.values[on as usize].clone();
+            let value = match (c.kind, row) {
+                (ControlKind::Start, r) => flag(r.as_ref().is_some_and(|r| r.start)),
+                (ControlKind::End, r) => flag(r.as_ref().is_some_and(|r| r.end)),
+                (ControlKind::Ready, r) => flag(r.is_some()),
+                (ControlKind::CorrId, r) => corrid_element(c.datatype, r.as_ref().map(|r| &r.request.id)),
+            };
+            data.extend_from_slice(&value);
+        }
+        inputs.push(Tensor {
+            name: c.name.clone(),
+            datatype: c.datatype,
+            shape: batched(&[1]),
+            data,
+        });
+    }
+    // Implicit state: each row's stored state, or the initial state.
+    let mut taken: Vec<(u64, Vec<Tensor>)> = Vec::new();
+    let mut row_states: Vec<Option<Vec<Tensor>>> = Vec::with_capacity(n);
+    for row in &rows {
+        match row {
+            Some(r) if !settings.states.is_empty() => {
+                let stored = state.states.remove(&r.serial);
+                let current = match (&stored, r.start) {
+                    (Some(s), false) => s.clone(),
+                    _ => initial_states(settings),
+                };
+                if let Some(s) = stored {
+                    taken.push((r.serial, s));
+                }
+                row_states.push(Some(current));
+            }
+            _ => row_states.push(None),
+        }
+    }
+    for (k, spec) in settings.states.iter().enumerate() {
+        let template = row_states
+            .iter()
+            .flatten()
+            .next()
+            .map(|s| s[k].shape.clone())
+            .unwrap_or_else(|| spec.initial_shape.clone());
+        let null = zeros(spec.datatype, &template);
+        let mut data = Vec::new();
+        for s in &row_states {
+            match s {
+                Some(s) => data.extend_from_slice(&s[k].data),
+                None => data.extend_from_slice(&null),
+            }
+        }
+        inputs.push(Tensor {
+            name: spec.input.clone(),
+            datatype: spec.datatype,
+            shape: batched(&template),
+            data,
+        });
+    }
+    // Outputs: everything any row asked for, and the output states.
+    let mut outputs: Vec<String> = Vec::new();
+    for r in rows.iter().flatten() {
+        for o in &r.request.outputs {
+            if !outputs.contains(o) {
+                outputs.push(o.clone());
+            }
+        }
+    }
+    for spec in &settings.states {
+        if !outputs.contains(&spec.output) {
+            outputs.push(spec.output.clone());
+        }
+    }
+    for r in rows.iter().flatten() {
+        r.request.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+    let first_enqueued = rows
+        .iter()
+        .flatten()
+        .map(|r| r.request.enqueued)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let finish_shared = Arc::clone(shared);
+    let finish = move |done: Done| finish(finish_shared, instance, n, rows, taken, done);
+    (
+        instance,
+        Work {
+            inputs,
+            outputs,
+            enqueued: first_enqueued,
+            reply: Reply::Callback(Box::new(finish)),
+            pending: None,
+        },
+    )
+}
+
+/// The initial value of every implicit state.
+fn initial_states(settings: &SeqSettings) -> Vec<Tensor> {
+    settings
+        .states
+        .iter()
+        .map(|s| Tensor {
+            name: s.input.clone(),
+            datatype: s.datatype,
+            shape: s.initial_shape.clone(),
+            data: s.initial_data.clone(),
+        })
+        .collect()
+}
+
+/// One CORRID element: the row's sequence id in the control's type (0 or
+/// "" for an empty row).
+fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec<u8> {
+    let number = match id {
+        Some(SequenceId::Number(n)) => *n,
+        _ => 0,
+    };
+    match datatype {
+        DataType::Uint64 => number.to_le_bytes().to_vec(),
+        DataType::Int64 => (number as i64).to_le_bytes().to_vec(),
+        DataType::Uint32 => (number as u32).to_le_bytes().to_vec(),
+        DataType::Int32 => (number as i32).to_le_bytes().to_vec(),
+        _ => {
+            let text = match id {
+                Some(SequenceId::Text(s)) => s.clone(),
+                Some(SequenceId::Number(n)) => n.to_string(),
+                _ => String::new(),
+            };
+            Tensor::serialize_bytes([text.as_bytes()])
+        }
+    }
+}
+
+/// Hands out a finished batch: each row's outputs to its caller, each
+/// row's output states to its sequence, and the instance back to the
+/// scheduler.
+fn finish(
+    shared: Arc<Shared>,
+    instance: usize,
+    n: usize,
+    rows: Vec<Option<RowInfo>>,
+    taken: Vec<(u64, Vec<Tensor>)>,
+    done: Done,
+) {
+    let settings = &shared.settings;
+    let taken_at = Instant::now() - done.compute;
+    if done.result.is_ok() {
+        shared.stats.record_execution(n, done.compute);
+    }
+    let parts: Vec<Result<Vec<Tensor>>> = match done.result {
+        Ok(tensors) if settings.batching => split(&tensors, &vec![1; n]),
+        Ok(tensors) => vec![Ok(tensors)],
+        Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+    };
+    let mut answers = Vec::new();
+    {
+        let mut state = shared.state.lock().unwrap();
+        let mut serials = Vec::new();
+        let failed = parts.iter().any(|p| p.is_err());
+        if failed {
+            // The states the batch took stay as they were.
+            for (serial, s) in taken {
+                if state.seqs.alive(serial) {
+                    state.states.insert(serial, s);
+                }
+            }
+        }
+        for (row, part) in rows.into_iter().zip(parts) {
+            let Some(row) = row else { continue };
+            serials.push(row.serial);
+            let result = part.and_then(|tensors| {
+                if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
+                    let mut next = Vec::new();
+                    for spec in &settings.states {
+                        let t = tensors.iter().find(|t| t.name == spec.output).ok_or_else(|| {
+                            Error::internal(format!(
+                                "the model did not produce output state '{}'",
+                                spec.output
+                            ))
+                        })?;
+                        let shape = if settings.batching {
+                            t.shape[1..].to_vec()
+                        } else {
+                            t.shape.clone()
+                        };
+                        next.push(Tensor {
+                            name: spec.input.clone(),
+                            datatype: t.datatype,
+                            shape,
+                            data: t.data.clone(),
+                        });
+                    }
+                    let shapes: Vec<&[i64]> = next.iter().map(|t| t.shape.as_slice()).collect();
+                    let key = shape_key(&shapes);
+                    state.seqs.set_shape_key(row.serial, key);
+                    state.states.insert(row.serial, next);
+                }
+                // The caller gets what it asked for, in its order.
+                row.request
+                    .outputs
+                    .iter()
+                    .map(|name| {
+                        tensors
+                            .iter()
+                            .find(|t| &t.name == name)
+                            .cloned()
+                            .ok_or_else(|| {
+                                Error::internal(format!("the model did not produce output '{name}'"))
+                            })
+                    })
+                    .collect()
+            });
+            answers.push((row.request, result));
+        }
+        state.seqs.finished(instance, &serials, Instant::now());
+    }
+    shared.cv.notify_all();
+    for (request, result) in answers {
+        let answer = Done {
+            result,
+            queue: taken_at.saturating_duration_since(request.enqueued),
+            compute: done.compute,
+            rejected: false,
+        };
+        shared
+            .delivery
+            .deliver(request.seq, Some((request.reply, answer)));
+    }
+}

@@ -1,0 +1,264 @@
+//! The sequence batcher through a real server (HTTP): the control tensors a
+//! model receives per batch slot (recorded by the identity backend) against
+//! the seed's START/READY timeline, the backlog, the idle timeout, oldest
+//! batches, and Triton's request errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use trtis::core::repository::ControlMode;
+
+use crate::http::TestServer;
+
+/// An identity model with every control: output i echoes input i (INPUT,
+/// then START, END, READY, CORRID); INPUT's value is extra execution
+/// milliseconds.
+fn repo(name: &str, sequence_batching: &str, max_batch: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let m = dir.path().join(name);
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::write(
+        m.join("config.pbtxt"),
+        format!(
+            r#"backend: "identity"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "START_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "END_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "READY_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "CORRID_OUT" data_type: TYPE_UINT64 dims: [ 1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+sequence_batching {{
+  {sequence_batching}
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }} ] }}
+  ]
+}}
+parameters {{ key: "delay_input" value: {{ string_value: "INPUT" }} }}
+parameters {{ key: "record_inputs" value: {{ string_value: "{}" }} }}
+"#,
+            record.display()
+        ),
+    )
+    .unwrap();
+    (dir, record)
+}
+
+fn request(value: i32, id: Value, start: bool, end: bool) -> Value {
+    json!({
+        "parameters": {"sequence_id": id, "sequence_start": start, "sequence_end": end},
+        "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}]
+    })
+}
+
+fn infer(s: &TestServer, model: &str, body: Value) -> (u16, Value) {
+    s.json("POST", &format!("/v2/models/{model}/infer"), body)
+}
+
+/// Sends a request on another thread (it may wait for the instance).
+fn send(s: &Arc<TestServer>, model: &str, body: Value) -> std::thread::JoinHandle<(u16, Value)> {
+    let s = Arc::clone(s);
+    let model = model.to_string();
+    std::thread::spawn(move || infer(&s, &model, body))
+}
+
+/// The recorded executions: per execution, control name → values per slot.
+fn executions(record: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn values(execution: &Value, name: &str) -> Value {
+    execution[name]["values"].clone()
+}
+
+fn start(repo: &std::path::Path) -> Arc<TestServer> {
+    Arc::new(TestServer::start(repo, ControlMode::None, &[], 1 << 20))
+}
+
+#[test]
+fn direct_slots_get_the_seed_start_ready_timeline() {
+    let (dir, record) = repo("seq", "direct { }", 2);
+    let s = start(dir.path());
+    // Sequence 1 starts alone: slot 0, a batch of one. Its INPUT keeps the
+    // instance busy for 300 ms, so the next two requests arrive together.
+    let first = send(&s, "seq", request(300, json!(1), true, false));
+    std::thread::sleep(Duration::from_millis(100));
+    let a2 = send(&s, "seq", request(0, json!(1), false, false));
+    std::thread::sleep(Duration::from_millis(20));
+    let b1 = send(&s, "seq", request(0, json!(2), true, false));
+    let (status, out) = first.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    // Each caller gets its own row: INPUT, START, END, READY, CORRID.
+    let row = |out: &Value| -> Vec<Value> {
+        (0..5).map(|i| out["outputs"][i]["data"][0].clone()).collect()
+    };
+    assert_eq!(row(&out), vec![json!(300), json!(1), json!(0), json!(1), json!(1)]);
+    let (status, out) = a2.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(row(&out), vec![json!(0), json!(0), json!(0), json!(1), json!(1)]);
+    let (status, out) = b1.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(row(&out), vec![json!(0), json!(1), json!(0), json!(1), json!(2)]);
+    // Only slot 1 has a request: slot 0 is an empty row (READY 0).
+    let (status, out) = infer(&s, "seq", request(0, json!(2), false, false));
+    assert_eq!(status, 200, "{out}");
+    // Sequence 1 ends alone in slot 0.
+    let (status, out) = infer(&s, "seq", request(0, json!(1), false, true));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(row(&out), vec![json!(0), json!(0), json!(1), json!(1), json!(1)]);
+
+    let runs = executions(&record);
+    let timeline: Vec<(Value, Value, Value, Value)> = runs
+        .iter()
+        .map(|e| (values(e, "START"), values(e, "READY"), values(e, "END"), values(e, "CORRID")))
+        .collect();
+    assert_eq!(
+        timeline,
+        vec![
+            (json!([1]), json!([1]), json!([0]), json!([1])),
+            (json!([0, 1]), json!([1, 1]), json!([0, 0]), json!([1, 2])),
+            (json!([0, 0]), json!([0, 1]), json!([0, 0]), json!([0, 2])),
+            (json!([0]), json!([1]), json!([1]), json!([1])),
+        ],
+        "{runs:?}"
+    );
+    // Control tensors are [batch, 1].
+    assert_eq!(runs[1]["START"]["shape"], json!([2, 1]));
+    let (_, st) = s.json("GET", "/v2/models/seq/stats", Value::Null);
+    let st = &st["model_stats"][0];
+    assert_eq!(st["inference_count"], 5, "{st}");
+    assert_eq!(st["execution_count"], 4, "{st}");
+}
+
+#[test]
+fn backlogged_sequences_take_freed_slots_in_order() {
+    // One slot: sequences 2 and 3 wait in the backlog behind sequence 1.
+    let (dir, record) = repo("seq", "direct { }", 1);
+    let s = start(dir.path());
+    assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
+    let b = send(&s, "seq", request(0, json!(2), true, true));
+    std::thread::sleep(Duration::from_millis(50));
+    let c = send(&s, "seq", request(0, json!(3), true, true));
+    std::thread::sleep(Duration::from_millis(50));
+    // Both wait while sequence 1 holds the slot...
+    assert!(!b.is_finished() && !c.is_finished());
+    // ...and run in order once its END is taken.
+    assert_eq!(infer(&s, "seq", request(0, json!(1), false, true)).0, 200);
+    assert_eq!(b.join().unwrap().0, 200);
+    assert_eq!(c.join().unwrap().0, 200);
+    let order: Vec<Value> = executions(&record)
+        .iter()
+        .map(|e| values(e, "CORRID")[0].clone())
+        .collect();
+    assert_eq!(order, vec![json!(1), json!(1), json!(2), json!(3)]);
+}
+
+#[test]
+fn an_idle_sequence_loses_its_slot() {
+    let (dir, _record) = repo("seq", "max_sequence_idle_microseconds: 200000\n direct { }", 1);
+    let s = start(dir.path());
+    assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
+    // Sequence 2 waits for the only slot until sequence 1 idles out.
+    let waiting = send(&s, "seq", request(0, json!(2), true, false));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!waiting.is_finished());
+    let (status, out) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = infer(&s, "seq", request(0, json!(1), false, false));
+    assert_eq!(status, 400);
+    assert_eq!(
+        out["error"],
+        "inference request for sequence 1 to model 'seq' must specify the START flag on the first request of the sequence"
+    );
+}
+
+#[test]
+fn oldest_batches_at_most_one_request_per_sequence() {
+    let (dir, record) = repo(
+        "seq",
+        "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100000 }",
+        4,
+    );
+    let s = start(dir.path());
+    // Two requests of sequence 1 and one each of 2 and 3, inside the delay.
+    let mut handles = vec![send(&s, "seq", request(0, json!(1), true, false))];
+    std::thread::sleep(Duration::from_millis(10));
+    handles.push(send(&s, "seq", request(0, json!(2), true, false)));
+    std::thread::sleep(Duration::from_millis(10));
+    handles.push(send(&s, "seq", request(0, json!(3), true, false)));
+    std::thread::sleep(Duration::from_millis(10));
+    handles.push(send(&s, "seq", request(0, json!(1), false, true)));
+    for h in handles {
+        let (status, out) = h.join().unwrap();
+        assert_eq!(status, 200, "{out}");
+    }
+    let runs = executions(&record);
+    let corrids: Vec<Value> = runs.iter().map(|e| values(e, "CORRID")).collect();
+    assert_eq!(corrids, vec![json!([1, 2, 3]), json!([1])], "{runs:?}");
+    assert_eq!(values(&runs[1], "END"), json!([1]));
+}
+
+#[test]
+fn sequence_request_errors_have_tritons_messages() {
+    let (dir, _record) = repo("seq", "", 2);
+    let s = start(dir.path());
+    let cases = [
+        (
+            request(0, json!(5), false, false),
+            "inference request for sequence 5 to model 'seq' must specify the START flag on the first request of the sequence",
+        ),
+        (
+            request(0, json!(0), true, false),
+            "inference request to model 'seq' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            json!({"inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [0]}]}),
+            "inference request to model 'seq' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            json!({"parameters": {"sequence_id": 3, "sequence_start": true},
+                   "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [2, 1], "data": [0, 0]}]}),
+            "inference request to model 'seq' must specify batch-size 1 due to requirements of sequence batcher",
+        ),
+        (
+            request(0, json!("abc"), true, false),
+            "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model 'seq' expects 'UINT64'",
+        ),
+        (
+            request(0, json!(-1), true, false),
+            "Unable to parse 'sequence_id': attempt to access JSON non-string as string",
+        ),
+        (
+            json!({"parameters": {"sequence_id": 3, "sequence_start": 1},
+                   "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [0]}]}),
+            "Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, out) = infer(&s, "seq", body);
+        assert_eq!(status, 400, "{out}");
+        assert_eq!(out["error"], message);
+    }
+    // A sequence that ended takes no more requests; others are unaffected.
+    assert_eq!(infer(&s, "seq", request(0, json!(7), true, false)).0, 200);
+    assert_eq!(infer(&s, "seq", request(0, json!(8), true, false)).0, 200);
+    assert_eq!(infer(&s, "seq", request(0, json!(7), false, true)).0, 200);
+    let (status, out) = infer(&s, "seq", request(0, json!(7), false, false));
+    assert_eq!(status, 400, "{out}");
+    assert_eq!(infer(&s, "seq", request(0, json!(8), false, true)).0, 200);
+    // The failures count as failed requests.
+    let (_, st) = s.json("GET", "/v2/models/seq/stats", Value::Null);
+    assert_eq!(st["model_stats"][0]["inference_stats"]["fail"]["count"], 6);
+}

@@ -11,6 +11,11 @@ so it is ours; the output is deterministic.
 preprocess_inception/1/model.onnx: image_client's INCEPTION scaling as a
 model (UINT8 HWC [-1, 224, 224, 3] in, FP32 NCHW x/127.5 - 1 out), the first
 step of the efficientnet_ensemble pipeline.
+
+simple_sequence, simple_dyna_sequence: Triton's sequence examples of the
+same names as ONNX models (the sequence batcher's control inputs in, so the
+official sequence client examples get the answers they check for);
+simple_accumulator: a running sum kept by the server as implicit state.
 """
 import os
 
@@ -57,8 +62,68 @@ def make_preprocess(path):
     onnx.save(model, path)
 
 
+
+def _save(nodes, name, inputs, outputs, path, inits=()):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, producer_name="trtis-examples", opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def _int32(name):
+    return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1])
+
+
+def make_simple_sequence(path):
+    """Triton's simple_sequence example as ONNX (the sequence batcher fills
+    START and READY): OUTPUT = READY ? INPUT + START : 0."""
+    nodes = [
+        helper.make_node("Add", ["INPUT", "START"], ["sum"], name="add_start"),
+        helper.make_node("Mul", ["sum", "READY"], ["OUTPUT"], name="mask_ready"),
+    ]
+    _save(nodes, "simple_sequence", [_int32("INPUT"), _int32("START"), _int32("READY")], [_int32("OUTPUT")], path)
+
+
+def make_simple_dyna_sequence(path):
+    """Triton's simple_dyna_sequence example as ONNX (oldest strategy, the
+    batcher fills START, END, READY and CORRID):
+    OUTPUT = READY ? INPUT + START + (END ? CORRID : 0) : 0."""
+    corrid = helper.make_tensor_value_info("CORRID", TensorProto.UINT64, ["batch", 1])
+    nodes = [
+        helper.make_node("Cast", ["CORRID"], ["corrid"], to=TensorProto.INT32, name="corrid_int32"),
+        helper.make_node("Mul", ["corrid", "END"], ["at_end"], name="corrid_at_end"),
+        helper.make_node("Add", ["INPUT", "START"], ["sum"], name="add_start"),
+        helper.make_node("Add", ["sum", "at_end"], ["total"], name="add_corrid"),
+        helper.make_node("Mul", ["total", "READY"], ["OUTPUT"], name="mask_ready"),
+    ]
+    inputs = [_int32("INPUT"), _int32("START"), _int32("END"), _int32("READY"), corrid]
+    _save(nodes, "simple_dyna_sequence", inputs, [_int32("OUTPUT")], path)
+
+
+def make_simple_accumulator(path):
+    """A stateful accumulator with implicit state (the server keeps the
+    running sum between requests): OUTPUT_STATE = INPUT on START, else
+    INPUT + INPUT_STATE; OUTPUT = OUTPUT_STATE."""
+    inits = [helper.make_tensor("one", TensorProto.INT32, [], [1])]
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"], name="not_start"),
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["carried"], name="carry_state"),
+        helper.make_node("Add", ["INPUT", "carried"], ["OUTPUT_STATE"], name="accumulate"),
+        helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"], name="output"),
+    ]
+    inputs = [_int32("INPUT"), _int32("START"), _int32("INPUT_STATE")]
+    _save(nodes, "simple_accumulator", inputs, [_int32("OUTPUT"), _int32("OUTPUT_STATE")], path, inits)
+
+
 if __name__ == "__main__":
     make_simple(os.path.join(HERE, "model_repository", "simple", "1", "model.onnx"))
     print("wrote simple/1/model.onnx")
     make_preprocess(os.path.join(HERE, "model_repository", "preprocess_inception", "1", "model.onnx"))
     print("wrote preprocess_inception/1/model.onnx")
+    for name, make in (("simple_sequence", make_simple_sequence),
+                       ("simple_dyna_sequence", make_simple_dyna_sequence),
+                       ("simple_accumulator", make_simple_accumulator)):
+        os.makedirs(os.path.join(HERE, "model_repository", name, "1"), exist_ok=True)
+        make(os.path.join(HERE, "model_repository", name, "1", "model.onnx"))
+        print(f"wrote {name}/1/model.onnx")

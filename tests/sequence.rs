@@ -14,7 +14,11 @@ use crate::http::TestServer;
 /// An identity model with every control: output i echoes input i (INPUT,
 /// then START, END, READY, CORRID); INPUT's value is extra execution
 /// milliseconds.
-fn repo(name: &str, sequence_batching: &str, max_batch: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+fn repo(
+    name: &str,
+    sequence_batching: &str,
+    max_batch: usize,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     let m = dir.path().join(name);
@@ -102,27 +106,48 @@ fn direct_slots_get_the_seed_start_ready_timeline() {
     assert_eq!(status, 200, "{out}");
     // Each caller gets its own row: INPUT, START, END, READY, CORRID.
     let row = |out: &Value| -> Vec<Value> {
-        (0..5).map(|i| out["outputs"][i]["data"][0].clone()).collect()
+        (0..5)
+            .map(|i| out["outputs"][i]["data"][0].clone())
+            .collect()
     };
-    assert_eq!(row(&out), vec![json!(300), json!(1), json!(0), json!(1), json!(1)]);
+    assert_eq!(
+        row(&out),
+        vec![json!(300), json!(1), json!(0), json!(1), json!(1)]
+    );
     let (status, out) = a2.join().unwrap();
     assert_eq!(status, 200, "{out}");
-    assert_eq!(row(&out), vec![json!(0), json!(0), json!(0), json!(1), json!(1)]);
+    assert_eq!(
+        row(&out),
+        vec![json!(0), json!(0), json!(0), json!(1), json!(1)]
+    );
     let (status, out) = b1.join().unwrap();
     assert_eq!(status, 200, "{out}");
-    assert_eq!(row(&out), vec![json!(0), json!(1), json!(0), json!(1), json!(2)]);
+    assert_eq!(
+        row(&out),
+        vec![json!(0), json!(1), json!(0), json!(1), json!(2)]
+    );
     // Only slot 1 has a request: slot 0 is an empty row (READY 0).
     let (status, out) = infer(&s, "seq", request(0, json!(2), false, false));
     assert_eq!(status, 200, "{out}");
     // Sequence 1 ends alone in slot 0.
     let (status, out) = infer(&s, "seq", request(0, json!(1), false, true));
     assert_eq!(status, 200, "{out}");
-    assert_eq!(row(&out), vec![json!(0), json!(0), json!(1), json!(1), json!(1)]);
+    assert_eq!(
+        row(&out),
+        vec![json!(0), json!(0), json!(1), json!(1), json!(1)]
+    );
 
     let runs = executions(&record);
     let timeline: Vec<(Value, Value, Value, Value)> = runs
         .iter()
-        .map(|e| (values(e, "START"), values(e, "READY"), values(e, "END"), values(e, "CORRID")))
+        .map(|e| {
+            (
+                values(e, "START"),
+                values(e, "READY"),
+                values(e, "END"),
+                values(e, "CORRID"),
+            )
+        })
         .collect();
     assert_eq!(
         timeline,
@@ -167,7 +192,11 @@ fn backlogged_sequences_take_freed_slots_in_order() {
 
 #[test]
 fn an_idle_sequence_loses_its_slot() {
-    let (dir, _record) = repo("seq", "max_sequence_idle_microseconds: 200000\n direct { }", 1);
+    let (dir, _record) = repo(
+        "seq",
+        "max_sequence_idle_microseconds: 200000\n direct { }",
+        1,
+    );
     let s = start(dir.path());
     assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
     // Sequence 2 waits for the only slot until sequence 1 idles out.

@@ -12,7 +12,7 @@ pub mod inputs;
 mod prepared;
 
 pub use error::ClientError;
-pub use prepared::{Prepared, Timing};
+pub use prepared::{Prepared, SeqFlags, Timing};
 
 use crate::core::config::ModelConfig;
 use crate::core::stats::Snapshot;

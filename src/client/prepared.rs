@@ -28,6 +28,24 @@ impl Timing {
     }
 }
 
+/// The sequence parameters of one send (the sequence extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqFlags {
+    pub id: u64,
+    pub start: bool,
+    pub end: bool,
+}
+
+impl SeqFlags {
+    /// The members for a request's `parameters` object (no braces).
+    fn json_members(&self) -> String {
+        format!(
+            "\"sequence_id\":{},\"sequence_start\":{},\"sequence_end\":{}",
+            self.id, self.start, self.end
+        )
+    }
+}
+
 /// A request ready to send; cloning it shares the connection (gRPC) or the
 /// connection pool (HTTP) and the encoded body.
 #[derive(Clone)]
@@ -89,11 +107,20 @@ impl Client {
 impl Prepared {
     /// Sends the request once and decodes the answer.
     pub async fn send(&self) -> Result<Timing, ClientError> {
-        self.infer().await.map(|(t, _)| t)
+        self.infer(None).await.map(|(t, _)| t)
     }
 
-    /// Sends the request once; the answer and where the time went.
-    pub async fn infer(&self) -> Result<(Timing, InferResponse), ClientError> {
+    /// Sends the request once as part of a sequence.
+    pub async fn send_seq(&self, seq: Option<SeqFlags>) -> Result<Timing, ClientError> {
+        self.infer(seq).await.map(|(t, _)| t)
+    }
+
+    /// Sends the request once (with `seq`'s sequence parameters); the
+    /// answer and where the time went.
+    pub async fn infer(
+        &self,
+        seq: Option<SeqFlags>,
+    ) -> Result<(Timing, InferResponse), ClientError> {
         match self {
             Prepared::Http {
                 http,
@@ -102,11 +129,15 @@ impl Prepared {
                 json_len,
             } => {
                 let t0 = Instant::now();
+                let (body, json_len) = match seq {
+                    None => (body.clone(), *json_len),
+                    Some(seq) => with_sequence(body, *json_len, &seq),
+                };
                 let req = http
                     .post(url)
                     .header(http::HEADER_LENGTH, json_len.to_string())
                     .header("content-type", "application/octet-stream")
-                    .body(body.clone());
+                    .body(body);
                 let t1 = Instant::now();
                 let resp = req.send().await?;
                 let status = resp.status();
@@ -127,7 +158,29 @@ impl Prepared {
             Prepared::Grpc { stub, request } => {
                 let t0 = Instant::now();
                 let mut stub = stub.clone();
-                let req = tonic::Request::new(request.as_ref().clone());
+                let mut request = request.as_ref().clone();
+                if let Some(seq) = seq {
+                    use crate::core::protocol::pb::inference::{
+                        infer_parameter::ParameterChoice, InferParameter,
+                    };
+                    let param = |c| InferParameter {
+                        parameter_choice: Some(c),
+                    };
+                    let p = &mut request.parameters;
+                    p.insert(
+                        "sequence_id".into(),
+                        param(ParameterChoice::Int64Param(seq.id as i64)),
+                    );
+                    p.insert(
+                        "sequence_start".into(),
+                        param(ParameterChoice::BoolParam(seq.start)),
+                    );
+                    p.insert(
+                        "sequence_end".into(),
+                        param(ParameterChoice::BoolParam(seq.end)),
+                    );
+                }
+                let req = tonic::Request::new(request);
                 let t1 = Instant::now();
                 let resp = stub.model_infer(req).await?.into_inner();
                 let t2 = Instant::now();
@@ -140,5 +193,54 @@ impl Prepared {
                 Ok((timing, response))
             }
         }
+    }
+}
+
+/// The HTTP body with the sequence parameters added to the request's
+/// top-level `parameters` (the encoder writes that object last, so they go
+/// before the header's two closing braces); a header of another shape is
+/// re-encoded.
+fn with_sequence(body: &bytes::Bytes, json_len: usize, seq: &SeqFlags) -> (bytes::Bytes, usize) {
+    let header = &body[..json_len];
+    let mut out = Vec::with_capacity(body.len() + 80);
+    if header.ends_with(b"}}") && header.windows(13).any(|w| w == b"\"parameters\":") {
+        out.extend_from_slice(&header[..json_len - 2]);
+        out.push(b',');
+        out.extend_from_slice(seq.json_members().as_bytes());
+        out.extend_from_slice(b"}}");
+    } else {
+        // Not our encoder's shape: parse and re-encode the header.
+        let mut v: serde_json::Value = serde_json::from_slice(header).unwrap_or_default();
+        v["parameters"]["sequence_id"] = seq.id.into();
+        v["parameters"]["sequence_start"] = seq.start.into();
+        v["parameters"]["sequence_end"] = seq.end.into();
+        out.extend_from_slice(serde_json::to_string(&v).unwrap_or_default().as_bytes());
+    }
+    let len = out.len();
+    out.extend_from_slice(&body[json_len..]);
+    (out.into(), len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_parameters_join_the_top_level_parameters() {
+        let header = br#"{"inputs":[{"name":"IN","parameters":{"binary_data_size":4}}],"parameters":{"binary_data_output":true}}"#;
+        let mut body = header.to_vec();
+        body.extend_from_slice(&[1, 2, 3, 4]);
+        let seq = SeqFlags {
+            id: 9,
+            start: true,
+            end: false,
+        };
+        let (out, len) = with_sequence(&body.into(), header.len(), &seq);
+        let v: serde_json::Value = serde_json::from_slice(&out[..len]).unwrap();
+        assert_eq!(v["parameters"]["sequence_id"], 9);
+        assert_eq!(v["parameters"]["sequence_start"], true);
+        assert_eq!(v["parameters"]["sequence_end"], false);
+        assert_eq!(v["parameters"]["binary_data_output"], true);
+        assert_eq!(&out[len..], &[1, 2, 3, 4]);
     }
 }

@@ -177,7 +177,7 @@ pub async fn run(
             }
         };
         if args.async_mode {
-            let futures = prepared.iter().map(|p| p.infer());
+            let futures = prepared.iter().map(|p| p.infer(None));
             futures_util::future::join_all(futures)
                 .await
                 .into_iter()
@@ -186,7 +186,7 @@ pub async fn run(
         } else {
             let mut out = Vec::new();
             for p in &prepared {
-                out.push(p.infer().await.map(|(_, resp)| resp));
+                out.push(p.infer(None).await.map(|(_, resp)| resp));
             }
             out
         }

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use trtis::client::inputs::{self, Generate};
-use trtis::client::{Client, Protocol};
+use trtis::client::{Client, Protocol, SeqFlags};
 use trtis::core::types::{RequestedOutput, ShmRef};
-use trtis::perf::driver::{Distribution, Driver};
+use trtis::perf::driver::{Distribution, Driver, Sequences};
 use trtis::perf::load::{self, Load, Plan, Settings, Step, Window};
 use trtis::perf::{plot, report};
 
@@ -99,6 +99,20 @@ pub struct Args {
     /// memory regions registered with the server (system).
     #[arg(long = "shared-memory", value_enum, default_value_t = SharedMemory::None)]
     shared_memory: SharedMemory,
+
+    /// Requests per sequence, for sequence models (each concurrency slot
+    /// runs one sequence at a time).
+    #[arg(long = "sequence-length", default_value_t = 20)]
+    sequence_length: usize,
+
+    /// How much sequence lengths vary, in percent either way.
+    #[arg(long = "sequence-length-variation", default_value_t = 20.0)]
+    sequence_length_variation: f64,
+
+    /// Sequence ids start[:end] (ids wrap at end; default from 1 without
+    /// end).
+    #[arg(long = "sequence-id-range", value_name = "START[:END]")]
+    sequence_id_range: Option<String>,
 
     /// Bytes of the shared memory region of each output.
     #[arg(long = "output-shared-memory-size", default_value_t = 102400)]
@@ -206,6 +220,30 @@ fn range(spec: &str, flag: &str) -> Result<Vec<f64>, String> {
         Ok(p) if !p.is_empty() && p.len() <= 3 && p.iter().all(|v| *v >= 0.0) => Ok(p),
         _ => Err(format!("{flag} expects start[:end[:step]], got '{spec}'")),
     }
+}
+
+/// `--sequence-id-range start[:end]` → (start, ids in the range; 0:
+/// unbounded). perf_analyzer's default starts at 1.
+fn sequence_ids(spec: Option<&str>) -> Result<(u64, u64), String> {
+    let Some(spec) = spec else {
+        return Ok((1, 0));
+    };
+    let bad = || format!("--sequence-id-range expects start[:end] with start >= 1, got '{spec}'");
+    let mut parts = spec.split(':').map(|p| p.trim().parse::<u64>());
+    let start = parts
+        .next()
+        .and_then(|p| p.ok())
+        .filter(|&s| s >= 1)
+        .ok_or_else(bad)?;
+    let range = match parts.next() {
+        None => 0,
+        Some(Ok(end)) if end > start => end - start,
+        Some(_) => return Err(bad()),
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok((start, range))
 }
 
 fn plan(args: &Args) -> Result<Plan, String> {
@@ -376,13 +414,40 @@ pub fn run(args: Args) -> ExitCode {
                     .map_err(|e| fail(e, 1))?,
             );
         }
-        // One request first: a model that cannot serve them fails here, clearly.
-        if let Err(e) = requests[0].send().await {
+        let sequences = match &config.scheduling_choice {
+            Some(trtis::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)) => {
+                if args.rate_range.is_some() {
+                    return Err(fail(
+                        format!(
+                            "model '{}' is a sequence model: measure it with a concurrency (request-rate mode does not send sequences yet)",
+                            args.model
+                        ),
+                        2,
+                    ));
+                }
+                let (start, range) = sequence_ids(args.sequence_id_range.as_deref()).map_err(|m| fail(m, 2))?;
+                Some(Sequences::new(
+                    args.sequence_length,
+                    args.sequence_length_variation,
+                    start,
+                    range,
+                ))
+            }
+            _ => None,
+        };
+        // One request first: a model that cannot serve them fails here,
+        // clearly (a sequence model gets a sequence of one).
+        let probe = sequences.as_ref().map(|s| SeqFlags {
+            id: s.next_id(),
+            start: true,
+            end: true,
+        });
+        if let Err(e) = requests[0].send_seq(probe).await {
             return Err(server_error(&url, e));
         }
-        Ok((client, requests))
+        Ok((client, requests, sequences))
     });
-    let (client, requests) = match setup {
+    let (client, requests, sequences) = match setup {
         Ok(v) => v,
         Err(code) => {
             regions.cleanup(&url, protocol);
@@ -390,7 +455,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let grpc = protocol == Protocol::Grpc;
-    let mut driver = Driver::new(
+    let driver = Driver::new(
         rt,
         requests,
         client,
@@ -400,6 +465,10 @@ pub fn run(args: Args) -> ExitCode {
         args.batch.max(1) as u64,
         args.distribution,
     );
+    let mut driver = match sequences {
+        Some(s) => driver.with_sequences(s),
+        None => driver,
+    };
     if !args.json {
         println!("*** Measurement Settings ***");
         println!("  Batch size: {}", args.batch);

@@ -491,7 +491,8 @@ impl Engine {
             };
         };
         if let Some(sequencer) = &model.sequencer {
-            if let Err(e) = check_sequence(&model, sequencer, &request.id, &request.sequence, batch) {
+            if let Err(e) = check_sequence(&model, sequencer, &request.id, &request.sequence, batch)
+            {
                 model.stats.record_failure(start.elapsed());
                 return Err(e);
             }

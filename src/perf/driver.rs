@@ -21,6 +21,52 @@ pub enum Distribution {
     Poisson,
 }
 
+/// Sequences for sequence models (perf_analyzer's `--sequence-length`,
+/// `--sequence-length-variation`, `--sequence-id-range`): each concurrency
+/// worker runs one sequence at a time, START on its first request and END
+/// on its last; ids count up from the range's start and wrap at its end.
+#[derive(Debug, Clone)]
+pub struct Sequences {
+    pub length: usize,
+    /// Percent the length varies either way.
+    pub variation: f64,
+    pub id_start: u64,
+    /// Ids in the range (0: unbounded).
+    pub id_range: u64,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Sequences {
+    pub fn new(length: usize, variation: f64, id_start: u64, id_range: u64) -> Self {
+        Sequences {
+            length: length.max(1),
+            variation: variation.max(0.0),
+            id_start,
+            id_range,
+            next: Arc::default(),
+        }
+    }
+
+    /// The next sequence id.
+    pub fn next_id(&self) -> u64 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        match self.id_range {
+            0 => self.id_start.wrapping_add(n),
+            r => self.id_start.wrapping_add(n % r),
+        }
+    }
+
+    /// A sequence length: `length` ± `variation` percent, at least 1.
+    fn draw_length(&self, seed: &mut u64) -> usize {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let u = (*seed >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+        let spread = (2.0 * u - 1.0) * self.variation / 100.0 * self.length as f64;
+        ((self.length as f64 + spread).round() as i64).max(1) as usize
+    }
+}
+
 /// What the running requests record, swapped out at each window's end.
 struct Collector {
     window: Window,
@@ -47,6 +93,7 @@ pub struct Driver {
     distribution: Distribution,
     collector: Arc<Mutex<Collector>>,
     running: Option<Running>,
+    sequences: Option<Sequences>,
 }
 
 /// Seconds of CPU this process has used (user + system).
@@ -114,7 +161,14 @@ impl Driver {
                 window: Window::empty(batch),
             })),
             running: None,
+            sequences: None,
         }
+    }
+
+    /// Sends sequences (a sequence model) instead of single requests.
+    pub fn with_sequences(mut self, sequences: Sequences) -> Self {
+        self.sequences = Some(sequences);
+        self
     }
 
     /// Stops whatever load is running and waits for its requests.
@@ -168,6 +222,32 @@ impl Driver {
     fn worker(&self, index: usize, stop: Arc<AtomicBool>) -> JoinHandle<()> {
         let requests = Arc::clone(&self.requests);
         let collector = Arc::clone(&self.collector);
+        if let Some(sequences) = self.sequences.clone() {
+            return self.rt.spawn(async move {
+                let mut seed =
+                    0x2545_f491_4f6c_dd1du64 ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9);
+                let mut i = index;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = sequences.next_id();
+                    let length = sequences.draw_length(&mut seed);
+                    for k in 0..length {
+                        // Stopping mid-sequence: its next request ends it.
+                        let end = k + 1 == length || stop.load(Ordering::Relaxed);
+                        let seq = crate::client::SeqFlags {
+                            id,
+                            start: k == 0,
+                            end,
+                        };
+                        let result = requests[i % requests.len()].send_seq(Some(seq)).await;
+                        record(&collector, result);
+                        i += 1;
+                        if end {
+                            break;
+                        }
+                    }
+                }
+            });
+        }
         self.rt.spawn(async move {
             let mut i = index;
             while !stop.load(Ordering::Relaxed) {

@@ -179,7 +179,12 @@ fn record(path: &std::path::Path, inputs: &[Tensor]) -> Result<()> {
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| Error::internal(format!("identity: cannot record to '{}': {e}", path.display())))?;
+        .map_err(|e| {
+            Error::internal(format!(
+                "identity: cannot record to '{}': {e}",
+                path.display()
+            ))
+        })?;
     writeln!(file, "{}", serde_json::Value::Object(line))
         .map_err(|e| Error::internal(format!("identity: cannot record: {e}")))
 }

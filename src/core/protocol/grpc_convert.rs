@@ -131,11 +131,9 @@ fn sequence_params(
         None => SequenceId::None,
         Some(ParameterChoice::Int64Param(v)) => SequenceId::Number(*v as u64),
         Some(ParameterChoice::StringParam(s)) => SequenceId::Text(s.clone()),
-        Some(_) => {
-            return Err(bad(
-                "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
-            ))
-        }
+        Some(_) => return Err(bad(
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+        )),
     };
     let flag = |key: &str| match choice(key) {
         None => Ok(false),

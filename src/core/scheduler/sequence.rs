@@ -322,7 +322,14 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         let key_of = |s: u64| {
             let seq = &self.sequences[&s];
             let e = seq.queue.front().expect("ready");
-            (&e.request, if e.start { self.start_key } else { seq.shape_key })
+            (
+                &e.request,
+                if e.start {
+                    self.start_key
+                } else {
+                    seq.shape_key
+                },
+            )
         };
         // The requests that can join the oldest one's batch, oldest first.
         let mut picks: Vec<(usize, u64, Instant)> = ready
@@ -476,7 +483,11 @@ mod tests {
     /// The requests in a batch's rows (None: an empty slot).
     fn rows(next: Next<i32>) -> Vec<Option<i32>> {
         match next {
-            Next::Run(b) => b.rows.into_iter().map(|r| r.map(|r| r.entry.request)).collect(),
+            Next::Run(b) => b
+                .rows
+                .into_iter()
+                .map(|r| r.map(|r| r.entry.request))
+                .collect(),
             other => panic!("expected a batch, got {other:?}"),
         }
     }
@@ -535,9 +546,15 @@ mod tests {
     fn requests_after_end_or_without_start_are_refused() {
         let t0 = Instant::now();
         let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 2));
-        assert_eq!(s.submit(7, false, false, 1, t0).unwrap_err().0, Refusal::NoStart);
+        assert_eq!(
+            s.submit(7, false, false, 1, t0).unwrap_err().0,
+            Refusal::NoStart
+        );
         s.submit(7, true, true, 1, t0).unwrap();
-        assert_eq!(s.submit(7, false, false, 2, t0).unwrap_err().0, Refusal::NoStart);
+        assert_eq!(
+            s.submit(7, false, false, 2, t0).unwrap_err().0,
+            Refusal::NoStart
+        );
         // A new START with the same id is a new sequence in another slot
         // (the ended one still holds its slot until its END is taken).
         s.submit(7, true, false, 3, t0).unwrap();
@@ -575,7 +592,10 @@ mod tests {
         let serial = s.serial_of(&1).unwrap();
         assert_eq!(s.reap(t1 + Duration::from_secs(1)), vec![serial]);
         // Its id is gone, its place went to the backlog.
-        assert_eq!(s.submit(1, false, false, 11, t1).unwrap_err().0, Refusal::NoStart);
+        assert_eq!(
+            s.submit(1, false, false, 11, t1).unwrap_err().0,
+            Refusal::NoStart
+        );
         assert_eq!(s.place_of(&2), Some((0, 0)));
         // The backlogged sequence's idle clock starts when it gets the place.
         let t2 = t1 + Duration::from_secs(1);
@@ -602,7 +622,10 @@ mod tests {
         s.finished(0, &[1, 2], t0);
         s.submit(1, false, false, 11, t0).unwrap();
         // Alone, it goes once it has waited the delay.
-        assert_eq!(rows(s.next(0, t0 + Duration::from_millis(5), any)), vec![Some(11)]);
+        assert_eq!(
+            rows(s.next(0, t0 + Duration::from_millis(5), any)),
+            vec![Some(11)]
+        );
     }
 
     #[test]
@@ -638,7 +661,10 @@ mod tests {
         s.finished(0, &[1, 2], t0);
         s.submit(3, true, false, 30, t0).unwrap();
         assert!(matches!(s.next(0, t0, any), Next::WaitUntil(_)));
-        assert_eq!(rows(s.next(0, t0 + Duration::from_millis(3), any)), vec![Some(30)]);
+        assert_eq!(
+            rows(s.next(0, t0 + Duration::from_millis(3), any)),
+            vec![Some(30)]
+        );
     }
 
     #[test]
@@ -647,9 +673,14 @@ mod tests {
         let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 3));
         let same_parity = |a: (&i32, u64), b: (&i32, u64)| a.0 % 2 == b.0 % 2 && a.1 == b.1;
         s.submit(1, true, false, 1, t0).unwrap();
-        s.submit(2, true, false, 2, t0 + Duration::from_millis(1)).unwrap();
-        s.submit(3, true, false, 3, t0 + Duration::from_millis(2)).unwrap();
-        assert_eq!(rows(s.next(0, t0, same_parity)), vec![Some(1), None, Some(3)]);
+        s.submit(2, true, false, 2, t0 + Duration::from_millis(1))
+            .unwrap();
+        s.submit(3, true, false, 3, t0 + Duration::from_millis(2))
+            .unwrap();
+        assert_eq!(
+            rows(s.next(0, t0, same_parity)),
+            vec![Some(1), None, Some(3)]
+        );
         s.finished(0, &[], t0);
         assert_eq!(rows(s.next(0, t0, same_parity)), vec![None, Some(2)]);
         // Shape keys: a non-START request carries its sequence's key.
@@ -658,7 +689,8 @@ mod tests {
         s.set_shape_key(a, 5);
         s.set_shape_key(b, 6);
         s.submit(1, false, false, 11, t0).unwrap();
-        s.submit(3, false, false, 13, t0 + Duration::from_millis(1)).unwrap();
+        s.submit(3, false, false, 13, t0 + Duration::from_millis(1))
+            .unwrap();
         assert_eq!(rows(s.next(0, t0, same_parity)), vec![Some(11)]);
     }
 

@@ -110,7 +110,7 @@ impl SeqSettings {
             }
             direct => {
                 let d = match direct {
-                    Some(StrategyChoice::Direct(d)) => d.clone(),
+                    Some(StrategyChoice::Direct(d)) => *d,
                     _ => Default::default(),
                 };
                 (
@@ -200,7 +200,8 @@ impl SeqSettings {
                 }
                 None => {
                     // Variable dims start at 1 (the seed).
-                    let shape: Vec<i64> = s.dims.iter().map(|&d| if d < 0 { 1 } else { d }).collect();
+                    let shape: Vec<i64> =
+                        s.dims.iter().map(|&d| if d < 0 { 1 } else { d }).collect();
                     let data = zeros(datatype, &shape);
                     (shape, data)
                 }
@@ -347,13 +348,7 @@ impl SequenceBatcher {
 
     /// Queues a request of a sequence, or refuses it with Triton's message
     /// (`prefix` is the request id prefix).
-    pub fn submit(
-        &self,
-        request: SeqRequest,
-        start: bool,
-        end: bool,
-        prefix: &str,
-    ) -> Result<()> {
+    pub fn submit(&self, request: SeqRequest, start: bool, end: bool, prefix: &str) -> Result<()> {
         let mut state = self.shared.state.lock().unwrap();
         if !state.open {
             return Err(Error::unavailable(format!(
@@ -410,8 +405,7 @@ impl Drop for SequenceBatcher {
 fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
     a.1 == b.1
         && a.0.inputs.len() == b.0.inputs.len()
-        && a
-            .0
+        && a.0
             .inputs
             .iter()
             .zip(&b.0.inputs)
@@ -508,7 +502,9 @@ fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) ->
     };
     let batched = |row: &[i64]| -> Vec<i64> {
         if settings.batching {
-            std::iter::once(n as i64).chain(row.iter().copied()).collect()
+            std::iter::once(n as i64)
+                .chain(row.iter().copied())
+                .collect()
         } else {
             row.to_vec()
         }
@@ -539,7 +535,9 @@ fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) ->
                 (ControlKind::Start, r) => flag(r.as_ref().is_some_and(|r| r.start)),
                 (ControlKind::End, r) => flag(r.as_ref().is_some_and(|r| r.end)),
                 (ControlKind::Ready, r) => flag(r.is_some()),
-                (ControlKind::CorrId, r) => corrid_element(c.datatype, r.as_ref().map(|r| &r.request.id)),
+                (ControlKind::CorrId, r) => {
+                    corrid_element(c.datatype, r.as_ref().map(|r| &r.request.id))
+                }
             };
             data.extend_from_slice(&value);
         }
@@ -702,48 +700,53 @@ fn finish(
         for (row, part) in rows.into_iter().zip(parts) {
             let Some(row) = row else { continue };
             serials.push(row.serial);
-            let result = part.and_then(|tensors| {
-                if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
-                    let mut next = Vec::new();
-                    for spec in &settings.states {
-                        let t = tensors.iter().find(|t| t.name == spec.output).ok_or_else(|| {
-                            Error::internal(format!(
-                                "the model did not produce output state '{}'",
-                                spec.output
-                            ))
-                        })?;
-                        let shape = if settings.batching {
-                            t.shape[1..].to_vec()
-                        } else {
-                            t.shape.clone()
-                        };
-                        next.push(Tensor {
-                            name: spec.input.clone(),
-                            datatype: t.datatype,
-                            shape,
-                            data: t.data.clone(),
-                        });
+            let result =
+                part.and_then(|tensors| {
+                    if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
+                        let mut next = Vec::new();
+                        for spec in &settings.states {
+                            let t = tensors.iter().find(|t| t.name == spec.output).ok_or_else(
+                                || {
+                                    Error::internal(format!(
+                                        "the model did not produce output state '{}'",
+                                        spec.output
+                                    ))
+                                },
+                            )?;
+                            let shape = if settings.batching {
+                                t.shape[1..].to_vec()
+                            } else {
+                                t.shape.clone()
+                            };
+                            next.push(Tensor {
+                                name: spec.input.clone(),
+                                datatype: t.datatype,
+                                shape,
+                                data: t.data.clone(),
+                            });
+                        }
+                        let shapes: Vec<&[i64]> = next.iter().map(|t| t.shape.as_slice()).collect();
+                        let key = shape_key(&shapes);
+                        state.seqs.set_shape_key(row.serial, key);
+                        state.states.insert(row.serial, next);
                     }
-                    let shapes: Vec<&[i64]> = next.iter().map(|t| t.shape.as_slice()).collect();
-                    let key = shape_key(&shapes);
-                    state.seqs.set_shape_key(row.serial, key);
-                    state.states.insert(row.serial, next);
-                }
-                // The caller gets what it asked for, in its order.
-                row.request
-                    .outputs
-                    .iter()
-                    .map(|name| {
-                        tensors
-                            .iter()
-                            .find(|t| &t.name == name)
-                            .cloned()
-                            .ok_or_else(|| {
-                                Error::internal(format!("the model did not produce output '{name}'"))
-                            })
-                    })
-                    .collect()
-            });
+                    // The caller gets what it asked for, in its order.
+                    row.request
+                        .outputs
+                        .iter()
+                        .map(|name| {
+                            tensors
+                                .iter()
+                                .find(|t| &t.name == name)
+                                .cloned()
+                                .ok_or_else(|| {
+                                    Error::internal(format!(
+                                        "the model did not produce output '{name}'"
+                                    ))
+                                })
+                        })
+                        .collect()
+                });
             answers.push((row.request, result));
         }
         state.seqs.finished(instance, &serials, Instant::now());

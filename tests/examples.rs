@@ -95,6 +95,32 @@ fn the_examples_run_against_the_example_repository() {
         "response 8: OUTPUT0[0..4] = [129, 130, 131, 132]  OUTPUT1[0..4] = [127, 128, 129, 130]"
     );
 
+    // The sequence client: two interleaved sequences on each stateful
+    // example model, over both protocols.
+    for (model, last) in [
+        ("simple_sequence", "[7] 1 : -1"),
+        ("simple_dyna_sequence", "[7] 1001 : 1000"),
+        ("simple_accumulator", "[7] 29 : 71"),
+    ] {
+        for args in [
+            ["-u", http.as_str(), "-i", "http"],
+            ["-u", grpc.as_str(), "-i", "grpc"],
+        ] {
+            let mut args = args.to_vec();
+            args.extend(["-m", model]);
+            let out = run("sequence_client", &args);
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+            let text = stdout(&out);
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 9, "{args:?}: {text}");
+            assert_eq!(lines[7], last, "{args:?}");
+            assert_eq!(lines[8], "PASS: Sequence");
+        }
+    }
+    let out = run("sequence_client", &["-u", &http, "-m", "simple"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+
     // A server error is reported, not a panic.
     let out = run("simple_client", &["-u", &http, "-m", "nosuch"]);
     assert_eq!(out.status.code(), Some(1));
@@ -124,6 +150,7 @@ fn the_examples_fail_clearly_without_a_server() {
         ("simple_client", &["-u", "127.0.0.1:1"][..]),
         ("simple_client", &["-u", "127.0.0.1:1", "-i", "grpc"][..]),
         ("stream_client", &["-u", "127.0.0.1:1"][..]),
+        ("sequence_client", &["-u", "127.0.0.1:1"][..]),
     ] {
         let out = run(name, args);
         assert_eq!(out.status.code(), Some(1), "{name} {args:?}");

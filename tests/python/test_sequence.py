@@ -462,21 +462,12 @@ def test_many_sequences_threads_accumulator(seq_server, protocol):
 # read: the stream stalls until max_sequence_idle_microseconds (5 s for
 # simple_accumulator), the idle sequences are ended, and their later requests
 # (already sent) are refused with the START-flag error.
-STREAM_WINDOW_BUG = (
-    "trtis bug: a gRPC stream reads at most 64 requests past the oldest "
-    "unanswered one (grpc.rs `.buffered(STREAM_IN_FLIGHT)`); when that one is a "
-    "backlogged sequence's START, the ENDs that would free a slot are never "
-    "read, the stream stalls until the idle timeout ends the running sequences, "
-    "and their remaining requests fail with 'must specify the START flag'. "
-    "Triton reads every stream request as it arrives."
-)
-
-
-@pytest.mark.xfail(strict=True, reason=STREAM_WINDOW_BUG)
 def test_many_sequences_one_stream_accumulator(clients, open_stream):
     """All 240 requests sent at once on one stream, interleaved across the 24
     sequences: each sequence's requests keep their order, the backlog
-    sequences get slots as the first ones end."""
+    sequences get slots as the first ones end (the server must keep reading
+    the stream past a request that waits for a slot: it once stopped 64
+    requests past it, and the stream stalled until the idle timeout)."""
     seqs = random_sequences(12_000, seed=2)
     got = run_interleaved("grpc_stream", clients, open_stream, "simple_accumulator", seqs)
     for seqid, values in seqs.items():
@@ -560,12 +551,6 @@ def test_start_and_end_in_one_request(clients, protocol):
 def test_error_no_sequence_id(clients, protocol, model):
     e = infer_error(clients[protocol], protocol, model, 1)
     expect_error(protocol, e, no_id_error(model))
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_error_no_sequence_id_with_start_flag(clients, protocol):
-    e = infer_error(clients[protocol], protocol, "simple_sequence", 1, start=True, end=True)
-    expect_error(protocol, e, no_id_error("simple_sequence"))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -41,9 +41,12 @@ fn status(e: Error) -> Status {
     Status::new(code_of(e.kind), e.message)
 }
 
-/// How many requests of one stream may be in flight at once; responses still
-/// come back in request order.
-const STREAM_IN_FLIGHT: usize = 64;
+/// How many requests of one stream may be in flight at once; responses
+/// still come back in request order. Large, because the requests read after
+/// a waiting one may be what frees it (a sequence's END request releasing
+/// the batch slot a backlogged sequence waits for); Triton reads a stream's
+/// requests as they arrive.
+const STREAM_IN_FLIGHT: usize = 1 << 16;
 
 /// The gRPC services over one engine.
 #[derive(Clone)]

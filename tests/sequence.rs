@@ -291,3 +291,87 @@ fn sequence_request_errors_have_tritons_messages() {
     let (_, st) = s.json("GET", "/v2/models/seq/stats", Value::Null);
     assert_eq!(st["model_stats"][0]["inference_stats"]["fail"]["count"], 6);
 }
+
+/// An identity model with implicit state: OUTPUT_STATE echoes INPUT_STATE,
+/// and is listed as an output, so a client sees the state the model got.
+fn state_repo(initial_state: &str, dims: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("st");
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::create_dir_all(m.join("initial_state")).unwrap();
+    let values: Vec<u8> = [7i32, 8, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(m.join("initial_state/three"), values).unwrap();
+    std::fs::write(
+        m.join("config.pbtxt"),
+        format!(
+            r#"backend: "identity"
+max_batch_size: 4
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ {dims} ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+sequence_batching {{
+  state [ {{
+    input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ {dims} ]
+    {initial_state}
+  }} ]
+}}
+"#
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn state_of(out: &Value) -> (Value, Value) {
+    let t = out["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "OUTPUT_STATE")
+        .unwrap_or_else(|| panic!("{out}"));
+    (t["shape"].clone(), t["data"].clone())
+}
+
+#[test]
+fn implicit_state_starts_from_zeros_a_zero_initial_state_or_a_file() {
+    // No initial_state: zeros, variable dims as 1.
+    let dir = state_repo("", "-1");
+    let s = start(dir.path());
+    let (status, out) = infer(&s, "st", request(5, json!(1), true, false));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(state_of(&out), (json!([1, 1]), json!([0])));
+    // The state carries to the next request of the sequence.
+    let (_, out) = infer(&s, "st", request(5, json!(1), false, true));
+    assert_eq!(state_of(&out), (json!([1, 1]), json!([0])));
+    drop(s);
+
+    let dir = state_repo(
+        r#"initial_state [ { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true name: "zeros" } ]"#,
+        "-1",
+    );
+    let s = start(dir.path());
+    let (_, out) = infer(&s, "st", request(5, json!(1), true, true));
+    assert_eq!(state_of(&out), (json!([1, 2]), json!([0, 0])));
+    drop(s);
+
+    let dir = state_repo(
+        r#"initial_state [ { data_type: TYPE_INT32 dims: [ 3 ] data_file: "three" name: "file" } ]"#,
+        "3",
+    );
+    let s = start(dir.path());
+    // Two sequences in one batch each start from the file's values.
+    let a = send(&s, "st", request(0, json!(1), true, false));
+    let b = send(&s, "st", request(0, json!(2), true, false));
+    for h in [a, b] {
+        let (status, out) = h.join().unwrap();
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(state_of(&out), (json!([1, 3]), json!([7, 8, 9])));
+    }
+    for id in [1, 2] {
+        let (_, out) = infer(&s, "st", request(0, json!(id), false, true));
+        assert_eq!(state_of(&out), (json!([1, 3]), json!([7, 8, 9])));
+    }
+}

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -128,11 +129,56 @@ def build_sequence_repository(repo):
         (repo / name / "1").mkdir(parents=True)
         shutil.copy(EXAMPLES / name / "config.pbtxt", repo / name / "config.pbtxt")
         shutil.copy(EXAMPLES / name / "1" / "model.onnx", repo / name / "1" / "model.onnx")
+    make_growing_state(repo / "growing_state")
     ens = repo / "acc_ensemble"
     (ens / "1").mkdir(parents=True)
     (ens / "1" / ".keep").write_text("")
     (ens / "config.pbtxt").write_text(ACC_ENSEMBLE)
     return repo
+
+
+GROWING_STATE = """name: "growing_state"
+backend: "onnxruntime"
+max_batch_size: 8
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ -1 ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ -1 ] }
+]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def make_growing_state(model_dir):
+    """A model whose implicit state grows by one element per request:
+    OUTPUT_STATE = concat(INPUT_STATE, INPUT) along dim 1, OUTPUT = its sum.
+    The first state is [0] (variable dims start at 1, zeros), so after k
+    requests the state is [0, x1, ..., xk]. Sequences at different lengths
+    have different state shapes, so they cannot share a batch."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    (model_dir / "1").mkdir(parents=True)
+    t = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.INT32, dims)  # noqa: E731
+    nodes = [
+        helper.make_node("Concat", ["INPUT_STATE", "INPUT"], ["OUTPUT_STATE"], axis=1),
+        helper.make_node("ReduceSum", ["OUTPUT_STATE", "axes"], ["OUTPUT"], keepdims=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "growing_state",
+        [t("INPUT", ["b", 1]), t("START", ["b", 1]), t("INPUT_STATE", ["b", "n"])],
+        [t("OUTPUT", ["b", 1]), t("OUTPUT_STATE", ["b", "m"])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(model_dir / "1" / "model.onnx"))
+    (model_dir / "config.pbtxt").write_text(GROWING_STATE)
 
 
 @pytest.fixture(scope="module")
@@ -735,3 +781,58 @@ def test_statistics_count_sequence_requests(clients, protocol):
         - int(before["inference_stats"]["success"]["count"]),
     }
     assert deltas == {"inference_count": n, "execution_count": n, "success": n}, (before, after)
+
+
+# --------------------------------------------------------------------------
+# Implicit state that changes shape
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_growing_state_sequences_at_different_lengths(seq_server, protocol):
+    """Eight sequences started one request apart (so at any moment their
+    states have different lengths) from eight threads: each response's
+    OUTPUT_STATE is that sequence's whole history and OUTPUT its sum; a
+    START on a live id restarts from [0]."""
+    base = 31_000 if protocol == "http" else 32_000
+    errors = []
+
+    def one(k):
+        client = http_client_for(seq_server) if protocol == "http" else grpc_client_for(seq_server)
+        seqid = base + k
+        history = [0]
+        try:
+            time.sleep(0.01 * k)  # staggered starts: the states differ in length
+            for i in range(6 + k):
+                value = 10 * k + i + 1
+                history.append(value)
+                result = client.infer(
+                    "growing_state", seq_input(protocol, value), sequence_id=seqid,
+                    sequence_start=(i == 0), sequence_end=(i == 5 + k),
+                    outputs=[_module(protocol).InferRequestedOutput(n) for n in ("OUTPUT", "OUTPUT_STATE")],
+                )
+                state = result.as_numpy("OUTPUT_STATE")
+                assert state.tolist() == [history], f"sequence {seqid} step {i}: {state.tolist()}"
+                assert int(result.as_numpy("OUTPUT")[0, 0]) == sum(history)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"{seqid}: {e}")
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+    client = http_client_for(seq_server) if protocol == "http" else grpc_client_for(seq_server)
+    try:
+        seqid = base + 100
+        for start, value, want in [(True, 5, [0, 5]), (False, 6, [0, 5, 6]), (True, 7, [0, 7])]:
+            result = client.infer("growing_state", seq_input(protocol, value), sequence_id=seqid,
+                                  sequence_start=start)
+            assert result.as_numpy("OUTPUT_STATE").tolist() == [want]
+        client.infer("growing_state", seq_input(protocol, 0), sequence_id=seqid, sequence_end=True)
+    finally:
+        client.close()

@@ -470,3 +470,32 @@ fn a_batch_is_counted_once_even_when_its_first_caller_left() {
     assert_eq!(st["batch_stats"][0]["batch_size"], 3, "{st}");
     assert_eq!(st["batch_stats"][0]["compute_infer"]["count"], 1, "{st}");
 }
+
+#[test]
+fn unloading_sends_queued_requests_without_waiting_out_the_delay() {
+    // A 60 s queue delay and a preferred size that never forms.
+    let repo = repo(60_000_000, "preferred_batch_size: [ 8 ]", 0);
+    let s = Arc::new(TestServer::start(
+        repo.path(),
+        ControlMode::Explicit,
+        &["batched"],
+        1 << 20,
+    ));
+    let waiting = {
+        let s = Arc::clone(&s);
+        std::thread::spawn(move || s.json("POST", "/v2/models/batched/infer", body(3, 1)))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(!waiting.is_finished());
+    let started = std::time::Instant::now();
+    let (status, out) = s.json("POST", "/v2/repository/models/batched/unload", json!({}));
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["outputs"][0]["data"], json!([300, 301]));
+    // Not after the 60 s delay (a wide margin, not a timing check).
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    // The version is gone: new requests are refused.
+    let (status, _) = s.json("POST", "/v2/models/batched/infer", body(4, 1));
+    assert_ne!(status, 200);
+}

@@ -375,3 +375,31 @@ fn implicit_state_starts_from_zeros_a_zero_initial_state_or_a_file() {
         assert_eq!(state_of(&out), (json!([1, 3]), json!([7, 8, 9])));
     }
 }
+
+#[test]
+fn unloading_answers_backlogged_sequences_without_waiting_for_the_idle_timeout() {
+    let (dir, _record) = repo(
+        "seq",
+        "max_sequence_idle_microseconds: 60000000\n direct { }",
+        1,
+    );
+    let s = Arc::new(TestServer::start(
+        dir.path(),
+        ControlMode::Explicit,
+        &["seq"],
+        1 << 20,
+    ));
+    assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
+    // Sequence 2 waits in the backlog: sequence 1 holds the only slot.
+    let waiting = send(&s, "seq", request(0, json!(2), true, false));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiting.is_finished());
+    let started = std::time::Instant::now();
+    let (status, out) = s.json("POST", "/v2/repository/models/seq/unload", json!({}));
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["outputs"][4]["data"], json!([2]));
+    // Not after the 60 s idle timeout (a wide margin, not a timing check).
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

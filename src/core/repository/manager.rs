@@ -73,6 +73,19 @@ pub struct LoadedModel {
     pub labels: BTreeMap<String, Vec<String>>,
 }
 
+impl LoadedModel {
+    /// Closes the version's schedulers: new requests are refused as
+    /// unloading, queued ones run at once.
+    pub fn close(&self) {
+        if let Some(b) = &self.batcher {
+            b.close();
+        }
+        if let Some(s) = &self.sequencer {
+            s.close();
+        }
+    }
+}
+
 /// One line of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -105,6 +118,12 @@ impl VersionSlot {
     /// Takes the model out of service; returns it for dropping.
     fn retire(&mut self) -> Option<Arc<LoadedModel>> {
         let model = self.model.take();
+        // Its schedulers stop taking requests and send what they hold
+        // without waiting for fuller batches (requests in flight keep the
+        // version alive until they are answered).
+        if let Some(m) = &model {
+            m.close();
+        }
         self.retiring = model.as_ref().map(Arc::downgrade);
         self.state = ModelState::Unavailable;
         self.reason = "unloaded".to_string();

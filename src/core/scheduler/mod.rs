@@ -186,6 +186,15 @@ impl DynamicBatcher {
     }
 }
 
+impl DynamicBatcher {
+    /// Stops taking requests; the queued ones are sent without waiting for
+    /// fuller batches.
+    pub fn close(&self) {
+        self.shared.state.lock().unwrap().open = false;
+        self.shared.cv.notify_all();
+    }
+}
+
 impl Drop for DynamicBatcher {
     fn drop(&mut self) {
         self.shared.state.lock().unwrap().open = false;

@@ -434,16 +434,6 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             .min()
     }
 
-    /// Removes every queued request (shutting down).
-    pub fn drain(&mut self) -> Vec<Entry<R>> {
-        let mut out = Vec::new();
-        for s in self.sequences.values_mut() {
-            out.extend(s.queue.drain(..));
-        }
-        self.queued = 0;
-        out
-    }
-
     /// The instances.
     pub fn instances(&self) -> usize {
         self.busy.len()
@@ -704,7 +694,14 @@ mod tests {
         assert_eq!(s.queued(), 3);
         let _ = rows(s.next(0, t0, any));
         assert_eq!(s.queued(), 2);
-        assert_eq!(s.drain().len(), 2);
+        // Sequence 1 ends; its remaining request and sequence 2's run.
+        s.finished(0, &[1], t0);
+        let _ = rows(s.next(0, t0, any));
+        s.finished(0, &[1], t0);
+        assert_eq!(s.queued(), 1);
+        // Idle: sequence 1 goes, sequence 2 takes the slot and runs.
+        assert_eq!(s.reap(t0 + Duration::from_secs(1)).len(), 1);
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(3)]);
         assert_eq!(s.queued(), 0);
     }
 }

@@ -390,6 +390,15 @@ impl SequenceBatcher {
     }
 }
 
+impl SequenceBatcher {
+    /// Stops taking requests; the queued ones are sent without waiting for
+    /// fuller batches.
+    pub fn close(&self) {
+        self.shared.state.lock().unwrap().open = false;
+        self.shared.cv.notify_all();
+    }
+}
+
 impl Drop for SequenceBatcher {
     fn drop(&mut self) {
         self.shared.state.lock().unwrap().open = false;
@@ -423,7 +432,9 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         } else {
             Instant::now() + Duration::from_secs(86_400)
         };
-        for serial in state.seqs.reap(Instant::now()) {
+        // Shutting down, idle sequences give their places to the backlog at
+        // once (its requests still run).
+        for serial in state.seqs.reap(if open { Instant::now() } else { now }) {
             state.states.remove(&serial);
         }
         if !open && state.seqs.queued() == 0 {

@@ -136,8 +136,8 @@ async fn run(args: &Args) -> Result<(), String> {
             ]));
         }
     }
-    for i in 0..steps {
-        println!("[{i}] {} : {}", results[0][i], results[1][i]);
+    for (i, (r0, r1)) in results[0].iter().zip(&results[1]).enumerate() {
+        println!("[{i}] {r0} : {r1}");
     }
     for (k, (id, inputs)) in sequences.iter().enumerate() {
         let want = expected(&args.model, *id, inputs);

@@ -117,6 +117,81 @@ fn the_examples_run_against_the_example_repository() {
             assert_eq!(lines[8], "PASS: Sequence");
         }
     }
+    // `trtis infer` drives a sequence one request at a time; `trtis perf`
+    // sends sequences to a sequence model.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("five.json"), r#"{"data":[{"INPUT":[5]}]}"#).unwrap();
+    for (flags, sum) in [
+        (&["--sequence-start"][..], "[5]"),
+        (&[][..], "[10]"),
+        (&["--sequence-end"][..], "[15]"),
+    ] {
+        let mut args = vec![
+            "infer",
+            "-u",
+            &grpc,
+            "-i",
+            "grpc",
+            "-m",
+            "simple_accumulator",
+            "--input-data",
+            "five.json",
+            "--sequence-id",
+            "77",
+        ];
+        args.extend(flags);
+        let out = crate::util::trtis(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(
+            stdout(&out).ends_with(&format!("OUTPUT INT32 [1, 1]: {sum}\n")),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let out = crate::util::trtis(
+        dir.path(),
+        &[
+            "infer",
+            "-u",
+            &http,
+            "-m",
+            "simple_accumulator",
+            "--input-data",
+            "five.json",
+            "--sequence-id",
+            "77",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("must specify the START flag"),
+        "{}",
+        stderr(&out)
+    );
+    let out = crate::util::trtis(
+        dir.path(),
+        &[
+            "perf",
+            "-u",
+            &grpc,
+            "-i",
+            "grpc",
+            "-m",
+            "simple_accumulator",
+            "-t",
+            "4",
+            "-p",
+            "300",
+            "--sequence-length",
+            "5",
+            "-f",
+            "perf.csv",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let csv = std::fs::read_to_string(dir.path().join("perf.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+
     let out = run("sequence_client", &["-u", &http, "-m", "simple"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));

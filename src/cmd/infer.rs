@@ -88,6 +88,19 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+
+    /// Send the request as part of this sequence (a sequence model's
+    /// correlation id; the server keeps the sequence's state between runs).
+    #[arg(long = "sequence-id", value_name = "ID")]
+    sequence_id: Option<u64>,
+
+    /// Mark the request as the first of its sequence (with --sequence-id).
+    #[arg(long = "sequence-start", requires = "sequence_id")]
+    sequence_start: bool,
+
+    /// Mark the request as the last of its sequence (with --sequence-id).
+    #[arg(long = "sequence-end", requires = "sequence_id")]
+    sequence_end: bool,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -141,10 +154,25 @@ async fn infer(args: Args) -> ExitCode {
             .collect(),
         None => Vec::new(),
     };
-    let response = match client
-        .infer(&args.model, &args.version, inputs, outputs)
-        .await
-    {
+    let sent = match args.sequence_id {
+        None => {
+            client
+                .infer(&args.model, &args.version, inputs, outputs)
+                .await
+        }
+        Some(id) => {
+            let seq = trtis::client::SeqFlags {
+                id,
+                start: args.sequence_start,
+                end: args.sequence_end,
+            };
+            match client.prepare(&args.model, &args.version, inputs, outputs) {
+                Ok(request) => request.infer(Some(seq)).await.map(|(_, r)| r),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let response = match sent {
         Ok(r) => r,
         Err(e) => return server_error(&url, e),
     };

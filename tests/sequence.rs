@@ -403,3 +403,26 @@ fn unloading_answers_backlogged_sequences_without_waiting_for_the_idle_timeout()
     // Not after the 60 s idle timeout (a wide margin, not a timing check).
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+#[test]
+fn warmup_of_a_sequence_model_runs_each_row_as_a_whole_sequence() {
+    let (dir, record) = repo("seq", "direct { }", 2);
+    let config = dir.path().join("seq/config.pbtxt");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        r#"model_warmup [ { name: "w" batch_size: 2
+  inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]
+"#,
+    );
+    std::fs::write(&config, text).unwrap();
+    let s = start(dir.path());
+    let runs = executions(&record);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    for name in ["START", "END", "READY"] {
+        assert_eq!(values(&runs[0], name), json!([1, 1]), "{name}");
+    }
+    assert_eq!(values(&runs[0], "CORRID"), json!([0, 0]));
+    // The warmup left no sequence behind.
+    let (status, _) = infer(&s, "seq", request(0, json!(1), false, false));
+    assert_eq!(status, 400);
+}

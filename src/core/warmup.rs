@@ -223,6 +223,7 @@ pub fn run(
     instance: &mut dyn InstanceExec,
     instance_name: &str,
     samples: &[Sample],
+    sequence: Option<&crate::core::scheduler::sequence_batcher::SeqSettings>,
 ) -> Result<()> {
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
     for s in samples {
@@ -234,7 +235,22 @@ pub fn run(
                 i + 1
             ));
             for inputs in &s.runs {
-                let checked = crate::core::engine::check_inputs(config, inputs.clone());
+                let checked =
+                    crate::core::engine::check_inputs(config, inputs.clone()).map(|mut inputs| {
+                        // A sequence model's sample runs as a sequence of
+                        // one request per row, with its control and state
+                        // inputs.
+                        if let Some(seq) = sequence {
+                            let rows = inputs
+                                .first()
+                                .and_then(|t| t.shape.first())
+                                .copied()
+                                .unwrap_or(1)
+                                .max(1) as usize;
+                            inputs.extend(seq.standalone_inputs(rows));
+                        }
+                        inputs
+                    });
                 let result = checked.and_then(|inputs| instance.execute(&inputs, &outputs));
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(

@@ -341,6 +341,16 @@ impl ModelManager {
         }
         let version_dir = model_dir.join(version.to_string());
         let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
+        let instance_count: usize = config
+            .instance_group
+            .iter()
+            .map(|g| g.count.max(1) as usize)
+            .sum();
+        let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
+            config,
+            instance_count,
+            model_dir,
+        )?;
         let mut loaders: Vec<Loader> = Vec::new();
         for group in &config.instance_group {
             for i in 0..group.count.max(1) {
@@ -349,6 +359,7 @@ impl ModelManager {
                 let version_dir = version_dir.clone();
                 let instance_name = format!("{}_{}", group.name, i);
                 let samples = Arc::clone(&samples);
+                let sequence = sequencing.clone();
                 loaders.push(Box::new(move || {
                     let mut instance = load_instance(&LoadContext {
                         config: &ctx_config,
@@ -361,6 +372,7 @@ impl ModelManager {
                         instance.as_mut(),
                         &instance_name,
                         &samples,
+                        sequence.as_ref(),
                     )?;
                     Ok(instance)
                 }));
@@ -372,9 +384,6 @@ impl ModelManager {
             )));
         }
         let instances = loaders.len();
-        let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
-            config, instances, model_dir,
-        )?;
         let pool = Arc::new(InstancePool::start(
             name,
             loaders,

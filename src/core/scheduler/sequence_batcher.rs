@@ -238,6 +238,46 @@ impl SeqSettings {
     }
 }
 
+impl SeqSettings {
+    /// The control and state inputs for a request of `rows` rows that
+    /// are each a whole sequence (START, END and READY true, CORRID 0,
+    /// initial states): what model warmup adds to its samples.
+    pub fn standalone_inputs(&self, rows: usize) -> Vec<Tensor> {
+        let shape = |row: &[i64]| -> Vec<i64> {
+            if self.batching {
+                std::iter::once(rows as i64)
+                    .chain(row.iter().copied())
+                    .collect()
+            } else {
+                row.to_vec()
+            }
+        };
+        let rows = if self.batching { rows } else { 1 };
+        let mut out = Vec::new();
+        for c in &self.controls {
+            let one = match c.kind {
+                ControlKind::CorrId => corrid_element(c.datatype, None),
+                _ => c.values[1].clone(),
+            };
+            out.push(Tensor {
+                name: c.name.clone(),
+                datatype: c.datatype,
+                shape: shape(&[1]),
+                data: one.repeat(rows),
+            });
+        }
+        for s in &self.states {
+            out.push(Tensor {
+                name: s.input.clone(),
+                datatype: s.datatype,
+                shape: shape(&s.initial_shape),
+                data: s.initial_data.repeat(rows),
+            });
+        }
+        out
+    }
+}
+
 /// Zero-filled data of a shape (BYTES: empty strings).
 fn zeros(datatype: DataType, shape: &[i64]) -> Vec<u8> {
     let n = element_count(shape).unwrap_or(0);

@@ -65,6 +65,7 @@ impl ServerConfig {
 /// The extensions the server really implements, for server metadata.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
     "model_configuration",
     "binary_tensor_data",

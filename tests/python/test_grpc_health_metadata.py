@@ -104,6 +104,7 @@ def test_server_metadata(grpc_client):
         "model_repository",
         "model_configuration",
         "statistics",
+        "sequence",
     ):
         assert ext in md.extensions, f"extension {ext!r} missing from {list(md.extensions)}"
 

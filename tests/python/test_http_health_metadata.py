@@ -60,6 +60,7 @@ def test_server_metadata(client):
         "model_repository",
         "model_configuration",
         "statistics",
+        "sequence",
     ):
         assert ext in extensions, f"extension {ext!r} missing from {extensions}"
 

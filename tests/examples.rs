@@ -191,6 +191,32 @@ fn the_examples_run_against_the_example_repository() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let csv = std::fs::read_to_string(dir.path().join("perf.csv")).unwrap();
     assert_eq!(csv.lines().count(), 2, "{csv}");
+    // Request-rate mode: requests spread over --num-of-sequences sequences.
+    let out = crate::util::trtis(
+        dir.path(),
+        &[
+            "perf",
+            "-u",
+            &http,
+            "-m",
+            "simple_accumulator",
+            "--request-rate-range",
+            "200",
+            "-p",
+            "300",
+            "--num-of-sequences",
+            "3",
+            "--sequence-length",
+            "4",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Request Rate: 200, throughput"),
+        "{}",
+        stdout(&out)
+    );
+    // (A failed request would make trtis perf exit 1.)
 
     let out = run("sequence_client", &["-u", &http, "-m", "simple"]);
     assert_eq!(out.status.code(), Some(1));

@@ -114,6 +114,16 @@ pub struct Args {
     #[arg(long = "sequence-id-range", value_name = "START[:END]")]
     sequence_id_range: Option<String>,
 
+    /// Sequences in flight in request-rate mode (sequence models); each
+    /// sends its requests one after another.
+    #[arg(long = "num-of-sequences", default_value_t = 4)]
+    num_of_sequences: usize,
+
+    /// Accepted for compatibility: in request-rate mode a sequence always
+    /// has at most one request in flight.
+    #[arg(long = "serial-sequences")]
+    serial_sequences: bool,
+
     /// Bytes of the shared memory region of each output.
     #[arg(long = "output-shared-memory-size", default_value_t = 102400)]
     output_shm_size: usize,
@@ -416,21 +426,14 @@ pub fn run(args: Args) -> ExitCode {
         }
         let sequences = match &config.scheduling_choice {
             Some(trtis::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)) => {
-                if args.rate_range.is_some() {
-                    return Err(fail(
-                        format!(
-                            "model '{}' is a sequence model: measure it with a concurrency (request-rate mode does not send sequences yet)",
-                            args.model
-                        ),
-                        2,
-                    ));
-                }
-                let (start, range) = sequence_ids(args.sequence_id_range.as_deref()).map_err(|m| fail(m, 2))?;
+                let (start, range) =
+                    sequence_ids(args.sequence_id_range.as_deref()).map_err(|m| fail(m, 2))?;
                 Some(Sequences::new(
                     args.sequence_length,
                     args.sequence_length_variation,
                     start,
                     range,
+                    args.num_of_sequences,
                 ))
             }
             _ => None,

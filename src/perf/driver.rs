@@ -33,16 +33,25 @@ pub struct Sequences {
     pub id_start: u64,
     /// Ids in the range (0: unbounded).
     pub id_range: u64,
+    /// Sequences in flight in request-rate mode (`--num-of-sequences`).
+    pub rate_sequences: usize,
     next: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Sequences {
-    pub fn new(length: usize, variation: f64, id_start: u64, id_range: u64) -> Self {
+    pub fn new(
+        length: usize,
+        variation: f64,
+        id_start: u64,
+        id_range: u64,
+        rate_sequences: usize,
+    ) -> Self {
         Sequences {
             length: length.max(1),
             variation: variation.max(0.0),
             id_start,
             id_range,
+            rate_sequences: rate_sequences.max(1),
             next: Arc::default(),
         }
     }
@@ -268,7 +277,28 @@ impl Driver {
         let requests = Arc::clone(&self.requests);
         let collector = Arc::clone(&self.collector);
         let poisson = self.distribution == Distribution::Poisson;
+        let sequences = self.sequences.clone();
         self.rt.spawn(async move {
+            // Sequence models: each scheduled request goes to the next of
+            // `rate_sequences` sequences in turn; a sequence sends its
+            // requests one after another (perf_analyzer's
+            // --serial-sequences), so a late answer delays that sequence.
+            let mut lanes: Vec<tokio::sync::mpsc::UnboundedSender<()>> = Vec::new();
+            let mut lane_tasks = tokio::task::JoinSet::new();
+            if let Some(seqs) = &sequences {
+                for lane in 0..seqs.rate_sequences.max(1) {
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                    lane_tasks.spawn(sequence_lane(
+                        lane,
+                        seqs.clone(),
+                        Arc::clone(&requests),
+                        Arc::clone(&collector),
+                        rx,
+                        Arc::clone(&stop),
+                    ));
+                    lanes.push(tx);
+                }
+            }
             let mean = 1.0 / rate.max(1e-6);
             let mut seed = 0x853c_49e6_748f_ea9bu64;
             let mut next = tokio::time::Instant::now();
@@ -292,6 +322,11 @@ impl Driver {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
+                if !lanes.is_empty() {
+                    let _ = lanes[i % lanes.len()].send(());
+                    i += 1;
+                    continue;
+                }
                 let request = requests[i % requests.len()].clone();
                 let collector = Arc::clone(&collector);
                 inflight.spawn(async move {
@@ -302,6 +337,8 @@ impl Driver {
                 i += 1;
             }
             while inflight.join_next().await.is_some() {}
+            drop(lanes);
+            while lane_tasks.join_next().await.is_some() {}
         })
     }
 
@@ -329,6 +366,42 @@ impl Driver {
             }
         }
         Some(total)
+    }
+}
+
+/// One sequence lane of request-rate mode: sends a request of its current
+/// sequence per tick, one at a time; when the ticks stop (the channel
+/// closes), ends the sequence it is in.
+async fn sequence_lane(
+    lane: usize,
+    sequences: Sequences,
+    requests: Arc<Vec<Prepared>>,
+    collector: Arc<Mutex<Collector>>,
+    mut ticks: tokio::sync::mpsc::UnboundedReceiver<()>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut seed = 0x6a09_e667_f3bc_c909u64 ^ (lane as u64 + 1).wrapping_mul(0x9e37_79b9);
+    let mut current: Option<(u64, usize)> = None; // (id, requests left)
+    let mut i = lane;
+    loop {
+        let more = ticks.recv().await.is_some() && !stop.load(Ordering::Relaxed);
+        if !more && current.is_none() {
+            return;
+        }
+        let (id, left) = match current {
+            Some(c) => c,
+            None => (sequences.next_id(), sequences.draw_length(&mut seed)),
+        };
+        let start = current.is_none();
+        let end = left <= 1 || !more;
+        let seq = crate::client::SeqFlags { id, start, end };
+        let result = requests[i % requests.len()].send_seq(Some(seq)).await;
+        record(&collector, result);
+        i += 1;
+        current = if end { None } else { Some((id, left - 1)) };
+        if !more {
+            return;
+        }
     }
 }
 

@@ -240,6 +240,45 @@ fn oldest_batches_at_most_one_request_per_sequence() {
 }
 
 #[test]
+fn oldest_preserve_ordering_answers_in_arrival_order() {
+    // Two instances: sequence 1 (instance 0) takes 400 ms, sequence 2
+    // (instance 1) arrives later and finishes at once, yet is answered
+    // after sequence 1.
+    for preserve in [false, true] {
+        let (dir, _record) = repo(
+            "seq",
+            &format!("oldest {{ max_candidate_sequences: 2 preserve_ordering: {preserve} }}"),
+            2,
+        );
+        let config = dir.path().join("seq/config.pbtxt");
+        let text = std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU");
+        std::fs::write(&config, text).unwrap();
+        let s = start(dir.path());
+        let t0 = std::time::Instant::now();
+        let slow = send(&s, "seq", request(400, json!(1), true, true));
+        std::thread::sleep(Duration::from_millis(50));
+        let fast = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                let r = infer(&s, "seq", request(0, json!(2), true, true));
+                (r, t0.elapsed())
+            })
+        };
+        let ((status, out), fast_at) = fast.join().unwrap();
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(slow.join().unwrap().0, 200);
+        // Wide margins: held back (about 400 ms) or not (a few ms).
+        if preserve {
+            assert!(fast_at >= Duration::from_millis(300), "{fast_at:?}");
+        } else {
+            assert!(fast_at < Duration::from_millis(300), "{fast_at:?}");
+        }
+    }
+}
+
+#[test]
 fn sequence_request_errors_have_tritons_messages() {
     let (dir, _record) = repo("seq", "", 2);
     let s = start(dir.path());

@@ -246,21 +246,26 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         self.sequences.contains_key(&serial)
     }
 
-    /// The free place to give a new sequence: the lowest place index, on
-    /// the instance with the fewest sequences (sequences spread over the
-    /// instances and direct batches stay small).
+    /// The free place to give a new sequence. `direct`: the lowest slot
+    /// index (batches stay small), then an instance not running a batch,
+    /// then the one with the fewest sequences; `oldest` (where the place
+    /// index means nothing): an idle instance, then the fewest sequences.
     fn free_place(&self) -> Option<(usize, usize)> {
-        let mut best: Option<(usize, usize, usize)> = None; // (place, load, instance)
+        let mut best: Option<([usize; 4], (usize, usize))> = None;
         for (i, places) in self.places.iter().enumerate() {
             let load = places.iter().filter(|p| p.is_some()).count();
+            let busy = self.busy[i] as usize;
             if let Some(p) = places.iter().position(Option::is_none) {
-                let candidate = (p, load, i);
-                if best.is_none_or(|b| candidate < b) {
-                    best = Some(candidate);
+                let key = match self.config.strategy {
+                    Strategy::Direct => [p, busy, load, i],
+                    Strategy::Oldest => [busy, load, p, i],
+                };
+                if best.is_none_or(|(b, _)| key < b) {
+                    best = Some((key, (i, p)));
                 }
             }
         }
-        best.map(|(p, _, i)| (i, p))
+        best.map(|(_, place)| place)
     }
 
     fn settle(&mut self, serial: u64, instance: usize, place: usize) {
@@ -564,6 +569,20 @@ mod tests {
         assert_eq!(s.place_of(&3), Some((0, 1)));
         assert_eq!(s.place_of(&4), Some((1, 1)));
         assert_eq!(rows(s.next(1, t0, any)), vec![Some(2), Some(4)]);
+    }
+
+    #[test]
+    fn a_new_sequence_prefers_an_instance_that_is_not_running() {
+        let t0 = Instant::now();
+        for config in [direct(2, 1), oldest(2, 2, 2)] {
+            let mut s: Sequences<u64, i32> = Sequences::new(config);
+            // Sequence 1 (START and END) runs on instance 0 and frees its
+            // place at once; sequence 2 goes to idle instance 1.
+            s.submit(1, true, true, 10, t0).unwrap();
+            assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+            s.submit(2, true, false, 20, t0).unwrap();
+            assert_eq!(s.place_of(&2), Some((1, 0)));
+        }
     }
 
     #[test]

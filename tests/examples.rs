@@ -117,6 +117,33 @@ fn the_examples_run_against_the_example_repository() {
             assert_eq!(lines[8], "PASS: Sequence");
         }
     }
+    // The ensemble client: pixels in, classes out, over both protocols.
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/images");
+    let coffee = images.join("coffee.jpg");
+    let rocket = images.join("rocket.jpg");
+    for args in [
+        ["-u", http.as_str(), "-i", "http"],
+        ["-u", grpc.as_str(), "-i", "grpc"],
+    ] {
+        let mut args = args.to_vec();
+        args.extend([
+            "-c",
+            "2",
+            coffee.to_str().unwrap(),
+            rocket.to_str().unwrap(),
+        ]);
+        let out = run("ensemble_client", &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].ends_with("(967) espresso"), "{text}");
+        assert!(lines[2].ends_with("(657) missile"), "{text}");
+    }
+    let out = run("ensemble_client", &["-u", &http, "Cargo.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+
     // `trtis infer` drives a sequence one request at a time; `trtis perf`
     // sends sequences to a sequence model.
     let dir = tempfile::tempdir().unwrap();
@@ -252,6 +279,7 @@ fn the_examples_fail_clearly_without_a_server() {
         ("simple_client", &["-u", "127.0.0.1:1", "-i", "grpc"][..]),
         ("stream_client", &["-u", "127.0.0.1:1"][..]),
         ("sequence_client", &["-u", "127.0.0.1:1"][..]),
+        ("ensemble_client", &["-u", "127.0.0.1:1", "examples/images/coffee.jpg"][..]),
     ] {
         let out = run(name, args);
         assert_eq!(out.status.code(), Some(1), "{name} {args:?}");

@@ -279,7 +279,10 @@ fn the_examples_fail_clearly_without_a_server() {
         ("simple_client", &["-u", "127.0.0.1:1", "-i", "grpc"][..]),
         ("stream_client", &["-u", "127.0.0.1:1"][..]),
         ("sequence_client", &["-u", "127.0.0.1:1"][..]),
-        ("ensemble_client", &["-u", "127.0.0.1:1", "examples/images/coffee.jpg"][..]),
+        (
+            "ensemble_client",
+            &["-u", "127.0.0.1:1", "examples/images/coffee.jpg"][..],
+        ),
     ] {
         let out = run(name, args);
         assert_eq!(out.status.code(), Some(1), "{name} {args:?}");

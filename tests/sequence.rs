@@ -240,42 +240,46 @@ fn oldest_batches_at_most_one_request_per_sequence() {
 }
 
 #[test]
-fn oldest_preserve_ordering_answers_in_arrival_order() {
-    // Two instances: sequence 1 (instance 0) takes 400 ms, sequence 2
-    // (instance 1) arrives later and finishes at once, yet is answered
-    // after sequence 1.
-    for preserve in [false, true] {
-        let (dir, _record) = repo(
-            "seq",
-            &format!("oldest {{ max_candidate_sequences: 2 preserve_ordering: {preserve} }}"),
-            2,
-        );
-        let config = dir.path().join("seq/config.pbtxt");
-        let text = std::fs::read_to_string(&config)
-            .unwrap()
-            .replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU");
-        std::fs::write(&config, text).unwrap();
-        let s = start(dir.path());
-        let t0 = std::time::Instant::now();
-        let slow = send(&s, "seq", request(400, json!(1), true, true));
-        std::thread::sleep(Duration::from_millis(50));
-        let fast = {
-            let s = Arc::clone(&s);
-            std::thread::spawn(move || {
-                let r = infer(&s, "seq", request(0, json!(2), true, true));
-                (r, t0.elapsed())
-            })
-        };
-        let ((status, out), fast_at) = fast.join().unwrap();
-        assert_eq!(status, 200, "{out}");
-        assert_eq!(slow.join().unwrap().0, 200);
-        // Wide margins: held back (about 400 ms) or not (a few ms).
-        if preserve {
-            assert!(fast_at >= Duration::from_millis(300), "{fast_at:?}");
-        } else {
-            assert!(fast_at < Duration::from_millis(300), "{fast_at:?}");
-        }
-    }
+fn oldest_preserve_ordering_does_not_hold_answers_behind_the_backlog() {
+    // One candidate place: sequence 2 waits in the backlog while sequence 1
+    // runs; sequence 1's answers must not wait for it (they once waited
+    // until sequence 1 idled out, 3 s, and its END then failed).
+    let (dir, _record) = repo(
+        "seq",
+        "max_sequence_idle_microseconds: 3000000\n oldest { max_candidate_sequences: 1 preserve_ordering: true }",
+        2,
+    );
+    let s = start(dir.path());
+    assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
+    let backlogged = send(&s, "seq", request(0, json!(2), true, false));
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = std::time::Instant::now();
+    let (status, out) = infer(&s, "seq", request(0, json!(1), false, false));
+    assert_eq!(status, 200, "{out}");
+    // Wide margin: at once, not after the 3 s idle timeout.
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    let (status, out) = infer(&s, "seq", request(0, json!(1), false, true));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(backlogged.join().unwrap().0, 200);
+    assert_eq!(infer(&s, "seq", request(0, json!(2), false, true)).0, 200);
+}
+
+#[test]
+fn oldest_without_max_candidate_sequences_has_max_batch_size_places() {
+    // Triton: max_candidate_sequences 0 means max(1, max_batch_size).
+    let (dir, record) = repo("seq", "oldest { max_queue_delay_microseconds: 200000 }", 4);
+    let s = start(dir.path());
+    let a = send(&s, "seq", request(0, json!(1), true, true));
+    std::thread::sleep(Duration::from_millis(20));
+    let b = send(&s, "seq", request(0, json!(2), true, true));
+    assert_eq!(a.join().unwrap().0, 200);
+    assert_eq!(b.join().unwrap().0, 200);
+    let runs = executions(&record);
+    assert_eq!(values(&runs[0], "CORRID"), json!([1, 2]), "{runs:?}");
 }
 
 #[test]
@@ -340,6 +344,12 @@ fn state_repo(initial_state: &str, dims: &str) -> tempfile::TempDir {
     std::fs::create_dir_all(m.join("initial_state")).unwrap();
     let values: Vec<u8> = [7i32, 8, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(m.join("initial_state/three"), values).unwrap();
+    // A longer file: the state takes the bytes it needs from its start.
+    let values: Vec<u8> = [7i32, 8, 9, 10]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(m.join("initial_state/four"), values).unwrap();
     std::fs::write(
         m.join("config.pbtxt"),
         format!(
@@ -413,6 +423,15 @@ fn implicit_state_starts_from_zeros_a_zero_initial_state_or_a_file() {
         let (_, out) = infer(&s, "st", request(0, json!(id), false, true));
         assert_eq!(state_of(&out), (json!([1, 3]), json!([7, 8, 9])));
     }
+    drop(s);
+
+    let dir = state_repo(
+        r#"initial_state [ { data_type: TYPE_INT32 dims: [ 3 ] data_file: "four" name: "file" } ]"#,
+        "3",
+    );
+    let s = start(dir.path());
+    let (_, out) = infer(&s, "st", request(0, json!(1), true, true));
+    assert_eq!(state_of(&out), (json!([1, 3]), json!([7, 8, 9])));
 }
 
 #[test]
@@ -464,4 +483,27 @@ fn warmup_of_a_sequence_model_runs_each_row_as_a_whole_sequence() {
     // The warmup left no sequence behind.
     let (status, _) = infer(&s, "seq", request(0, json!(1), false, false));
     assert_eq!(status, 400);
+}
+
+#[test]
+fn warmup_samples_may_give_control_inputs_as_tritons_do() {
+    // Triton's warmup bypasses the scheduler, so its samples list the
+    // control inputs: those given are used, the others filled in.
+    let (dir, record) = repo("seq", "direct { }", 2);
+    let config = dir.path().join("seq/config.pbtxt");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        r#"model_warmup [ { name: "w" batch_size: 1
+  inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }
+  inputs { key: "START" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }
+  inputs { key: "CORRID" value: { data_type: TYPE_UINT64 dims: [ 1 ] zero_data: true } } } ]
+"#,
+    );
+    std::fs::write(&config, text).unwrap();
+    let _s = start(dir.path());
+    let runs = executions(&record);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(values(&runs[0], "START"), json!([0]), "the sample's START");
+    assert_eq!(values(&runs[0], "READY"), json!([1]), "filled in");
+    assert_eq!(values(&runs[0], "END"), json!([1]), "filled in");
 }

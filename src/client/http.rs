@@ -365,10 +365,13 @@ pub fn infer_body_shm(
             json!({ "name": o.name, "parameters": params })
         })
         .collect();
-    let mut header = json!({ "inputs": inputs_json, "parameters": { "binary_data_output": true } });
+    let mut header = json!({ "inputs": inputs_json });
     if !outputs_json.is_empty() {
         header["outputs"] = Value::Array(outputs_json);
     }
+    // Last, so request parameters (a sequence's) can be appended to the
+    // encoded header without parsing it (`Prepared::send_seq`).
+    header["parameters"] = json!({ "binary_data_output": true });
     let mut body = serde_json::to_vec(&header).map_err(decode("request"))?;
     let json_len = body.len();
     body.extend_from_slice(&tail);

@@ -197,13 +197,13 @@ impl Prepared {
 }
 
 /// The HTTP body with the sequence parameters added to the request's
-/// top-level `parameters` (the encoder writes that object last, so they go
-/// before the header's two closing braces); a header of another shape is
-/// re-encoded.
+/// top-level `parameters`: our encoder writes `"parameters":
+/// {"binary_data_output":true}` last, so they go before the header's two
+/// closing braces; a header of another shape is re-encoded.
 fn with_sequence(body: &bytes::Bytes, json_len: usize, seq: &SeqFlags) -> (bytes::Bytes, usize) {
     let header = &body[..json_len];
     let mut out = Vec::with_capacity(body.len() + 80);
-    if header.ends_with(b"}}") && header.windows(13).any(|w| w == b"\"parameters\":") {
+    if header.ends_with(br#""parameters":{"binary_data_output":true}}"#) {
         out.extend_from_slice(&header[..json_len - 2]);
         out.push(b',');
         out.extend_from_slice(seq.json_members().as_bytes());
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn sequence_parameters_join_the_top_level_parameters() {
-        let header = br#"{"inputs":[{"name":"IN","parameters":{"binary_data_size":4}}],"parameters":{"binary_data_output":true}}"#;
+        let header = br#"{"inputs":[{"name":"IN","parameters":{"binary_data_size":4}}],"outputs":[{"name":"OUT"}],"parameters":{"binary_data_output":true}}"#;
         let mut body = header.to_vec();
         body.extend_from_slice(&[1, 2, 3, 4]);
         let seq = SeqFlags {
@@ -242,5 +242,33 @@ mod tests {
         assert_eq!(v["parameters"]["sequence_end"], false);
         assert_eq!(v["parameters"]["binary_data_output"], true);
         assert_eq!(&out[len..], &[1, 2, 3, 4]);
+
+        // Our encoder's header takes the fast path (with and without
+        // requested outputs).
+        let input = Tensor {
+            name: "IN".into(),
+            datatype: crate::core::types::DataType::Int32,
+            shape: vec![1],
+            data: vec![0; 4],
+        };
+        for outputs in [
+            vec![],
+            vec![RequestedOutput {
+                name: "OUT".into(),
+                classification: None,
+                shm: None,
+            }],
+        ] {
+            let (body, json_len) = http::infer_body_shm(std::slice::from_ref(&input), &[], &outputs).unwrap();
+            assert!(body[..json_len].ends_with(br#""parameters":{"binary_data_output":true}}"#));
+        }
+
+        // Another shape is re-encoded.
+        let header = br#"{"parameters":{"binary_data_output":true},"inputs":[]}"#;
+        let (out, len) = with_sequence(&header.to_vec().into(), header.len(), &seq);
+        let v: serde_json::Value = serde_json::from_slice(&out[..len]).unwrap();
+        assert_eq!(v["parameters"]["sequence_id"], 9);
+        assert_eq!(v["parameters"]["binary_data_output"], true);
+        assert_eq!(len, out.len());
     }
 }

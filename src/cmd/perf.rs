@@ -445,7 +445,11 @@ pub fn run(args: Args) -> ExitCode {
             start: true,
             end: true,
         });
-        if let Err(e) = requests[0].send_seq(probe).await {
+        let probed = requests[0].send_seq(probe).await;
+        if let (Some(s), Some(p)) = (&sequences, probe) {
+            s.release(p.id);
+        }
+        if let Err(e) = probed {
             return Err(server_error(&url, e));
         }
         Ok((client, requests, sequences))

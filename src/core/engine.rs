@@ -514,7 +514,6 @@ impl Engine {
                     reply,
                     pending: std::sync::Arc::clone(&model.stats.pending),
                     id: request.sequence.id.clone(),
-                    seq: 0,
                 },
                 request.sequence.start,
                 request.sequence.end,

@@ -235,11 +235,21 @@ pub fn run(
                 i + 1
             ));
             for inputs in &s.runs {
+                // A sequence model's sample runs as a sequence of one
+                // request per row: the control and state inputs the sample
+                // gives (as Triton's samples do) are kept, the others added.
+                let (supplied, inputs): (Vec<Tensor>, Vec<Tensor>) = match sequence {
+                    Some(seq) => {
+                        let names: Vec<&str> = seq.supplied_inputs().collect();
+                        inputs
+                            .iter()
+                            .cloned()
+                            .partition(|t| names.contains(&t.name.as_str()))
+                    }
+                    None => (Vec::new(), inputs.clone()),
+                };
                 let checked =
-                    crate::core::engine::check_inputs(config, inputs.clone()).map(|mut inputs| {
-                        // A sequence model's sample runs as a sequence of
-                        // one request per row, with its control and state
-                        // inputs.
+                    crate::core::engine::check_inputs(config, inputs).map(|mut inputs| {
                         if let Some(seq) = sequence {
                             let rows = inputs
                                 .first()
@@ -247,7 +257,12 @@ pub fn run(
                                 .copied()
                                 .unwrap_or(1)
                                 .max(1) as usize;
-                            inputs.extend(seq.standalone_inputs(rows));
+                            for t in seq.standalone_inputs(rows) {
+                                match supplied.iter().find(|s| s.name == t.name) {
+                                    Some(given) => inputs.push(given.clone()),
+                                    None => inputs.push(t),
+                                }
+                            }
                         }
                         inputs
                     });

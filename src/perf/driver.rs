@@ -36,6 +36,9 @@ pub struct Sequences {
     /// Sequences in flight in request-rate mode (`--num-of-sequences`).
     pub rate_sequences: usize,
     next: Arc<std::sync::atomic::AtomicU64>,
+    /// Ids of sequences in flight: a wrapped range skips them (as
+    /// perf_analyzer does), so two sequences never share an id.
+    live: Arc<Mutex<std::collections::HashSet<u64>>>,
 }
 
 impl Sequences {
@@ -53,16 +56,34 @@ impl Sequences {
             id_range,
             rate_sequences: rate_sequences.max(1),
             next: Arc::default(),
+            live: Arc::default(),
         }
     }
 
-    /// The next sequence id.
+    /// The next sequence id not in flight (call `release` when its
+    /// sequence ends). With more sequences in flight than ids in the
+    /// range, ids are shared.
     pub fn next_id(&self) -> u64 {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        match self.id_range {
-            0 => self.id_start.wrapping_add(n),
-            r => self.id_start.wrapping_add(n % r),
+        let mut live = self.live.lock().unwrap();
+        let tries = if self.id_range == 0 { 1 } else { self.id_range };
+        let mut id = 0;
+        for _ in 0..tries {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            id = match self.id_range {
+                0 => self.id_start.wrapping_add(n),
+                r => self.id_start.wrapping_add(n % r),
+            };
+            if !live.contains(&id) {
+                break;
+            }
         }
+        live.insert(id);
+        id
+    }
+
+    /// A sequence ended: its id may be used again.
+    pub fn release(&self, id: u64) {
+        self.live.lock().unwrap().remove(&id);
     }
 
     /// A sequence length: `length` ± `variation` percent, at least 1.
@@ -251,6 +272,7 @@ impl Driver {
                         record(&collector, result);
                         i += 1;
                         if end {
+                            sequences.release(id);
                             break;
                         }
                     }
@@ -398,6 +420,9 @@ async fn sequence_lane(
         let result = requests[i % requests.len()].send_seq(Some(seq)).await;
         record(&collector, result);
         i += 1;
+        if end {
+            sequences.release(id);
+        }
         current = if end { None } else { Some((id, left - 1)) };
         if !more {
             return;
@@ -444,5 +469,38 @@ impl Measure for Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_ids_count_up_wrap_and_skip_live_ones() {
+        let s = Sequences::new(20, 0.0, 5, 3, 4);
+        assert_eq!((s.next_id(), s.next_id(), s.next_id()), (5, 6, 7));
+        // All three in flight: the range is exhausted, ids are shared.
+        s.release(6);
+        assert_eq!(s.next_id(), 6, "5 and 7 are live; 6 is free");
+        s.release(5);
+        s.release(7);
+        assert_eq!(s.next_id(), 7);
+        let unbounded = Sequences::new(20, 0.0, 1, 0, 4);
+        assert_eq!((unbounded.next_id(), unbounded.next_id()), (1, 2));
+    }
+
+    #[test]
+    fn sequence_lengths_vary_within_the_percentage() {
+        let s = Sequences::new(20, 20.0, 1, 0, 4);
+        let mut seed = 7u64;
+        let lengths: Vec<usize> = (0..200).map(|_| s.draw_length(&mut seed)).collect();
+        assert!(
+            lengths.iter().all(|&l| (16..=24).contains(&l)),
+            "{lengths:?}"
+        );
+        assert!(lengths.iter().any(|&l| l < 20) && lengths.iter().any(|&l| l > 20));
+        let fixed = Sequences::new(5, 0.0, 1, 0, 4);
+        assert_eq!(fixed.draw_length(&mut seed), 5);
     }
 }

@@ -101,8 +101,6 @@ struct Sequence<K, R> {
     last: Instant,
     /// A request of this sequence is executing.
     running: bool,
-    /// The END request has arrived: no request may join any more.
-    ended: bool,
     /// Groups sequences whose batched tensors have equal shapes (set by
     /// the caller, e.g. from the implicit state's shapes).
     shape_key: u64,
@@ -199,7 +197,6 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                         place: None,
                         last: now,
                         running: false,
-                        ended: false,
                         shape_key: self.start_key,
                     },
                 );
@@ -221,7 +218,6 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         seq.last = now;
         self.queued += 1;
         if end {
-            seq.ended = true;
             self.active.remove(&key);
         }
         Ok(serial)
@@ -230,6 +226,11 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     /// The shape key of START requests (and of new sequences).
     pub fn set_start_key(&mut self, key: u64) {
         self.start_key = key;
+    }
+
+    /// The shape key of START requests.
+    pub fn start_key(&self) -> u64 {
+        self.start_key
     }
 
     /// Sets the shape key of a sequence (requests batch together only with
@@ -351,10 +352,26 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                 waited || used >= self.config.min_slot_utilization
             }
             Strategy::Oldest => {
+                // The dynamic batcher's rule: the maximum goes at once; else
+                // the largest preferred size that has formed; else all of
+                // it once the oldest has waited the delay.
                 picks.truncate(self.config.max_batch.max(1));
-                waited
-                    || picks.len() >= self.config.max_batch
-                    || self.config.preferred.contains(&picks.len())
+                let n = picks.len();
+                let preferred = self
+                    .config
+                    .preferred
+                    .iter()
+                    .copied()
+                    .filter(|&p| p <= n)
+                    .max();
+                match preferred {
+                    _ if n >= self.config.max_batch => true,
+                    Some(p) => {
+                        picks.truncate(p);
+                        true
+                    }
+                    None => waited,
+                }
             }
         };
         if !go {
@@ -674,6 +691,21 @@ mod tests {
             rows(s.next(0, t0 + Duration::from_millis(3), any)),
             vec![Some(30)]
         );
+    }
+
+    #[test]
+    fn oldest_sends_the_largest_preferred_size_that_formed() {
+        let t0 = Instant::now();
+        let mut config = oldest(1, 8, 4);
+        config.preferred = vec![2];
+        let mut s: Sequences<u64, i32> = Sequences::new(config);
+        for id in 1..=3 {
+            s.submit(id, true, false, id as i32, t0).unwrap();
+        }
+        // Three ready, preferred 2: two go, the third next.
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(1), Some(2)]);
+        s.finished(0, &[], t0);
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(3)]);
     }
 
     #[test]

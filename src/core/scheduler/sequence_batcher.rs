@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::sequence::{Batch, Next, Refusal, Row, SeqConfig, Sequences, Strategy};
-use super::{split, Delivery};
+use super::sequence::{Next, Refusal, Row, SeqConfig, Sequences, Strategy};
+use super::split;
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_sequence_batching::control::Kind as PbKind;
 use crate::core::config::pb::model_sequence_batching::initial_state::StateData;
@@ -68,7 +68,6 @@ pub struct SeqSettings {
     pub states: Vec<StateSpec>,
     /// `max_batch_size > 0`: tensors have a batch dimension.
     pub batching: bool,
-    pub preserve_ordering: bool,
 }
 
 impl SeqSettings {
@@ -84,7 +83,10 @@ impl SeqSettings {
         };
         let max_batch = c.max_batch_size.max(1) as usize;
         let idle = Duration::from_micros(sb.max_sequence_idle_microseconds);
-        let (seq, preserve_ordering) = match &sb.strategy_choice {
+        // `oldest.preserve_ordering` needs nothing more: an instance runs
+        // one batch at a time and answers it before the next, so answers
+        // leave each instance in batch order (Triton orders per instance).
+        let seq = match &sb.strategy_choice {
             Some(StrategyChoice::Oldest(o)) => {
                 let mut preferred: Vec<usize> = o
                     .preferred_batch_size
@@ -94,38 +96,37 @@ impl SeqSettings {
                     .collect();
                 preferred.sort_unstable();
                 preferred.dedup();
-                (
-                    SeqConfig {
-                        strategy: Strategy::Oldest,
-                        instances,
-                        places: o.max_candidate_sequences.max(1) as usize,
-                        max_batch,
-                        preferred,
-                        max_queue_delay: Duration::from_micros(o.max_queue_delay_microseconds),
-                        min_slot_utilization: 0.0,
-                        idle,
+                SeqConfig {
+                    strategy: Strategy::Oldest,
+                    instances,
+                    // Triton: max(1, max_batch_size) when not set.
+                    places: if o.max_candidate_sequences > 0 {
+                        o.max_candidate_sequences as usize
+                    } else {
+                        max_batch
                     },
-                    o.preserve_ordering,
-                )
+                    max_batch,
+                    preferred,
+                    max_queue_delay: Duration::from_micros(o.max_queue_delay_microseconds),
+                    min_slot_utilization: 0.0,
+                    idle,
+                }
             }
             direct => {
                 let d = match direct {
                     Some(StrategyChoice::Direct(d)) => *d,
                     _ => Default::default(),
                 };
-                (
-                    SeqConfig {
-                        strategy: Strategy::Direct,
-                        instances,
-                        places: max_batch,
-                        max_batch,
-                        preferred: vec![],
-                        max_queue_delay: Duration::from_micros(d.max_queue_delay_microseconds),
-                        min_slot_utilization: d.minimum_slot_utilization,
-                        idle,
-                    },
-                    false,
-                )
+                SeqConfig {
+                    strategy: Strategy::Direct,
+                    instances,
+                    places: max_batch,
+                    max_batch,
+                    preferred: vec![],
+                    max_queue_delay: Duration::from_micros(d.max_queue_delay_microseconds),
+                    min_slot_utilization: d.minimum_slot_utilization,
+                    idle,
+                }
             }
         };
         let mut controls = Vec::new();
@@ -186,13 +187,20 @@ impl SeqSettings {
                     let data = match &init.state_data {
                         Some(StateData::DataFile(file)) => {
                             let path = model_dir.join("initial_state").join(file);
-                            std::fs::read(&path).map_err(|e| {
+                            let mut data = std::fs::read(&path).map_err(|e| {
                                 Error::invalid_arg(format!(
                                     "failed to read initial state file '{}': {}",
                                     path.display(),
                                     crate::core::error::os_reason(&e)
                                 ))
-                            })?
+                            })?;
+                            // As Triton: the expected bytes of a fixed-size
+                            // type, from the start of a longer file.
+                            if let (Some(size), Some(n)) = (datatype.size(), element_count(&shape))
+                            {
+                                data.truncate(size * n);
+                            }
+                            data
                         }
                         _ => zeros(datatype, &shape),
                     };
@@ -219,7 +227,6 @@ impl SeqSettings {
             controls,
             states,
             batching: c.max_batch_size > 0,
-            preserve_ordering,
         }))
     }
 
@@ -293,8 +300,6 @@ pub struct SeqRequest {
     pub reply: oneshot::Sender<Done>,
     pub pending: Arc<AtomicI64>,
     pub id: SequenceId,
-    /// Arrival order (for `preserve_ordering`); set by the batcher.
-    pub seq: u64,
 }
 
 impl std::fmt::Debug for SeqRequest {
@@ -308,7 +313,6 @@ struct State {
     /// Implicit state of each sequence (by serial), per state spec.
     states: HashMap<u64, Vec<Tensor>>,
     open: bool,
-    next_seq: u64,
 }
 
 struct Shared {
@@ -318,7 +322,6 @@ struct Shared {
     cv: Condvar,
     settings: SeqSettings,
     capacity: usize,
-    delivery: Delivery,
 }
 
 /// The sequence batcher of one model version.
@@ -351,11 +354,6 @@ impl SequenceBatcher {
             .map(|s| s.initial_shape.as_slice())
             .collect();
         seqs.set_start_key(shape_key(&initial));
-        let delivery = if settings.preserve_ordering {
-            Delivery::Ordered(Mutex::default())
-        } else {
-            Delivery::Direct
-        };
         let shared = Arc::new(Shared {
             label: label.to_string(),
             stats,
@@ -363,12 +361,10 @@ impl SequenceBatcher {
                 seqs,
                 states: HashMap::new(),
                 open: true,
-                next_seq: 0,
             }),
             cv: Condvar::new(),
             settings,
             capacity: capacity.max(1),
-            delivery,
         });
         let name: String = format!("trtis:seq:{label}").chars().take(15).collect();
         let thread_shared = Arc::clone(&shared);
@@ -402,8 +398,6 @@ impl SequenceBatcher {
                 self.shared.label
             )));
         }
-        let mut request = request;
-        request.seq = state.next_seq;
         let key = request.id.clone();
         if start && state.seqs.serial_of(&key).is_some() {
             crate::core::logging::log(
@@ -423,14 +417,11 @@ impl SequenceBatcher {
                 )))
             }
         }
-        state.next_seq += 1;
         drop(state);
         self.shared.cv.notify_all();
         Ok(())
     }
-}
 
-impl SequenceBatcher {
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
@@ -441,8 +432,7 @@ impl SequenceBatcher {
 
 impl Drop for SequenceBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().unwrap().open = false;
-        self.shared.cv.notify_all();
+        self.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -466,27 +456,28 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
     loop {
         let open = state.open;
         // Shutting down: queued requests go without waiting for fuller
-        // batches.
+        // batches, and idle sequences give their places to the backlog at
+        // once (its requests still run).
         let now = if open {
             Instant::now()
         } else {
             Instant::now() + Duration::from_secs(86_400)
         };
-        // Shutting down, idle sequences give their places to the backlog at
-        // once (its requests still run).
-        for serial in state.seqs.reap(if open { Instant::now() } else { now }) {
+        for serial in state.seqs.reap(now) {
             state.states.remove(&serial);
         }
         if !open && state.seqs.queued() == 0 {
             return;
         }
         let mut wake = state.seqs.next_idle();
+        // Batches and the states their rows carry are taken under the lock;
+        // their tensors are built after it is released.
         let mut batches = Vec::new();
         for i in 0..state.seqs.instances() {
             match state.seqs.next(i, now, compatible) {
                 Next::Run(batch) => {
-                    let prepared = prepare(&shared, &mut state, batch);
-                    batches.push(prepared);
+                    let rows = take_rows(&shared.settings, &mut state, batch.rows);
+                    batches.push((batch.instance, rows));
                 }
                 Next::WaitUntil(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
                 Next::Nothing => {}
@@ -494,7 +485,8 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         }
         if !batches.is_empty() {
             drop(state);
-            for (instance, work) in batches {
+            for (instance, rows) in batches {
+                let work = build(&shared, instance, rows);
                 if let Err((e, work)) = pool.submit_to(instance, work) {
                     work.reply.send(Done {
                         result: Err(e),
@@ -517,32 +509,56 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
     }
 }
 
-/// One row's part in a batch being built.
+/// One row of a batch: its request and the states it runs with.
 struct RowInfo {
     serial: u64,
     start: bool,
     end: bool,
     request: SeqRequest,
+    /// The states this row runs with (the stored ones, or the initial
+    /// ones on START); empty without implicit state.
+    states: Vec<Tensor>,
+    /// The stored states it took (put back if the execution fails).
+    stored: Option<Vec<Tensor>>,
 }
 
-/// Builds the batch's tensors (inputs, controls, states) and the work that
-/// runs it and hands out the results.
-fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) -> (usize, Work) {
-    let settings = &shared.settings;
-    let instance = batch.instance;
-    let n = batch.rows.len();
-    let rows: Vec<Option<RowInfo>> = batch
-        .rows
-        .into_iter()
+/// Takes each row's stored states out of the batcher (under its lock).
+fn take_rows(
+    settings: &SeqSettings,
+    state: &mut State,
+    rows: Vec<Option<Row<SeqRequest>>>,
+) -> Vec<Option<RowInfo>> {
+    rows.into_iter()
         .map(|r| {
-            r.map(|Row { serial, entry }| RowInfo {
-                serial,
-                start: entry.start,
-                end: entry.end,
-                request: entry.request,
+            r.map(|Row { serial, entry }| {
+                let stored = if settings.states.is_empty() {
+                    None
+                } else {
+                    state.states.remove(&serial)
+                };
+                let states = match (&stored, entry.start) {
+                    _ if settings.states.is_empty() => Vec::new(),
+                    (Some(s), false) => s.clone(),
+                    _ => initial_states(settings),
+                };
+                RowInfo {
+                    serial,
+                    start: entry.start,
+                    end: entry.end,
+                    request: entry.request,
+                    states,
+                    stored,
+                }
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Builds the batch's tensors (inputs, then controls, then states) and the
+/// work that runs it and hands out the results.
+fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> Work {
+    let settings = &shared.settings;
+    let n = rows.len();
     let template = rows.iter().flatten().next().expect("a batch has a request");
     let row_shape = |shape: &[i64]| -> Vec<i64> {
         if settings.batching {
@@ -599,37 +615,13 @@ fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) ->
             data,
         });
     }
-    // Implicit state: each row's stored state, or the initial state.
-    let mut taken: Vec<(u64, Vec<Tensor>)> = Vec::new();
-    let mut row_states: Vec<Option<Vec<Tensor>>> = Vec::with_capacity(n);
-    for row in &rows {
-        match row {
-            Some(r) if !settings.states.is_empty() => {
-                let stored = state.states.remove(&r.serial);
-                let current = match (&stored, r.start) {
-                    (Some(s), false) => s.clone(),
-                    _ => initial_states(settings),
-                };
-                if let Some(s) = stored {
-                    taken.push((r.serial, s));
-                }
-                row_states.push(Some(current));
-            }
-            _ => row_states.push(None),
-        }
-    }
     for (k, spec) in settings.states.iter().enumerate() {
-        let template = row_states
-            .iter()
-            .flatten()
-            .next()
-            .map(|s| s[k].shape.clone())
-            .unwrap_or_else(|| spec.initial_shape.clone());
+        let template = template.states[k].shape.clone();
         let null = zeros(spec.datatype, &template);
         let mut data = Vec::new();
-        for s in &row_states {
-            match s {
-                Some(s) => data.extend_from_slice(&s[k].data),
+        for row in &rows {
+            match row {
+                Some(r) => data.extend_from_slice(&r.states[k].data),
                 None => data.extend_from_slice(&null),
             }
         }
@@ -664,17 +656,14 @@ fn prepare(shared: &Arc<Shared>, state: &mut State, batch: Batch<SeqRequest>) ->
         .min()
         .unwrap_or_else(Instant::now);
     let finish_shared = Arc::clone(shared);
-    let finish = move |done: Done| finish(finish_shared, instance, n, rows, taken, done);
-    (
-        instance,
-        Work {
-            inputs,
-            outputs,
-            enqueued: first_enqueued,
-            reply: Reply::Callback(Box::new(finish)),
-            pending: None,
-        },
-    )
+    let finish = move |done: Done| finish(finish_shared, instance, rows, done);
+    Work {
+        inputs,
+        outputs,
+        enqueued: first_enqueued,
+        reply: Reply::Callback(Box::new(finish)),
+        pending: None,
+    }
 }
 
 /// The initial value of every implicit state.
@@ -714,18 +703,60 @@ fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec<u8> {
     }
 }
 
+/// A row's outcome: what its caller gets and the states its sequence
+/// keeps (None: put the stored ones back).
+type RowOutcome = (Result<Vec<Tensor>>, Option<Vec<Tensor>>);
+
+/// One row's answer and next states from its part of the batch's outputs.
+fn row_outcome(settings: &SeqSettings, row: &RowInfo, part: Result<Vec<Tensor>>) -> RowOutcome {
+    let tensors = match part {
+        Ok(t) => t,
+        Err(e) => return (Err(e), None),
+    };
+    let mut next = Vec::new();
+    for spec in &settings.states {
+        let Some(t) = tensors.iter().find(|t| t.name == spec.output) else {
+            let e = Error::internal(format!(
+                "the model did not produce output state '{}'",
+                spec.output
+            ));
+            return (Err(e), None);
+        };
+        next.push(Tensor {
+            name: spec.input.clone(),
+            datatype: t.datatype,
+            shape: if settings.batching {
+                t.shape[1..].to_vec()
+            } else {
+                t.shape.clone()
+            },
+            data: t.data.clone(),
+        });
+    }
+    // The caller gets what it asked for, in its order.
+    let answer = row
+        .request
+        .outputs
+        .iter()
+        .map(|name| {
+            tensors
+                .iter()
+                .find(|t| &t.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    Error::internal(format!("the model did not produce output '{name}'"))
+                })
+        })
+        .collect();
+    (answer, Some(next))
+}
+
 /// Hands out a finished batch: each row's outputs to its caller, each
-/// row's output states to its sequence, and the instance back to the
-/// scheduler.
-fn finish(
-    shared: Arc<Shared>,
-    instance: usize,
-    n: usize,
-    rows: Vec<Option<RowInfo>>,
-    taken: Vec<(u64, Vec<Tensor>)>,
-    done: Done,
-) {
+/// row's output states to its sequence (a failed row keeps the states it
+/// had, unless it was a START), and the instance back to the scheduler.
+fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done: Done) {
     let settings = &shared.settings;
+    let n = rows.len();
     let taken_at = Instant::now() - done.compute;
     if done.result.is_ok() {
         shared.stats.record_execution(n, done.compute);
@@ -735,83 +766,57 @@ fn finish(
         Ok(tensors) => vec![Ok(tensors)],
         Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
     };
-    let mut answers = Vec::new();
+    // Outside the lock: each row's answer and next states.
+    let outcomes: Vec<(RowInfo, RowOutcome)> = rows
+        .into_iter()
+        .zip(parts)
+        .filter_map(|(row, part)| {
+            let row = row?;
+            let outcome = row_outcome(settings, &row, part);
+            Some((row, outcome))
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(outcomes.len());
     {
         let mut state = shared.state.lock().unwrap();
-        let mut serials = Vec::new();
-        let failed = parts.iter().any(|p| p.is_err());
-        if failed {
-            // The states the batch took stay as they were.
-            for (serial, s) in taken {
-                if state.seqs.alive(serial) {
-                    state.states.insert(serial, s);
-                }
-            }
-        }
-        for (row, part) in rows.into_iter().zip(parts) {
-            let Some(row) = row else { continue };
+        let mut serials = Vec::with_capacity(outcomes.len());
+        for (row, (answer, next)) in outcomes {
             serials.push(row.serial);
-            let result =
-                part.and_then(|tensors| {
-                    if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
-                        let mut next = Vec::new();
-                        for spec in &settings.states {
-                            let t = tensors.iter().find(|t| t.name == spec.output).ok_or_else(
-                                || {
-                                    Error::internal(format!(
-                                        "the model did not produce output state '{}'",
-                                        spec.output
-                                    ))
-                                },
-                            )?;
-                            let shape = if settings.batching {
-                                t.shape[1..].to_vec()
-                            } else {
-                                t.shape.clone()
-                            };
-                            next.push(Tensor {
-                                name: spec.input.clone(),
-                                datatype: t.datatype,
-                                shape,
-                                data: t.data.clone(),
-                            });
-                        }
-                        let shapes: Vec<&[i64]> = next.iter().map(|t| t.shape.as_slice()).collect();
+            if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
+                let keep = match next {
+                    Some(next) => Some(next),
+                    // A failed row keeps its states (a START has none yet).
+                    None if !row.start => row.stored,
+                    None => None,
+                };
+                match keep {
+                    Some(states) => {
+                        let shapes: Vec<&[i64]> =
+                            states.iter().map(|t| t.shape.as_slice()).collect();
                         let key = shape_key(&shapes);
                         state.seqs.set_shape_key(row.serial, key);
-                        state.states.insert(row.serial, next);
+                        state.states.insert(row.serial, states);
                     }
-                    // The caller gets what it asked for, in its order.
-                    row.request
-                        .outputs
-                        .iter()
-                        .map(|name| {
-                            tensors
-                                .iter()
-                                .find(|t| &t.name == name)
-                                .cloned()
-                                .ok_or_else(|| {
-                                    Error::internal(format!(
-                                        "the model did not produce output '{name}'"
-                                    ))
-                                })
-                        })
-                        .collect()
-                });
-            answers.push((row.request, result));
+                    None => {
+                        let key = state.seqs.start_key();
+                        state.seqs.set_shape_key(row.serial, key);
+                    }
+                }
+            }
+            answers.push((row.request, answer));
         }
         state.seqs.finished(instance, &serials, Instant::now());
     }
     shared.cv.notify_all();
-    for (request, result) in answers {
-        let answer = Done {
-            result,
+    // An instance runs one batch at a time, so its answers leave in the
+    // order its requests were batched (`preserve_ordering` holds per
+    // instance, as with Triton's per-instance batcher for `oldest`).
+    for (request, answer) in answers {
+        let _ = request.reply.send(Done {
+            result: answer,
             queue: taken_at.saturating_duration_since(request.enqueued),
             compute: done.compute,
             rejected: false,
-        };
-        shared
-            .delivery
-            .deliver(request.seq, Some((request.reply, answer)));
+        });
     }
 }

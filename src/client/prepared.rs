@@ -259,7 +259,8 @@ mod tests {
                 shm: None,
             }],
         ] {
-            let (body, json_len) = http::infer_body_shm(std::slice::from_ref(&input), &[], &outputs).unwrap();
+            let (body, json_len) =
+                http::infer_body_shm(std::slice::from_ref(&input), &[], &outputs).unwrap();
             assert!(body[..json_len].ends_with(br#""parameters":{"binary_data_output":true}}"#));
         }
 

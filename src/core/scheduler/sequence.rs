@@ -460,6 +460,23 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     pub fn instances(&self) -> usize {
         self.busy.len()
     }
+
+    /// Removes every queued request and forgets every sequence (the
+    /// batcher cannot go on); returns the requests.
+    pub fn drain(&mut self) -> Vec<R> {
+        let out: Vec<R> = self
+            .sequences
+            .drain()
+            .flat_map(|(_, s)| s.queue.into_iter().map(|e| e.request))
+            .collect();
+        self.active.clear();
+        self.backlog.clear();
+        for places in &mut self.places {
+            places.iter_mut().for_each(|p| *p = None);
+        }
+        self.queued = 0;
+        out
+    }
 }
 
 #[cfg(test)]
@@ -754,5 +771,13 @@ mod tests {
         assert_eq!(s.reap(t0 + Duration::from_secs(1)).len(), 1);
         assert_eq!(rows(s.next(0, t0, any)), vec![Some(3)]);
         assert_eq!(s.queued(), 0);
+        s.submit(2, false, false, 4, t0).unwrap();
+        s.submit(5, true, false, 5, t0).unwrap();
+        assert_eq!(s.drain().len(), 2);
+        assert_eq!((s.queued(), s.sequences(), s.backlog_len()), (0, 0, 0));
+        assert_eq!(
+            s.submit(2, false, false, 6, t0).unwrap_err().0,
+            Refusal::NoStart
+        );
     }
 }

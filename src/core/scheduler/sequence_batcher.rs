@@ -313,6 +313,9 @@ struct State {
     /// Implicit state of each sequence (by serial), per state spec.
     states: HashMap<u64, Vec<Tensor>>,
     open: bool,
+    /// Why the batcher thread stopped, if it failed (a bug): requests are
+    /// refused with this instead of waiting forever.
+    broken: Option<String>,
 }
 
 struct Shared {
@@ -361,6 +364,7 @@ impl SequenceBatcher {
                 seqs,
                 states: HashMap::new(),
                 open: true,
+                broken: None,
             }),
             cv: Condvar::new(),
             settings,
@@ -370,7 +374,7 @@ impl SequenceBatcher {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(thread_shared, pool))
+            .spawn(move || run_guarded(thread_shared, pool))
             .map_err(|e| Error::internal(format!("failed to start the sequence batcher: {e}")))?;
         Ok(SequenceBatcher {
             shared,
@@ -386,6 +390,9 @@ impl SequenceBatcher {
     /// (`prefix` is the request id prefix).
     pub fn submit(&self, request: SeqRequest, start: bool, end: bool, prefix: &str) -> Result<()> {
         let mut state = self.shared.state.lock().unwrap();
+        if let Some(why) = &state.broken {
+            return Err(Error::internal(why.clone()));
+        }
         if !state.open {
             return Err(Error::unavailable(format!(
                 "model '{}' is unloading",
@@ -449,6 +456,37 @@ fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
             .iter()
             .zip(&b.0.inputs)
             .all(|(x, y)| x.name == y.name && x.shape == y.shape)
+}
+
+/// Runs the batcher; if it panics (a bug), every queued request is failed
+/// and later ones are refused, instead of callers waiting forever.
+fn run_guarded(shared: Arc<Shared>, pool: Arc<InstancePool>) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(Arc::clone(&shared), pool)
+    }));
+    if outcome.is_err() {
+        shared.state.clear_poison();
+        let why = format!(
+            "the sequence batcher of model '{}' stopped unexpectedly",
+            shared.label
+        );
+        crate::core::logging::log('E', &why);
+        let queued = {
+            let mut state = shared.state.lock().unwrap();
+            state.broken = Some(why.clone());
+            state.states.clear();
+            state.seqs.drain()
+        };
+        for r in queued {
+            r.pending.fetch_sub(1, Ordering::Relaxed);
+            let _ = r.reply.send(Done {
+                result: Err(Error::internal(why.clone())),
+                queue: r.enqueued.elapsed(),
+                compute: Duration::ZERO,
+                rejected: false,
+            });
+        }
+    }
 }
 
 fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {

@@ -507,3 +507,26 @@ fn warmup_samples_may_give_control_inputs_as_tritons_do() {
     assert_eq!(values(&runs[0], "READY"), json!([1]), "filled in");
     assert_eq!(values(&runs[0], "END"), json!([1]), "filled in");
 }
+
+#[test]
+fn a_backlogged_sequence_gives_up_after_its_requests_timeout() {
+    let (dir, _record) = repo("seq", "direct { }", 1);
+    let s = start(dir.path());
+    assert_eq!(infer(&s, "seq", request(0, json!(1), true, false)).0, 200);
+    // Sequence 2 waits for the only slot at most 100 ms.
+    let mut body = request(0, json!(2), true, false);
+    body["parameters"]["timeout"] = json!(100_000);
+    let (status, out) = infer(&s, "seq", body);
+    assert_eq!(status, 503, "{out}");
+    assert_eq!(
+        out["error"],
+        "timeout of the corresponding sequence has been expired"
+    );
+    // Its id is forgotten; sequence 1 is unaffected.
+    assert_eq!(infer(&s, "seq", request(0, json!(2), false, false)).0, 400);
+    assert_eq!(infer(&s, "seq", request(0, json!(1), false, true)).0, 200);
+    // A timeout does not limit a sequence that has a place.
+    let mut body = request(0, json!(3), true, true);
+    body["parameters"]["timeout"] = json!(1);
+    assert_eq!(infer(&s, "seq", body).0, 200);
+}

@@ -514,6 +514,7 @@ impl Engine {
                     reply,
                     pending: std::sync::Arc::clone(&model.stats.pending),
                     id: request.sequence.id.clone(),
+                    timeout_us: request.timeout_us,
                 },
                 request.sequence.start,
                 request.sequence.end,

@@ -101,6 +101,9 @@ struct Sequence<K, R> {
     last: Instant,
     /// A request of this sequence is executing.
     running: bool,
+    /// While in the backlog: when its requests give up waiting (the
+    /// earliest request timeout among them).
+    deadline: Option<Instant>,
     /// Groups sequences whose batched tensors have equal shapes (set by
     /// the caller, e.g. from the implicit state's shapes).
     shape_key: u64,
@@ -197,6 +200,7 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                         place: None,
                         last: now,
                         running: false,
+                        deadline: None,
                         shape_key: self.start_key,
                     },
                 );
@@ -273,7 +277,54 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         self.places[instance][place] = Some(serial);
         if let Some(s) = self.sequences.get_mut(&serial) {
             s.place = Some((instance, place));
+            s.deadline = None; // no longer waiting for a place
         }
+    }
+
+    /// Gives a backlogged sequence a deadline for getting a place (the
+    /// earliest of those set); no effect on a sequence with a place.
+    pub fn set_backlog_deadline(&mut self, serial: u64, deadline: Instant) {
+        if let Some(s) = self.sequences.get_mut(&serial) {
+            if s.place.is_none() {
+                s.deadline = Some(s.deadline.map_or(deadline, |d| d.min(deadline)));
+            }
+        }
+    }
+
+    /// Removes the backlogged sequences whose deadline has passed (their
+    /// ids are forgotten); returns their queued requests.
+    pub fn expire_backlog(&mut self, now: Instant) -> Vec<R> {
+        let gone: Vec<u64> = self
+            .backlog
+            .iter()
+            .copied()
+            .filter(|b| {
+                self.sequences
+                    .get(b)
+                    .and_then(|s| s.deadline)
+                    .is_some_and(|d| d <= now)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for serial in gone {
+            if let Some(s) = self.sequences.remove(&serial) {
+                if self.active.get(&s.key) == Some(&serial) {
+                    self.active.remove(&s.key);
+                }
+                self.queued -= s.queue.len();
+                out.extend(s.queue.into_iter().map(|e| e.request));
+            }
+            self.backlog.retain(|&b| b != serial);
+        }
+        out
+    }
+
+    /// The earliest backlog deadline.
+    pub fn next_backlog_deadline(&self) -> Option<Instant> {
+        self.backlog
+            .iter()
+            .filter_map(|b| self.sequences.get(b).and_then(|s| s.deadline))
+            .min()
     }
 
     /// Frees a place and gives it to the oldest backlogged sequence.
@@ -617,6 +668,41 @@ mod tests {
             s.submit(2, true, false, 20, t0).unwrap();
             assert_eq!(s.place_of(&2), Some((1, 0)));
         }
+    }
+
+    #[test]
+    fn backlogged_sequences_give_up_at_their_deadline() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+        s.submit(1, true, false, 10, t0).unwrap();
+        let b = s.submit(2, true, false, 20, t0).unwrap();
+        s.submit(2, false, false, 21, t0).unwrap();
+        let c = s.submit(3, true, false, 30, t0).unwrap();
+        s.set_backlog_deadline(b, ms(100));
+        s.set_backlog_deadline(b, ms(50)); // the earliest counts
+                                           // A sequence with a place has no backlog deadline.
+        s.set_backlog_deadline(s.serial_of(&1).unwrap(), ms(1));
+        assert_eq!(s.next_backlog_deadline(), Some(ms(50)));
+        assert!(s.expire_backlog(ms(49)).is_empty());
+        assert_eq!(s.expire_backlog(ms(50)), vec![20, 21]);
+        assert_eq!(s.queued(), 2);
+        assert_eq!(
+            s.submit(2, false, false, 22, t0).unwrap_err().0,
+            Refusal::NoStart
+        );
+        // Sequence 3 got no deadline: it still waits, and takes the place.
+        s.set_backlog_deadline(c, ms(500));
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+        s.finished(0, &[1], t0);
+        s.submit(1, false, true, 11, t0).unwrap();
+        assert_eq!(rows(s.next(0, t0, any)), vec![Some(11)]);
+        assert_eq!(s.place_of(&3), Some((0, 0)));
+        assert_eq!(
+            s.next_backlog_deadline(),
+            None,
+            "its deadline went with the backlog"
+        );
     }
 
     #[test]

@@ -300,6 +300,9 @@ pub struct SeqRequest {
     pub reply: oneshot::Sender<Done>,
     pub pending: Arc<AtomicI64>,
     pub id: SequenceId,
+    /// The request's `timeout` (µs, 0: none): how long it may wait in the
+    /// backlog for its sequence to get a place.
+    pub timeout_us: u64,
 }
 
 impl std::fmt::Debug for SeqRequest {
@@ -415,7 +418,14 @@ impl SequenceBatcher {
                 ),
             );
         }
-        match state.seqs.submit(key, start, end, request, Instant::now()) {
+        let now = Instant::now();
+        let timeout = request.timeout_us;
+        match state.seqs.submit(key, start, end, request, now) {
+            Ok(serial) if timeout > 0 => {
+                state
+                    .seqs
+                    .set_backlog_deadline(serial, now + Duration::from_micros(timeout));
+            }
             Ok(_) => {}
             Err((Refusal::NoStart, r)) => {
                 return Err(Error::invalid_arg(format!(
@@ -504,10 +514,32 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         for serial in state.seqs.reap(now) {
             state.states.remove(&serial);
         }
+        // Backlogged sequences whose requests' timeout passed give up
+        // (Triton's message and code).
+        let expired = state.seqs.expire_backlog(Instant::now());
+        if !expired.is_empty() {
+            drop(state);
+            for r in expired {
+                r.pending.fetch_sub(1, Ordering::Relaxed);
+                let _ = r.reply.send(Done {
+                    result: Err(Error::unavailable(
+                        "timeout of the corresponding sequence has been expired",
+                    )),
+                    queue: r.enqueued.elapsed(),
+                    compute: Duration::ZERO,
+                    rejected: true,
+                });
+            }
+            state = shared.state.lock().unwrap();
+            continue;
+        }
         if !open && state.seqs.queued() == 0 {
             return;
         }
-        let mut wake = state.seqs.next_idle();
+        let mut wake = match (state.seqs.next_idle(), state.seqs.next_backlog_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // Batches and the states their rows carry are taken under the lock;
         // their tensors are built after it is released.
         let mut batches = Vec::new();

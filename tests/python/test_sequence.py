@@ -836,3 +836,29 @@ def test_growing_state_sequences_at_different_lengths(seq_server, protocol):
         client.infer("growing_state", seq_input(protocol, 0), sequence_id=seqid, sequence_end=True)
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------
+# Backlog timeout
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_backlogged_sequence_times_out(clients, protocol):
+    """simple_accumulator has 8 slots: with 8 sequences running, a 9th
+    START waits in the backlog, and its `timeout` (100 ms) refuses it with
+    Triton's message (UNAVAILABLE); the running sequences are unaffected."""
+    client = clients[protocol]
+    base = 41_000 if protocol == "http" else 42_000
+    for k in range(8):
+        assert infer_seq(client, protocol, "simple_accumulator", k, seqid=base + k, start=True) == k
+    kw = {"timeout": 100_000}
+    with pytest.raises(InferenceServerException) as e:
+        infer_seq(client, protocol, "simple_accumulator", 1, seqid=base + 8, start=True, **kw)
+    if protocol == "http":
+        msg = assert_client_error(e.value, 503)
+    else:
+        msg = assert_grpc_error(e.value, "UNAVAILABLE")
+    assert msg == "timeout of the corresponding sequence has been expired"
+    for k in range(8):
+        assert infer_seq(client, protocol, "simple_accumulator", 1, seqid=base + k, end=True) == k + 1

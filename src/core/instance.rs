@@ -215,6 +215,10 @@ fn run_instance(
             compute: taken.elapsed(),
             rejected: false,
         };
-        work.reply.send(done);
+        // A panicking reply callback (a bug) must not take the instance
+        // thread with it.
+        if catch_unwind(AssertUnwindSafe(|| work.reply.send(done))).is_err() {
+            crate::core::logging::log('E', "a batch's completion handler panicked");
+        }
     }
 }

@@ -773,6 +773,26 @@ fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec<u8> {
     }
 }
 
+/// Hands an instance back to the scheduler when dropped (its batch's
+/// sequences are no longer running).
+struct Release {
+    shared: Arc<Shared>,
+    instance: usize,
+    serials: Vec<u64>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.shared.state.clear_poison();
+        if let Ok(mut state) = self.shared.state.lock() {
+            state
+                .seqs
+                .finished(self.instance, &self.serials, Instant::now());
+        }
+        self.shared.cv.notify_all();
+    }
+}
+
 /// A row's outcome: what its caller gets and the states its sequence
 /// keeps (None: put the stored ones back).
 type RowOutcome = (Result<Vec<Tensor>>, Option<Vec<Tensor>>);
@@ -825,6 +845,13 @@ fn row_outcome(settings: &SeqSettings, row: &RowInfo, part: Result<Vec<Tensor>>)
 /// row's output states to its sequence (a failed row keeps the states it
 /// had, unless it was a START), and the instance back to the scheduler.
 fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done: Done) {
+    // The instance goes back to the scheduler whatever happens below (a
+    // panic here must not leave its sequences waiting forever).
+    let release = Release {
+        shared: Arc::clone(&shared),
+        instance,
+        serials: rows.iter().flatten().map(|r| r.serial).collect(),
+    };
     let settings = &shared.settings;
     let n = rows.len();
     let taken_at = Instant::now() - done.compute;
@@ -849,9 +876,7 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
     let mut answers = Vec::with_capacity(outcomes.len());
     {
         let mut state = shared.state.lock().unwrap();
-        let mut serials = Vec::with_capacity(outcomes.len());
         for (row, (answer, next)) in outcomes {
-            serials.push(row.serial);
             if !row.end && state.seqs.alive(row.serial) && !settings.states.is_empty() {
                 let keep = match next {
                     Some(next) => Some(next),
@@ -875,9 +900,8 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
             }
             answers.push((row.request, answer));
         }
-        state.seqs.finished(instance, &serials, Instant::now());
     }
-    shared.cv.notify_all();
+    drop(release);
     // An instance runs one batch at a time, so its answers leave in the
     // order its requests were batched (`preserve_ordering` holds per
     // instance, as with Triton's per-instance batcher for `oldest`).

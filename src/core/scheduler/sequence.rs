@@ -17,7 +17,7 @@
 //! false). `oldest` batches take the oldest request of each candidate
 //! sequence, at most one per sequence, like the dynamic batcher.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,12 @@ pub struct Sequences<K, R> {
     queued: usize,
     /// The shape key of a START request.
     start_key: u64,
+    /// Per instance: the sequences in a place with a request queued (what
+    /// `next` looks at, instead of every place).
+    ready: Vec<HashSet<u64>>,
+    /// No sequence can idle out before this (None: none is idle); a lower
+    /// bound, so `reap` scans only when something may be due.
+    idle_from: Option<Instant>,
 }
 
 impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
@@ -140,6 +146,8 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             next_serial: 1,
             queued: 0,
             start_key: 0,
+            ready: vec![HashSet::new(); instances],
+            idle_from: None,
         }
     }
 
@@ -220,6 +228,9 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             arrived: now,
         });
         seq.last = now;
+        if let Some((i, _)) = seq.place {
+            self.ready[i].insert(serial);
+        }
         self.queued += 1;
         if end {
             self.active.remove(&key);
@@ -278,6 +289,9 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         if let Some(s) = self.sequences.get_mut(&serial) {
             s.place = Some((instance, place));
             s.deadline = None; // no longer waiting for a place
+            if !s.queue.is_empty() {
+                self.ready[instance].insert(serial);
+            }
         }
     }
 
@@ -346,7 +360,10 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             }
             self.queued -= s.queue.len();
             match s.place {
-                Some((i, p)) => self.release(i, p, now),
+                Some((i, p)) => {
+                    self.ready[i].remove(&serial);
+                    self.release(i, p, now)
+                }
                 None => self.backlog.retain(|&b| b != serial),
             }
         }
@@ -364,12 +381,11 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             return Next::Nothing;
         }
         // The places with a request ready: (place, serial, arrival).
-        let ready: Vec<(usize, u64, Instant)> = self.places[instance]
+        let ready: Vec<(usize, u64, Instant)> = self.ready[instance]
             .iter()
-            .enumerate()
-            .filter_map(|(p, s)| {
-                let s = (*s)?;
-                let seq = &self.sequences[&s];
+            .filter_map(|&s| {
+                let seq = self.sequences.get(&s)?;
+                let (_, p) = seq.place?;
                 seq.queue.front().map(|e| (p, s, e.arrived))
             })
             .collect();
@@ -450,6 +466,11 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         let entry = seq.queue.pop_front()?;
         self.queued -= 1;
         seq.running = true;
+        if seq.queue.is_empty() {
+            if let Some((i, _)) = seq.place {
+                self.ready[i].remove(&serial);
+            }
+        }
         if entry.end {
             // The END request still runs; the sequence is gone for the
             // scheduler, and its place goes to the backlog.
@@ -469,10 +490,15 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         if let Some(b) = self.busy.get_mut(instance) {
             *b = false;
         }
+        let idle = self.config.idle;
         for s in serials {
             if let Some(seq) = self.sequences.get_mut(s) {
                 seq.running = false;
                 seq.last = now;
+                if seq.queue.is_empty() && seq.place.is_some() {
+                    let due = now + idle;
+                    self.idle_from = Some(self.idle_from.map_or(due, |t| t.min(due)));
+                }
             }
         }
     }
@@ -480,6 +506,9 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     /// Frees the places of sequences idle for `idle` (no request queued
     /// or running); returns their serials.
     pub fn reap(&mut self, now: Instant) -> Vec<u64> {
+        if self.idle_from.is_none_or(|t| now < t) {
+            return Vec::new();
+        }
         let idle = self.config.idle;
         let gone: Vec<u64> = self
             .sequences
@@ -495,16 +524,18 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         for &s in &gone {
             self.remove(s, now);
         }
+        self.idle_from = self
+            .sequences
+            .values()
+            .filter(|s| s.place.is_some() && s.queue.is_empty() && !s.running)
+            .map(|s| s.last + idle)
+            .min();
         gone
     }
 
-    /// When the next sequence could idle out.
+    /// When the next sequence could idle out (at the earliest).
     pub fn next_idle(&self) -> Option<Instant> {
-        self.sequences
-            .values()
-            .filter(|s| s.place.is_some() && s.queue.is_empty() && !s.running)
-            .map(|s| s.last + self.config.idle)
-            .min()
+        self.idle_from
     }
 
     /// The instances.
@@ -525,6 +556,8 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         for places in &mut self.places {
             places.iter_mut().for_each(|p| *p = None);
         }
+        self.ready.iter_mut().for_each(HashSet::clear);
+        self.idle_from = None;
         self.queued = 0;
         out
     }

@@ -504,13 +504,13 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     }
 
     /// Frees the places of sequences idle for `idle` (no request queued
-    /// or running); returns their serials.
-    pub fn reap(&mut self, now: Instant) -> Vec<u64> {
+    /// or running); returns their serials and ids.
+    pub fn reap(&mut self, now: Instant) -> Vec<(u64, K)> {
         if self.idle_from.is_none_or(|t| now < t) {
             return Vec::new();
         }
         let idle = self.config.idle;
-        let gone: Vec<u64> = self
+        let gone: Vec<(u64, K)> = self
             .sequences
             .iter()
             .filter(|(_, s)| {
@@ -519,10 +519,10 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                     && !s.running
                     && now.saturating_duration_since(s.last) >= idle
             })
-            .map(|(&serial, _)| serial)
+            .map(|(&serial, s)| (serial, s.key.clone()))
             .collect();
-        for &s in &gone {
-            self.remove(s, now);
+        for (s, _) in &gone {
+            self.remove(*s, now);
         }
         self.idle_from = self
             .sequences
@@ -752,7 +752,7 @@ mod tests {
         assert_eq!(s.next_idle(), Some(t1 + Duration::from_secs(1)));
         assert!(s.reap(t1 + Duration::from_millis(999)).is_empty());
         let serial = s.serial_of(&1).unwrap();
-        assert_eq!(s.reap(t1 + Duration::from_secs(1)), vec![serial]);
+        assert_eq!(s.reap(t1 + Duration::from_secs(1)), vec![(serial, 1)]);
         // Its id is gone, its place went to the backlog.
         assert_eq!(
             s.submit(1, false, false, 11, t1).unwrap_err().0,

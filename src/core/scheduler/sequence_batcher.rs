@@ -511,8 +511,14 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         } else {
             Instant::now() + Duration::from_secs(86_400)
         };
-        for serial in state.seqs.reap(now) {
+        for (serial, id) in state.seqs.reap(now) {
             state.states.remove(&serial);
+            if open {
+                crate::core::logging::verbose(&format!(
+                    "Reaper: CORRID {id}: max sequence idle exceeded for model '{}'",
+                    shared.label
+                ));
+            }
         }
         // Backlogged sequences whose requests' timeout passed give up
         // (Triton's message and code).

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::serve::Serve;
-use crate::util::stdout;
+use crate::util::{onnx_available, stdout};
 
 /// A built example binary: `cargo test` builds examples into
 /// `target/<profile>/examples/`, next to the `trtis` binary's directory.
@@ -42,18 +42,6 @@ fn simple_client_output() -> String {
     (0..16)
         .map(|i| format!("{i} + 1 = {}\n{i} - 1 = {}\n", i + 1, i - 1))
         .collect()
-}
-
-fn onnx_available() -> bool {
-    if trtis::core::backend::onnx::find_library().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
-        "ONNX Runtime not found: run scripts/setup.sh"
-    );
-    eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
-    false
 }
 
 #[test]

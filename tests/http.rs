@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 
+use crate::util::onnx_available;
 use serde_json::{json, Value};
 use trtis::core::frontend::http::{router, AppState};
 use trtis::core::repository::ControlMode;
@@ -409,18 +410,6 @@ fn onnx_simple_model_adds_and_subtracts() {
     let diff: Vec<i64> = (0..16).map(|x| x - 3).collect();
     assert_eq!(out["outputs"][0]["data"], json!(sum));
     assert_eq!(out["outputs"][1]["data"], json!(diff));
-}
-
-fn onnx_available() -> bool {
-    if trtis::core::backend::onnx::find_library().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
-        "ONNX Runtime not found: run scripts/setup.sh"
-    );
-    eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
-    false
 }
 
 #[test]

@@ -12,20 +12,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::serve::Serve;
+use crate::util::onnx_available;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-fn onnx_available() -> bool {
-    if trtis::core::backend::onnx::find_library().is_err() {
-        assert!(
-            std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
-            "ONNX Runtime not found: run scripts/setup.sh"
-        );
-        return false;
-    }
-    true
 }
 
 fn infer(args: &[&str]) -> Output {
@@ -35,6 +25,31 @@ fn infer(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// `trtis infer` that must succeed.
+fn infer_ok(args: &[&str]) -> Output {
+    let out = infer(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The top classes of an image have the reference's indexes and logits
+/// (within 0.2).
+fn assert_like_reference(classes: &[Value], image: &str, doc: &Value) {
+    for (c, (index, logit)) in classes.iter().zip(reference(image)) {
+        assert_eq!(c["index"].as_i64().unwrap(), index, "{image}: {doc}");
+        let score = c["score"].as_f64().unwrap();
+        assert!(
+            (score - logit).abs() < 0.2,
+            "{image}: {score} vs reference {logit}"
+        );
+    }
 }
 
 /// The reference (INCEPTION scaling) top-3 logits of an image.
@@ -60,7 +75,7 @@ fn classifies_the_example_images_like_image_client() {
     let server = Serve::start(&root().join("examples/model_repository"), &[], &[]);
     for (protocol, port) in [("http", server.port), ("grpc", server.grpc_port)] {
         let url = format!("127.0.0.1:{port}");
-        let out = infer(&[
+        let out = infer_ok(&[
             "-m",
             "efficientnet_lite0",
             "-u",
@@ -71,12 +86,6 @@ fn classifies_the_example_images_like_image_client() {
             "INCEPTION",
             "examples/images/coffee.jpg",
         ]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let text = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "Request 0, batch size 1");
@@ -86,7 +95,7 @@ fn classifies_the_example_images_like_image_client() {
 
         // Top 3 of both images in one batch of 2, as JSON, against the
         // reference logits.
-        let out = infer(&[
+        let out = infer_ok(&[
             "-m",
             "efficientnet_lite0",
             "-u",
@@ -103,12 +112,6 @@ fn classifies_the_example_images_like_image_client() {
             "examples/images/coffee.jpg",
             "examples/images/rocket.jpg",
         ]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc.as_array().unwrap().len(), 1, "{doc}");
         assert_eq!(doc[0]["batch_size"], 2);
@@ -118,20 +121,13 @@ fn classifies_the_example_images_like_image_client() {
         {
             let classes = doc[0]["images"][k]["classes"].as_array().unwrap();
             assert_eq!(classes[0]["label"], *label, "{doc}");
-            for (c, (index, logit)) in classes.iter().zip(reference(image)) {
-                assert_eq!(c["index"].as_i64().unwrap(), index, "{image}: {doc}");
-                let score = c["score"].as_f64().unwrap();
-                assert!(
-                    (score - logit).abs() < 0.2,
-                    "{image}: {score} vs reference {logit}"
-                );
-            }
+            assert_like_reference(classes, image, &doc);
         }
     }
     // The same through the ensemble (preprocessing model, then the
     // classifier): UINT8 pixels in, the same classes out.
     let url = format!("127.0.0.1:{}", server.port);
-    let out = infer(&[
+    let out = infer_ok(&[
         "-m",
         "efficientnet_ensemble",
         "-u",
@@ -142,27 +138,14 @@ fn classifies_the_example_images_like_image_client() {
         "examples/images/coffee.jpg",
         "examples/images/rocket.jpg",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     for (r, image) in ["coffee", "rocket"].iter().enumerate() {
         let classes = doc[r]["images"][0]["classes"].as_array().unwrap();
-        for (c, (index, logit)) in classes.iter().zip(reference(image)) {
-            assert_eq!(c["index"].as_i64().unwrap(), index, "{image}: {doc}");
-            let score = c["score"].as_f64().unwrap();
-            assert!(
-                (score - logit).abs() < 0.2,
-                "{image}: {score} vs reference {logit}"
-            );
-        }
+        assert_like_reference(classes, image, &doc);
     }
     // A directory, streamed over gRPC: every image, in name order.
     let url = format!("127.0.0.1:{}", server.grpc_port);
-    let out = infer(&[
+    let out = infer_ok(&[
         "-m",
         "efficientnet_lite0",
         "-u",
@@ -174,12 +157,6 @@ fn classifies_the_example_images_like_image_client() {
         "--streaming",
         "examples/images",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let text = String::from_utf8_lossy(&out.stdout);
     let images: Vec<&str> = text.lines().filter(|l| l.starts_with("Image ")).collect();
     assert_eq!(

@@ -182,12 +182,7 @@ fn json_input(
 
 /// `n` generated elements (a small xorshift, so runs are repeatable).
 pub fn generate(dt: DataType, n: usize, how: Generate, seed: &mut u64) -> Vec<u8> {
-    let mut next = || {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        *seed
-    };
+    let mut next = || crate::core::types::xorshift64(seed);
     let zero = how == Generate::Zero;
     match dt {
         DataType::Bytes => {

@@ -72,6 +72,15 @@ pub struct Done {
     pub rejected: bool,
 }
 
+/// A thread name as Linux keeps it (15 bytes).
+pub fn thread_name(name: &str) -> String {
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
 /// How to create one instance (called on the instance's own thread).
 pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
 
@@ -109,8 +118,7 @@ impl InstancePool {
         for (i, loader) in loaders.into_iter().enumerate() {
             let rx = Arc::clone(&receivers[if dedicated { i } else { 0 }]);
             let ready = ready_tx.clone();
-            // Linux keeps 15 bytes of a thread name.
-            let name: String = format!("trtis:{label}:{i}").chars().take(15).collect();
+            let name = thread_name(&format!("trtis:{label}:{i}"));
             let handle = std::thread::Builder::new()
                 .name(name)
                 .spawn(move || run_instance(loader, rx, ready))

@@ -120,6 +120,15 @@ impl DataType {
     }
 }
 
+/// The next value of a small xorshift generator: repeatable pseudo-random
+/// numbers for generated data and load schedules (not for anything secret).
+pub fn xorshift64(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
 /// The number of elements of a shape (None on overflow or a negative dim).
 pub fn element_count(shape: &[i64]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {

@@ -86,10 +86,7 @@ fn input_data(
         Some(InputDataType::RandomData(_)) => {
             let mut data = Vec::with_capacity(size + 8);
             while data.len() < size {
-                *seed ^= *seed << 13;
-                *seed ^= *seed >> 7;
-                *seed ^= *seed << 17;
-                data.extend_from_slice(&seed.to_le_bytes());
+                data.extend_from_slice(&crate::core::types::xorshift64(seed).to_le_bytes());
             }
             data.truncate(size);
             if dt == DataType::Fp32

@@ -11,6 +11,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::client::{Client, Prepared};
+use crate::core::types::xorshift64;
 
 use super::load::{new_histogram, Load, Measure, ServerDelta, Window};
 
@@ -88,10 +89,7 @@ impl Sequences {
 
     /// A sequence length: `length` ± `variation` percent, at least 1.
     fn draw_length(&self, seed: &mut u64) -> usize {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        let u = (*seed >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+        let u = (xorshift64(seed) >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
         let spread = (2.0 * u - 1.0) * self.variation / 100.0 * self.length as f64;
         ((self.length as f64 + spread).round() as i64).max(1) as usize
     }
@@ -254,28 +252,18 @@ impl Driver {
         let collector = Arc::clone(&self.collector);
         if let Some(sequences) = self.sequences.clone() {
             return self.rt.spawn(async move {
-                let mut seed =
-                    0x2545_f491_4f6c_dd1du64 ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9);
+                let mut cursor = SeqCursor::new(sequences, index);
                 let mut i = index;
-                while !stop.load(Ordering::Relaxed) {
-                    let id = sequences.next_id();
-                    let length = sequences.draw_length(&mut seed);
-                    for k in 0..length {
-                        // Stopping mid-sequence: its next request ends it.
-                        let end = k + 1 == length || stop.load(Ordering::Relaxed);
-                        let seq = crate::client::SeqFlags {
-                            id,
-                            start: k == 0,
-                            end,
-                        };
-                        let result = requests[i % requests.len()].send_seq(Some(seq)).await;
-                        record(&collector, result);
-                        i += 1;
-                        if end {
-                            sequences.release(id);
-                            break;
-                        }
+                loop {
+                    // Stopping mid-sequence: its next request ends it.
+                    let stopping = stop.load(Ordering::Relaxed);
+                    if stopping && !cursor.in_sequence() {
+                        break;
                     }
+                    let seq = cursor.next(stopping);
+                    let result = requests[i % requests.len()].send_seq(Some(seq)).await;
+                    record(&collector, result);
+                    i += 1;
                 }
             });
         }
@@ -328,10 +316,7 @@ impl Driver {
             let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let gap = if poisson {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    let u = ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                    let u = ((xorshift64(&mut seed) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
                     -u.ln() * mean
                 } else {
                     mean
@@ -402,31 +387,65 @@ async fn sequence_lane(
     mut ticks: tokio::sync::mpsc::UnboundedReceiver<()>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut seed = 0x6a09_e667_f3bc_c909u64 ^ (lane as u64 + 1).wrapping_mul(0x9e37_79b9);
-    let mut current: Option<(u64, usize)> = None; // (id, requests left)
+    let mut cursor = SeqCursor::new(sequences, lane);
     let mut i = lane;
     loop {
         let more = ticks.recv().await.is_some() && !stop.load(Ordering::Relaxed);
-        if !more && current.is_none() {
+        if !more && !cursor.in_sequence() {
             return;
         }
-        let (id, left) = match current {
-            Some(c) => c,
-            None => (sequences.next_id(), sequences.draw_length(&mut seed)),
-        };
-        let start = current.is_none();
-        let end = left <= 1 || !more;
-        let seq = crate::client::SeqFlags { id, start, end };
+        let seq = cursor.next(!more);
         let result = requests[i % requests.len()].send_seq(Some(seq)).await;
         record(&collector, result);
         i += 1;
-        if end {
-            sequences.release(id);
-        }
-        current = if end { None } else { Some((id, left - 1)) };
         if !more {
             return;
         }
+    }
+}
+
+/// One sender's place in its sequences: which sequence it is in and how
+/// many of its requests are left.
+struct SeqCursor {
+    sequences: Sequences,
+    seed: u64,
+    /// (id, requests left including the next one).
+    current: Option<(u64, usize)>,
+}
+
+impl SeqCursor {
+    fn new(sequences: Sequences, index: usize) -> Self {
+        SeqCursor {
+            sequences,
+            seed: 0x2545_f491_4f6c_dd1du64 ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9),
+            current: None,
+        }
+    }
+
+    fn in_sequence(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// The flags of the next request: START on a new sequence's first,
+    /// END on its last (or now, when `ending`); an ended sequence's id is
+    /// released.
+    fn next(&mut self, ending: bool) -> crate::client::SeqFlags {
+        let start = self.current.is_none();
+        let (id, left) = match self.current {
+            Some(c) => c,
+            None => (
+                self.sequences.next_id(),
+                self.sequences.draw_length(&mut self.seed),
+            ),
+        };
+        let end = left <= 1 || ending;
+        if end {
+            self.sequences.release(id);
+            self.current = None;
+        } else {
+            self.current = Some((id, left - 1));
+        }
+        crate::client::SeqFlags { id, start, end }
     }
 }
 
@@ -488,6 +507,30 @@ mod tests {
         assert_eq!(s.next_id(), 7);
         let unbounded = Sequences::new(20, 0.0, 1, 0, 4);
         assert_eq!((unbounded.next_id(), unbounded.next_id()), (1, 2));
+    }
+
+    #[test]
+    fn a_cursor_starts_ends_and_can_end_early() {
+        let mut c = SeqCursor::new(Sequences::new(3, 0.0, 1, 0, 1), 0);
+        let flags: Vec<(u64, bool, bool)> = (0..4)
+            .map(|_| {
+                let f = c.next(false);
+                (f.id, f.start, f.end)
+            })
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, true, false),
+                (1, false, false),
+                (1, false, true),
+                (2, true, false)
+            ]
+        );
+        assert!(c.in_sequence());
+        let f = c.next(true);
+        assert_eq!((f.id, f.start, f.end), (2, false, true));
+        assert!(!c.in_sequence());
     }
 
     #[test]

@@ -18,7 +18,6 @@ Run: .venv/bin/python -m pytest tests/python/test_ensemble.py -q
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -26,11 +25,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from trtis_harness import StreamCollector as Collector
 from trtis_harness import (
     assert_client_error,
     assert_grpc_error,
+    cancel_stream,
     grpc_client_for,
     running_server,
+    stop_stream_within,
 )
 
 PROTOCOLS = ["http", "grpc"]
@@ -294,46 +296,14 @@ def test_ensemble_infer_one_requested_output(clients, protocol, only):
 # --------------------------------------------------------------------------
 
 
-class Collector:
-    """The stream callback: (result, error) pairs in arrival order."""
-
-    def __init__(self):
-        self.items: list[tuple] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, result, error):
-        with self._cond:
-            self.items.append((result, error))
-            self._cond.notify_all()
-
-    def wait_for(self, n: int, timeout: float = STREAM_TIMEOUT_S) -> list[tuple]:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: len(self.items) >= n, timeout)
-            assert ok, f"only {len(self.items)} of {n} stream responses within {timeout} s"
-            return list(self.items)
-
-
 @pytest.fixture
 def stream_client(ens_server):
     """A fresh client per test (tritonclient allows one stream per client)."""
     c = grpc_client_for(ens_server)
     yield c
-    stream = c._stream
-    if stream is not None and stream._response_iterator is not None:
-        stream._response_iterator.cancel()
+    cancel_stream(c)
     c._stream = None
     c.close()
-
-
-def stop_stream_within(client, timeout: float = STREAM_TIMEOUT_S) -> None:
-    t = threading.Thread(target=client.stop_stream, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        stream = client._stream
-        if stream is not None and stream._response_iterator is not None:
-            stream._response_iterator.cancel()
-        pytest.fail(f"stop_stream() did not return within {timeout} s")
 
 
 def test_grpc_stream_ensemble_in_order(stream_client):

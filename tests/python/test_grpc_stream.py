@@ -26,7 +26,6 @@ errors raised before a request exists (unknown model) do not.
 
 from __future__ import annotations
 
-import threading
 
 import grpc
 import numpy as np
@@ -34,28 +33,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from trtis_harness import grpc_channel_for, grpc_client_for
+from trtis_harness import StreamCollector as Collector
+from trtis_harness import cancel_stream, grpc_channel_for, grpc_client_for, stop_stream_within
 
 STREAM_TIMEOUT_S = 15.0
-
-
-class Collector:
-    """The stream callback: keeps (result, error) pairs in arrival order."""
-
-    def __init__(self):
-        self.items: list[tuple] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, result, error):
-        with self._cond:
-            self.items.append((result, error))
-            self._cond.notify_all()
-
-    def wait_for(self, n: int, timeout: float = STREAM_TIMEOUT_S) -> list[tuple]:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: len(self.items) >= n, timeout)
-            assert ok, f"only {len(self.items)} of {n} stream responses within {timeout} s"
-            return list(self.items)
 
 
 @pytest.fixture
@@ -63,25 +44,9 @@ def stream_client(server):
     """A fresh client per test (tritonclient allows one stream per client)."""
     c = grpc_client_for(server)
     yield c
-    # Do not let a broken server hang the suite in close()/stop_stream().
-    stream = c._stream
-    if stream is not None and stream._response_iterator is not None:
-        stream._response_iterator.cancel()
+    cancel_stream(c)
     c._stream = None
     c.close()
-
-
-def stop_stream_within(client, timeout: float = STREAM_TIMEOUT_S) -> None:
-    """stop_stream() half-closes and joins the reader thread, which only ends
-    when the server finishes the call: fail instead of hanging."""
-    t = threading.Thread(target=client.stop_stream, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        stream = client._stream
-        if stream is not None and stream._response_iterator is not None:
-            stream._response_iterator.cancel()
-        pytest.fail(f"stop_stream() did not return within {timeout} s: the server did not end the stream")
 
 
 def simple_request(batch: int, seed: int):
@@ -263,8 +228,7 @@ def test_two_streams_do_not_mix(server):
             stop_stream_within(c)
     finally:
         for c in clients:
-            if c._stream is not None and c._stream._response_iterator is not None:
-                c._stream._response_iterator.cancel()
+            cancel_stream(c)
             c._stream = None
             c.close()
 

@@ -56,10 +56,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from trtis_harness import StreamCollector as Collector
 from trtis_harness import (
     EXAMPLES,
     assert_client_error,
     assert_grpc_error,
+    cancel_stream,
     grpc_client_for,
     running_server,
 )
@@ -260,37 +262,6 @@ def infer_error(client, protocol: str, model: str, value: int, **kw) -> Inferenc
     return e.value
 
 
-class Collector:
-    """The stream callback: (result, error) pairs in arrival order."""
-
-    def __init__(self):
-        self.items: list[tuple] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, result, error):
-        with self._cond:
-            self.items.append((result, error))
-            self._cond.notify_all()
-
-    def wait_for(self, n: int, timeout: float = STREAM_TIMEOUT_S) -> list[tuple]:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: len(self.items) >= n, timeout)
-            assert ok, f"only {len(self.items)} of {n} stream responses within {timeout} s"
-            return list(self.items)
-
-    def by_id(self, n: int) -> tuple[dict, list]:
-        """Waits for `n` responses: ({request id: result}, [errors])."""
-        results, errors = {}, []
-        for result, error in self.wait_for(n):
-            if error is not None:
-                errors.append(error)
-                continue
-            rid = result.get_response().id
-            assert rid not in results, f"two responses for request {rid!r}"
-            results[rid] = result
-        return results, errors
-
-
 class Stream:
     """A fresh gRPC client with one started stream; `close()` half-closes
     (failing if the server does not end the call) and never hangs."""
@@ -310,18 +281,13 @@ class Stream:
             sequence_end=end,
         )
 
-    def _cancel(self):
-        stream = self.client._stream
-        if stream is not None and stream._response_iterator is not None:
-            stream._response_iterator.cancel()
-
     def close(self, check: bool = True) -> None:
         t = threading.Thread(target=self.client.stop_stream, daemon=True)
         t.start()
         t.join(STREAM_TIMEOUT_S)
         hung = t.is_alive()
         if hung:
-            self._cancel()
+            cancel_stream(self.client)
         self.client._stream = None
         self.client.close()
         if hung and check:

@@ -682,3 +682,61 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# gRPC streams (tritonclient.grpc start_stream / async_stream_infer)
+# --------------------------------------------------------------------------
+
+STREAM_TIMEOUT_S = 30.0
+
+
+class StreamCollector:
+    """A stream callback: keeps (result, error) pairs in arrival order."""
+
+    def __init__(self):
+        self.items: list[tuple] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, result, error):
+        with self._cond:
+            self.items.append((result, error))
+            self._cond.notify_all()
+
+    def wait_for(self, n: int, timeout: float = STREAM_TIMEOUT_S) -> list[tuple]:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len(self.items) >= n, timeout)
+            assert ok, f"only {len(self.items)} of {n} stream responses within {timeout} s"
+            return list(self.items)
+
+    def by_id(self, n: int) -> tuple[dict, list]:
+        """Waits for `n` responses: ({request id: result}, [errors])."""
+        results, errors = {}, []
+        for result, error in self.wait_for(n):
+            if error is not None:
+                errors.append(error)
+                continue
+            rid = result.get_response().id
+            assert rid not in results, f"two responses for request {rid!r}"
+            results[rid] = result
+        return results, errors
+
+
+def cancel_stream(client) -> None:
+    """Cancels a client's stream without waiting for the server (so a
+    broken server cannot hang the suite in close()/stop_stream())."""
+    stream = client._stream
+    if stream is not None and stream._response_iterator is not None:
+        stream._response_iterator.cancel()
+
+
+def stop_stream_within(client, timeout: float = STREAM_TIMEOUT_S) -> None:
+    """stop_stream() half-closes and joins the reader thread, which only ends
+    when the server finishes the call: fail instead of hanging."""
+    t = threading.Thread(target=client.stop_stream, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        cancel_stream(client)
+        pytest.fail(f"stop_stream() did not return within {timeout} s: the server did not end the stream")
+

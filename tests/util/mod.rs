@@ -35,3 +35,18 @@ pub fn trtis(dir: &Path, args: &[&str]) -> Output {
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether ONNX Runtime can be loaded; without it the ONNX tests are
+/// skipped, except under `TRTIS_REQUIRE_PYTHON` (scripts/test.sh), where
+/// its absence fails them.
+pub fn onnx_available() -> bool {
+    if trtis::core::backend::onnx::find_library().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRTIS_REQUIRE_PYTHON").is_none(),
+        "ONNX Runtime not found: run scripts/setup.sh"
+    );
+    eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
+    false
+}

@@ -137,11 +137,7 @@ pub fn default_intra_threads(config: &ModelConfig) -> usize {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let instances: usize = config
-        .instance_group
-        .iter()
-        .map(|g| g.count.max(1) as usize)
-        .sum();
+    let instances = crate::core::config::normalize::instance_count(config);
     (cores / instances.max(1)).max(1)
 }
 

@@ -341,14 +341,9 @@ impl ModelManager {
         }
         let version_dir = model_dir.join(version.to_string());
         let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
-        let instance_count: usize = config
-            .instance_group
-            .iter()
-            .map(|g| g.count.max(1) as usize)
-            .sum();
         let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
             config,
-            instance_count,
+            crate::core::config::normalize::instance_count(config),
             model_dir,
         )?;
         let mut loaders: Vec<Loader> = Vec::new();

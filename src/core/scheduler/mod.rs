@@ -128,7 +128,7 @@ impl DynamicBatcher {
             capacity: capacity.max(1),
             delivery,
         });
-        let name: String = format!("trtis:batch:{label}").chars().take(15).collect();
+        let name = crate::core::instance::thread_name(&format!("trtis:batch:{label}"));
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name)
@@ -184,9 +184,7 @@ impl DynamicBatcher {
         self.shared.cv.notify_all();
         Ok(())
     }
-}
 
-impl DynamicBatcher {
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
@@ -197,8 +195,7 @@ impl DynamicBatcher {
 
 impl Drop for DynamicBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().unwrap().open = false;
-        self.shared.cv.notify_all();
+        self.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

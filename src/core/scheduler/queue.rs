@@ -24,6 +24,18 @@ use crate::core::error::Error;
 use crate::core::instance::Done;
 use crate::core::types::Tensor;
 
+/// A config's `preferred_batch_size` list: positive, ascending, distinct.
+pub fn preferred_sizes(sizes: &[i32]) -> Vec<usize> {
+    let mut preferred: Vec<usize> = sizes
+        .iter()
+        .filter(|&&p| p > 0)
+        .map(|&p| p as usize)
+        .collect();
+    preferred.sort_unstable();
+    preferred.dedup();
+    preferred
+}
+
 /// What happens to a request whose queue timeout expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeoutAction {
@@ -108,14 +120,7 @@ impl BatchConfig {
         if c.max_batch_size <= 0 {
             return None;
         }
-        let mut preferred: Vec<usize> = db
-            .preferred_batch_size
-            .iter()
-            .filter(|&&p| p > 0)
-            .map(|&p| p as usize)
-            .collect();
-        preferred.sort_unstable();
-        preferred.dedup();
+        let preferred = preferred_sizes(&db.preferred_batch_size);
         let default_policy = db
             .default_queue_policy
             .as_ref()

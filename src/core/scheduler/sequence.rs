@@ -151,27 +151,26 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         }
     }
 
-    pub fn config(&self) -> &SeqConfig {
-        &self.config
-    }
-
     /// Requests waiting (in places and in the backlog).
     pub fn queued(&self) -> usize {
         self.queued
     }
 
     /// Sequences holding a place or waiting for one.
+    #[cfg(test)]
     pub fn sequences(&self) -> usize {
         self.sequences.len()
     }
 
     /// Sequences waiting for a place.
+    #[cfg(test)]
     pub fn backlog_len(&self) -> usize {
         self.backlog.len()
     }
 
     /// Where a sequence is: (instance, place), None in the backlog or when
     /// unknown.
+    #[cfg(test)]
     pub fn place_of(&self, key: &K) -> Option<(usize, usize)> {
         self.active
             .get(key)

@@ -88,14 +88,7 @@ impl SeqSettings {
         // leave each instance in batch order (Triton orders per instance).
         let seq = match &sb.strategy_choice {
             Some(StrategyChoice::Oldest(o)) => {
-                let mut preferred: Vec<usize> = o
-                    .preferred_batch_size
-                    .iter()
-                    .filter(|&&p| p > 0)
-                    .map(|&p| p as usize)
-                    .collect();
-                preferred.sort_unstable();
-                preferred.dedup();
+                let preferred = super::queue::preferred_sizes(&o.preferred_batch_size);
                 SeqConfig {
                     strategy: Strategy::Oldest,
                     instances,
@@ -243,22 +236,32 @@ impl SeqSettings {
             .map(|c| c.name.as_str())
             .chain(self.states.iter().map(|s| s.input.as_str()))
     }
-}
 
-impl SeqSettings {
+    /// A request's (or a batch row's) shape without the batch dimension.
+    pub fn row_shape(&self, shape: &[i64]) -> Vec<i64> {
+        match shape.split_first() {
+            Some((_, rest)) if self.batching => rest.to_vec(),
+            _ => shape.to_vec(),
+        }
+    }
+
+    /// The shape of `n` rows of `row` (the batch dimension first when the
+    /// model batches).
+    pub fn batch_shape(&self, n: usize, row: &[i64]) -> Vec<i64> {
+        if self.batching {
+            std::iter::once(n as i64)
+                .chain(row.iter().copied())
+                .collect()
+        } else {
+            row.to_vec()
+        }
+    }
+
     /// The control and state inputs for a request of `rows` rows that
     /// are each a whole sequence (START, END and READY true, CORRID 0,
     /// initial states): what model warmup adds to its samples.
     pub fn standalone_inputs(&self, rows: usize) -> Vec<Tensor> {
-        let shape = |row: &[i64]| -> Vec<i64> {
-            if self.batching {
-                std::iter::once(rows as i64)
-                    .chain(row.iter().copied())
-                    .collect()
-            } else {
-                row.to_vec()
-            }
-        };
+        let shape = |row: &[i64]| self.batch_shape(rows, row);
         let rows = if self.batching { rows } else { 1 };
         let mut out = Vec::new();
         for c in &self.controls {
@@ -373,7 +376,7 @@ impl SequenceBatcher {
             settings,
             capacity: capacity.max(1),
         });
-        let name: String = format!("trtis:seq:{label}").chars().take(15).collect();
+        let name = crate::core::instance::thread_name(&format!("trtis:seq:{label}"));
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name)
@@ -636,38 +639,16 @@ fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> W
     let settings = &shared.settings;
     let n = rows.len();
     let template = rows.iter().flatten().next().expect("a batch has a request");
-    let row_shape = |shape: &[i64]| -> Vec<i64> {
-        if settings.batching {
-            shape[1..].to_vec()
-        } else {
-            shape.to_vec()
-        }
-    };
-    let batched = |row: &[i64]| -> Vec<i64> {
-        if settings.batching {
-            std::iter::once(n as i64)
-                .chain(row.iter().copied())
-                .collect()
-        } else {
-            row.to_vec()
-        }
-    };
+    let batched = |row: &[i64]| settings.batch_shape(n, row);
     let mut inputs = Vec::new();
     for (j, t) in template.request.inputs.iter().enumerate() {
-        let per_row = row_shape(&t.shape);
+        let per_row = settings.row_shape(&t.shape);
         let null = zeros(t.datatype, &per_row);
-        let mut data = Vec::new();
-        for row in &rows {
-            match row {
-                Some(r) => data.extend_from_slice(&r.request.inputs[j].data),
-                None => data.extend_from_slice(&null),
-            }
-        }
         inputs.push(Tensor {
             name: t.name.clone(),
             datatype: t.datatype,
             shape: batched(&per_row),
-            data,
+            data: column(&rows, &null, |r| &r.request.inputs[j].data),
         });
     }
     for c in &settings.controls {
@@ -692,20 +673,13 @@ fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> W
         });
     }
     for (k, spec) in settings.states.iter().enumerate() {
-        let template = template.states[k].shape.clone();
-        let null = zeros(spec.datatype, &template);
-        let mut data = Vec::new();
-        for row in &rows {
-            match row {
-                Some(r) => data.extend_from_slice(&r.states[k].data),
-                None => data.extend_from_slice(&null),
-            }
-        }
+        let template = &template.states[k].shape;
+        let null = zeros(spec.datatype, template);
         inputs.push(Tensor {
             name: spec.input.clone(),
             datatype: spec.datatype,
-            shape: batched(&template),
-            data,
+            shape: batched(template),
+            data: column(&rows, &null, |r| &r.states[k].data),
         });
     }
     // Outputs: everything any row asked for, and the output states.
@@ -740,6 +714,20 @@ fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> W
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
     }
+}
+
+/// One batched tensor's data: each row's piece in row order (`null` for an
+/// empty row).
+fn column<'a>(
+    rows: &'a [Option<RowInfo>],
+    null: &'a [u8],
+    piece: impl Fn(&'a RowInfo) -> &'a [u8],
+) -> Vec<u8> {
+    let mut data = Vec::new();
+    for row in rows {
+        data.extend_from_slice(row.as_ref().map_or(null, &piece));
+    }
+    data
 }
 
 /// The initial value of every implicit state.
@@ -821,11 +809,7 @@ fn row_outcome(settings: &SeqSettings, row: &RowInfo, part: Result<Vec<Tensor>>)
         next.push(Tensor {
             name: spec.input.clone(),
             datatype: t.datatype,
-            shape: if settings.batching {
-                t.shape[1..].to_vec()
-            } else {
-                t.shape.clone()
-            },
+            shape: settings.row_shape(&t.shape),
             data: t.data.clone(),
         });
     }

@@ -16,6 +16,10 @@ simple_sequence, simple_dyna_sequence: Triton's sequence examples of the
 same names as ONNX models (the sequence batcher's control inputs in, so the
 official sequence client examples get the answers they check for);
 simple_accumulator: a running sum kept by the server as implicit state.
+
+simple_ragged: ragged batching: requests of different lengths batched
+without padding, with a batch input giving the model each request's offsets
+and an output scattered back by the requests' input shapes.
 """
 import os
 
@@ -116,6 +120,44 @@ def make_simple_accumulator(path):
     _save(nodes, "simple_accumulator", inputs, [_int32("OUTPUT"), _int32("OUTPUT_STATE")], path, inits)
 
 
+def make_simple_ragged(path):
+    """Ragged batching: INPUT is every request's FP32 values back to back
+    ([elements], the server flattens the ragged input), OFFSETS the batch
+    input BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO ([requests + 1]). SUM is
+    each request's sum ([requests, 1]); DOUBLED is INPUT * 2, scattered
+    back to the requests by their INPUT shapes (BATCH_SCATTER_WITH_INPUT_SHAPE)."""
+    inits = [
+        helper.make_tensor("axis0", TensorProto.INT64, [], [0]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]),
+        helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+        helper.make_tensor("s0", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("s1", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("e_last", TensorProto.INT64, [1], [-1]),
+        helper.make_tensor("e_end", TensorProto.INT64, [1], [2**62]),
+        helper.make_tensor("axes1", TensorProto.INT64, [1], [1]),
+    ]
+    nodes = [
+        helper.make_node("CumSum", ["INPUT", "axis0"], ["running"], name="running_sum"),
+        helper.make_node("Concat", ["zero", "running"], ["running0"], axis=0, name="from_zero"),
+        helper.make_node("Slice", ["OFFSETS", "s1", "e_end", "s0"], ["ends"], name="ends"),
+        helper.make_node("Slice", ["OFFSETS", "s0", "e_last", "s0"], ["starts"], name="starts"),
+        helper.make_node("Gather", ["running0", "ends"], ["at_end"], axis=0, name="at_end"),
+        helper.make_node("Gather", ["running0", "starts"], ["at_start"], axis=0, name="at_start"),
+        helper.make_node("Sub", ["at_end", "at_start"], ["sums"], name="segment_sums"),
+        helper.make_node("Unsqueeze", ["sums", "axes1"], ["SUM"], name="sum"),
+        helper.make_node("Mul", ["INPUT", "two"], ["DOUBLED"], name="doubled"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["elements"]),
+        helper.make_tensor_value_info("OFFSETS", TensorProto.INT32, ["offsets"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("SUM", TensorProto.FLOAT, ["requests", 1]),
+        helper.make_tensor_value_info("DOUBLED", TensorProto.FLOAT, ["elements"]),
+    ]
+    _save(nodes, "simple_ragged", inputs, outputs, path, inits)
+
+
 if __name__ == "__main__":
     make_simple(os.path.join(HERE, "model_repository", "simple", "1", "model.onnx"))
     print("wrote simple/1/model.onnx")
@@ -123,7 +165,8 @@ if __name__ == "__main__":
     print("wrote preprocess_inception/1/model.onnx")
     for name, make in (("simple_sequence", make_simple_sequence),
                        ("simple_dyna_sequence", make_simple_dyna_sequence),
-                       ("simple_accumulator", make_simple_accumulator)):
+                       ("simple_accumulator", make_simple_accumulator),
+                       ("simple_ragged", make_simple_ragged)):
         os.makedirs(os.path.join(HERE, "model_repository", name, "1"), exist_ok=True)
         make(os.path.join(HERE, "model_repository", name, "1", "model.onnx"))
         print(f"wrote {name}/1/model.onnx")

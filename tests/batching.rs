@@ -499,3 +499,155 @@ fn unloading_sends_queued_requests_without_waiting_out_the_delay() {
     let (status, _) = s.json("POST", "/v2/models/batched/infer", body(4, 1));
     assert_ne!(status, 200);
 }
+
+fn ragged_repo(batching: &str, record: &std::path::Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("ragged");
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::write(m.join("1/.keep"), "").unwrap();
+    std::fs::write(
+        m.join("config.pbtxt"),
+        format!(
+            r#"backend: "identity"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+batch_input [
+  {{ kind: BATCH_ELEMENT_COUNT target_name: "COUNT" data_type: TYPE_INT32 source_input: "IN" }},
+  {{ kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: "OFFSETS" data_type: TYPE_FP32 source_input: "IN" }}
+]
+batch_output [ {{ kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "OUT" source_input: "IN" }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{batching}
+parameters {{ key: "record_inputs" value: {{ string_value: "{}" }} }}
+"#,
+            record.display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// The lines of a `record_inputs` file: input name → datatype, shape, values.
+fn recorded(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn ragged_call(s: &TestServer, len: usize) -> Value {
+    let data: Vec<f32> = (0..len).map(|k| (len * 10 + k) as f32).collect();
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/ragged/infer",
+        json!({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, len], "data": data}]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["outputs"][0]["shape"], json!([1, len]), "{out}");
+    assert_eq!(
+        out["outputs"][0]["data"],
+        json!(data),
+        "request of {len} got another's elements"
+    );
+    out
+}
+
+#[test]
+fn ragged_requests_batch_with_batch_inputs_and_scattered_outputs() {
+    let record_dir = tempfile::tempdir().unwrap();
+    let record = record_dir.path().join("inputs.jsonl");
+    let repo = ragged_repo(
+        "dynamic_batching { max_queue_delay_microseconds: 300000 }",
+        &record,
+    );
+    let s = Arc::new(TestServer::start(
+        repo.path(),
+        ControlMode::None,
+        &[],
+        1 << 20,
+    ));
+    // Triton's QA lengths: 2, 4, 1, 3, sent together within the delay.
+    let handles: Vec<_> = [2usize, 4, 1, 3]
+        .into_iter()
+        .enumerate()
+        .map(|(i, len)| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                // In this order, so the batch's order is known.
+                std::thread::sleep(std::time::Duration::from_millis(40 * i as u64));
+                ragged_call(&s, len);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let st = {
+        let (_, v) = s.json("GET", "/v2/models/ragged/stats", Value::Null);
+        v["model_stats"][0].clone()
+    };
+    assert_eq!(st["execution_count"], 1, "{st}");
+    let lines = recorded(&record);
+    assert_eq!(lines.len(), 1);
+    let by_name = |n: &str| lines[0][n].clone();
+    // The ragged input reaches the model flattened: 2 + 4 + 1 + 3.
+    assert_eq!(by_name("IN")["shape"], json!([10]), "{}", lines[0]);
+    assert_eq!(by_name("COUNT")["shape"], json!([4]));
+    assert_eq!(by_name("COUNT")["values"], json!([2, 4, 1, 3]));
+    assert_eq!(by_name("COUNT")["datatype"], "INT32");
+    assert_eq!(
+        by_name("OFFSETS")["values"],
+        json!([0.0, 2.0, 6.0, 7.0, 10.0])
+    );
+    assert_eq!(by_name("OFFSETS")["datatype"], "FP32");
+}
+
+#[test]
+fn a_ragged_request_alone_is_flattened_and_gets_its_batch_inputs() {
+    // Without dynamic batching, and with it for a lone request: the model
+    // gets the same tensors either way.
+    for batching in ["", "dynamic_batching { }"] {
+        let record_dir = tempfile::tempdir().unwrap();
+        let record = record_dir.path().join("inputs.jsonl");
+        let repo = ragged_repo(batching, &record);
+        let s = TestServer::start(repo.path(), ControlMode::None, &[], 1 << 20);
+        ragged_call(&s, 5);
+        let lines = recorded(&record);
+        let line = &lines[0];
+        assert_eq!(line["IN"]["shape"], json!([5]), "{batching}: {line}");
+        assert_eq!(line["COUNT"]["values"], json!([5]), "{batching}: {line}");
+        assert_eq!(
+            line["OFFSETS"]["values"],
+            json!([0.0, 5.0]),
+            "{batching}: {line}"
+        );
+    }
+}
+
+#[test]
+fn batch_inputs_with_the_sequence_batcher_fail_the_load_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("seq_ragged");
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::write(
+        m.join("config.pbtxt"),
+        r#"backend: "identity"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "COUNT" data_type: TYPE_INT32 source_input: "IN" } ]
+sequence_batching { }
+"#,
+    )
+    .unwrap();
+    let config = trtis::core::engine::ServerConfig::new(dir.path());
+    let (engine, errors) = trtis::core::engine::Engine::start(config).unwrap();
+    let all = format!("{errors:?}");
+    assert!(
+        all.contains("batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"),
+        "{all}"
+    );
+    engine.shutdown();
+}

@@ -86,7 +86,7 @@ fn validate_config_usage_and_io_errors_exit_2() {
 fn the_example_repository_validates() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let out = trtis(&examples, &["validate-config", "model_repository"]);
-    assert_eq!(stdout(&out), "OK: 8 models checked, 0 errors, 0 warnings\n");
+    assert_eq!(stdout(&out), "OK: 9 models checked, 0 errors, 0 warnings\n");
     assert_eq!(out.status.code(), Some(0));
 }
 

@@ -500,6 +500,13 @@ impl Engine {
         }
         let (reply, done_rx) = oneshot::channel();
         let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
+        // Without a batcher the request is a batch of one: its scattered
+        // outputs take their shapes from its own inputs.
+        let scatter = if model.batcher.is_none() && model.sequencer.is_none() {
+            model.batch_io.scatter_shapes(&[&inputs])
+        } else {
+            Vec::new()
+        };
         let enqueued = Instant::now();
         model
             .stats
@@ -535,15 +542,16 @@ impl Engine {
                 },
                 &request.id,
             ),
-            (None, None) => pool
-                .submit(Work {
+            (None, None) => model.batch_io.single(inputs).and_then(|inputs| {
+                pool.submit(Work {
                     inputs,
                     outputs: names,
                     enqueued,
                     reply: Reply::Caller(reply),
                     pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
                 })
-                .map_err(|(e, _)| e),
+                .map_err(|(e, _)| e)
+            }),
         };
         if let Err(e) = submitted {
             model
@@ -580,6 +588,10 @@ impl Engine {
         };
         let tensors = match done
             .result
+            .and_then(|mut t| {
+                crate::core::scheduler::batch_io::BatchIo::apply_scatter(&scatter, &mut t)?;
+                Ok(t)
+            })
             .and_then(|t| classify(&model, &outputs, t, batch))
             .and_then(|t| self.write_shm_outputs(&outputs, t))
         {

@@ -223,6 +223,8 @@ pub fn run(
     sequence: Option<&crate::core::scheduler::sequence_batcher::SeqSettings>,
 ) -> Result<()> {
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
+    // A sample is a batch of one request, as the model takes it alone.
+    let io = crate::core::scheduler::batch_io::BatchIo::from_config(config);
     for s in samples {
         for i in 0..s.count {
             crate::core::logging::verbose(&format!(
@@ -263,7 +265,9 @@ pub fn run(
                         }
                         inputs
                     });
-                let result = checked.and_then(|inputs| instance.execute(&inputs, &outputs));
+                let result = checked
+                    .and_then(|inputs| io.single(inputs))
+                    .and_then(|inputs| instance.execute(&inputs, &outputs));
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(
                         "failed to run warmup sample '{}': {}; ",

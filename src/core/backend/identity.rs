@@ -42,6 +42,11 @@ impl IdentityInstance {
             ),
             _ => (0, Vec::new()),
         };
+        // Batch inputs follow the config's inputs too.
+        let supplied = supplied
+            + crate::core::scheduler::batch_io::BatchIo::from_config(config)
+                .input_names()
+                .count();
         if config.output.len() > config.input.len() + supplied {
             return Err(Error::invalid_arg(format!(
                 "identity model '{}' has more outputs than inputs",

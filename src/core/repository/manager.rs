@@ -71,6 +71,9 @@ pub struct LoadedModel {
     pub stats: Arc<ModelStats>,
     /// Output name → labels from its `label_filename`.
     pub labels: BTreeMap<String, Vec<String>>,
+    /// Batch inputs, scattered outputs and ragged inputs, for requests
+    /// that reach an instance without a batcher.
+    pub batch_io: crate::core::scheduler::batch_io::BatchIo,
 }
 
 impl LoadedModel {
@@ -337,10 +340,22 @@ impl ModelManager {
                 sequencer: None,
                 stats: Arc::default(),
                 labels: labels.clone(),
+                batch_io: Default::default(),
             });
         }
         let version_dir = model_dir.join(version.to_string());
         let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
+        if config.scheduling_choice.as_ref().is_some_and(|s| {
+            matches!(
+                s,
+                crate::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)
+            )
+        }) && (!config.batch_input.is_empty() || !config.batch_output.is_empty())
+        {
+            return Err(Error::unsupported(format!(
+                "model '{name}': batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"
+            )));
+        }
         let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
             config,
             crate::core::config::normalize::instance_count(config),
@@ -394,6 +409,7 @@ impl ModelManager {
                 instances,
                 self.opts.queue_capacity,
                 Arc::clone(&stats),
+                crate::core::scheduler::batch_io::BatchIo::from_config(config),
             )?),
             None => None,
         };
@@ -418,6 +434,7 @@ impl ModelManager {
             sequencer,
             stats,
             labels: labels.clone(),
+            batch_io: crate::core::scheduler::batch_io::BatchIo::from_config(config),
         })
     }
 

@@ -12,6 +12,7 @@
 //! which split the outputs among its requests; with `preserve_ordering`
 //! the answers are released in arrival order.
 
+pub mod batch_io;
 pub mod queue;
 pub mod sequence;
 pub mod sequence_batcher;
@@ -51,6 +52,8 @@ struct Shared {
     config: BatchConfig,
     capacity: usize,
     delivery: Delivery,
+    /// Batch inputs and scattered outputs.
+    io: batch_io::BatchIo,
 }
 
 /// How answers reach the callers: at once, or in arrival order.
@@ -109,6 +112,7 @@ impl DynamicBatcher {
         instances: usize,
         capacity: usize,
         stats: Arc<crate::core::stats::ModelStats>,
+        io: batch_io::BatchIo,
     ) -> Result<Self> {
         let delivery = if config.preserve_ordering {
             Delivery::Ordered(Mutex::default())
@@ -127,6 +131,7 @@ impl DynamicBatcher {
             config,
             capacity: capacity.max(1),
             delivery,
+            io,
         });
         let name = crate::core::instance::thread_name(&format!("trtis:batch:{label}"));
         let thread_shared = Arc::clone(&shared);
@@ -317,7 +322,14 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         .min()
         .unwrap_or_else(Instant::now);
     let outputs = batch[0].outputs.clone();
-    let inputs = concat_inputs(&batch, total, &shared.config.ragged);
+    let views: Vec<&[Tensor]> = batch.iter().map(|r| r.inputs.as_slice()).collect();
+    let scatter = shared.io.scatter_shapes(&views);
+    let inputs = shared.io.batch_inputs(&views).map(|extra| {
+        let mut inputs = concat_inputs(&batch, total, &shared.config.ragged);
+        inputs.extend(extra);
+        inputs
+    });
+    drop(views);
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -332,7 +344,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             finish_shared.stats.record_execution(total, done.compute);
         }
         let parts = match done.result {
-            Ok(tensors) => split(&tensors, &sizes),
+            Ok(tensors) => split(&tensors, &sizes, &scatter),
             Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
         };
         for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
@@ -346,6 +358,20 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         }
         finish_shared.state.lock().unwrap().free += 1;
         finish_shared.cv.notify_all();
+    };
+    let inputs = match inputs {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            // The batch inputs cannot be made (item shapes of different
+            // ranks): the batch fails with the reason.
+            finish(Done {
+                result: Err(e),
+                queue: Duration::ZERO,
+                compute: Duration::ZERO,
+                rejected: false,
+            });
+            return;
+        }
     };
     let work = Work {
         inputs,
@@ -365,11 +391,29 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     }
 }
 
-/// Splits batched outputs along dim 0 into the requests' parts.
-fn split(tensors: &[Tensor], sizes: &[usize]) -> Vec<Result<Vec<Tensor>>> {
+/// Splits batched outputs along dim 0 into the requests' parts; a
+/// scattered output (`batch_output`) by the requests' shapes of it.
+fn split(
+    tensors: &[Tensor],
+    sizes: &[usize],
+    scatter: &[(String, Vec<Vec<i64>>)],
+) -> Vec<Result<Vec<Tensor>>> {
     let total: usize = sizes.iter().sum();
     let mut parts: Vec<Result<Vec<Tensor>>> = sizes.iter().map(|_| Ok(Vec::new())).collect();
     for t in tensors {
+        if let Some((_, shapes)) = scatter.iter().find(|(name, _)| name == &t.name) {
+            match batch_io::scatter(t, shapes) {
+                Ok(pieces) => {
+                    for (part, piece) in parts.iter_mut().zip(pieces) {
+                        if let Ok(list) = part {
+                            list.push(piece);
+                        }
+                    }
+                }
+                Err(e) => return sizes.iter().map(|_| Err(e.clone())).collect(),
+            }
+            continue;
+        }
         let rows = t.shape.first().copied().unwrap_or(0) as usize;
         if rows != total {
             let e = Error::internal(format!(
@@ -498,7 +542,7 @@ mod tests {
             shape: vec![3, 2],
             data: (0..6i32).flat_map(|x| x.to_le_bytes()).collect(),
         };
-        let parts = split(&[t], &[1, 2]);
+        let parts = split(&[t], &[1, 2], &[]);
         let a = parts[0].as_ref().unwrap();
         let b = parts[1].as_ref().unwrap();
         assert_eq!(a[0].shape, vec![1, 2]);
@@ -513,7 +557,7 @@ mod tests {
             shape: vec![2, 1],
             data: Tensor::serialize_bytes([b"a".as_slice(), b"bc".as_slice()]),
         };
-        let parts = split(&[strings], &[1, 1]);
+        let parts = split(&[strings], &[1, 1], &[]);
         assert_eq!(
             parts[1].as_ref().unwrap()[0].data,
             Tensor::serialize_bytes([b"bc".as_slice()])

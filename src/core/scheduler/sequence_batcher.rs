@@ -849,7 +849,7 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
         shared.stats.record_execution(n, done.compute);
     }
     let parts: Vec<Result<Vec<Tensor>>> = match done.result {
-        Ok(tensors) if settings.batching => split(&tensors, &vec![1; n]),
+        Ok(tensors) if settings.batching => split(&tensors, &vec![1; n], &[]),
         Ok(tensors) => vec![Ok(tensors)],
         Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
     };

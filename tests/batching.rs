@@ -8,15 +8,14 @@ use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
 use crate::http::TestServer;
+use crate::util::{recorded, write_model};
 
 fn repo(delay_us: u64, preferred: &str, execute_delay_ms: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let m = dir.path().join("batched");
-    std::fs::create_dir_all(m.join("1")).unwrap();
-    std::fs::write(m.join("1/.keep"), "").unwrap();
-    std::fs::write(
-        m.join("config.pbtxt"),
-        format!(
+    write_model(
+        dir.path(),
+        "batched",
+        &format!(
             r#"backend: "identity"
 max_batch_size: 8
 input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] }} ]
@@ -26,8 +25,7 @@ dynamic_batching {{ max_queue_delay_microseconds: {delay_us} {preferred} }}
 parameters {{ key: "execute_delay_ms" value: {{ string_value: "{execute_delay_ms}" }} }}
 "#
         ),
-    )
-    .unwrap();
+    );
     dir
 }
 
@@ -133,12 +131,10 @@ fn batches_grow_while_the_instance_is_busy() {
 /// per execution) and this `dynamic_batching` body.
 fn policy_repo(batching: &str, instances: usize, max_batch: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let m = dir.path().join("m");
-    std::fs::create_dir_all(m.join("1")).unwrap();
-    std::fs::write(m.join("1/.keep"), "").unwrap();
-    std::fs::write(
-        m.join("config.pbtxt"),
-        format!(
+    write_model(
+        dir.path(),
+        "m",
+        &format!(
             r#"backend: "identity"
 max_batch_size: {max_batch}
 input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
@@ -148,8 +144,7 @@ dynamic_batching {{ {batching} }}
 parameters {{ key: "delay_input" value: {{ string_value: "INPUT0" }} }}
 "#
         ),
-    )
-    .unwrap();
+    );
     dir
 }
 
@@ -502,12 +497,10 @@ fn unloading_sends_queued_requests_without_waiting_out_the_delay() {
 
 fn ragged_repo(batching: &str, record: &std::path::Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let m = dir.path().join("ragged");
-    std::fs::create_dir_all(m.join("1")).unwrap();
-    std::fs::write(m.join("1/.keep"), "").unwrap();
-    std::fs::write(
-        m.join("config.pbtxt"),
-        format!(
+    write_model(
+        dir.path(),
+        "ragged",
+        &format!(
             r#"backend: "identity"
 max_batch_size: 8
 input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }} ]
@@ -523,18 +516,8 @@ parameters {{ key: "record_inputs" value: {{ string_value: "{}" }} }}
 "#,
             record.display()
         ),
-    )
-    .unwrap();
+    );
     dir
-}
-
-/// The lines of a `record_inputs` file: input name → datatype, shape, values.
-fn recorded(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn ragged_call(s: &TestServer, len: usize) -> Value {
@@ -629,10 +612,9 @@ fn a_ragged_request_alone_is_flattened_and_gets_its_batch_inputs() {
 #[test]
 fn batch_inputs_with_the_sequence_batcher_fail_the_load_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let m = dir.path().join("seq_ragged");
-    std::fs::create_dir_all(m.join("1")).unwrap();
-    std::fs::write(
-        m.join("config.pbtxt"),
+    write_model(
+        dir.path(),
+        "seq_ragged",
         r#"backend: "identity"
 max_batch_size: 8
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
@@ -640,8 +622,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "COUNT" data_type: TYPE_INT32 source_input: "IN" } ]
 sequence_batching { }
 "#,
-    )
-    .unwrap();
+    );
     let config = trtis::core::engine::ServerConfig::new(dir.path());
     let (engine, errors) = trtis::core::engine::Engine::start(config).unwrap();
     let all = format!("{errors:?}");

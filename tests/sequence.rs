@@ -74,15 +74,6 @@ fn send(s: &Arc<TestServer>, model: &str, body: Value) -> std::thread::JoinHandl
     std::thread::spawn(move || infer(&s, &model, body))
 }
 
-/// The recorded executions: per execution, control name → values per slot.
-fn executions(record: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn values(execution: &Value, name: &str) -> Value {
     execution[name]["values"].clone()
 }
@@ -137,7 +128,7 @@ fn direct_slots_get_the_seed_start_ready_timeline() {
         vec![json!(0), json!(0), json!(1), json!(1), json!(1)]
     );
 
-    let runs = executions(&record);
+    let runs = crate::util::recorded(&record);
     let timeline: Vec<(Value, Value, Value, Value)> = runs
         .iter()
         .map(|e| {
@@ -183,7 +174,7 @@ fn backlogged_sequences_take_freed_slots_in_order() {
     assert_eq!(infer(&s, "seq", request(0, json!(1), false, true)).0, 200);
     assert_eq!(b.join().unwrap().0, 200);
     assert_eq!(c.join().unwrap().0, 200);
-    let order: Vec<Value> = executions(&record)
+    let order: Vec<Value> = crate::util::recorded(&record)
         .iter()
         .map(|e| values(e, "CORRID")[0].clone())
         .collect();
@@ -233,7 +224,7 @@ fn oldest_batches_at_most_one_request_per_sequence() {
         let (status, out) = h.join().unwrap();
         assert_eq!(status, 200, "{out}");
     }
-    let runs = executions(&record);
+    let runs = crate::util::recorded(&record);
     let corrids: Vec<Value> = runs.iter().map(|e| values(e, "CORRID")).collect();
     assert_eq!(corrids, vec![json!([1, 2, 3]), json!([1])], "{runs:?}");
     assert_eq!(values(&runs[1], "END"), json!([1]));
@@ -278,7 +269,7 @@ fn oldest_without_max_candidate_sequences_has_max_batch_size_places() {
     let b = send(&s, "seq", request(0, json!(2), true, true));
     assert_eq!(a.join().unwrap().0, 200);
     assert_eq!(b.join().unwrap().0, 200);
-    let runs = executions(&record);
+    let runs = crate::util::recorded(&record);
     assert_eq!(values(&runs[0], "CORRID"), json!([1, 2]), "{runs:?}");
 }
 
@@ -474,7 +465,7 @@ fn warmup_of_a_sequence_model_runs_each_row_as_a_whole_sequence() {
     );
     std::fs::write(&config, text).unwrap();
     let s = start(dir.path());
-    let runs = executions(&record);
+    let runs = crate::util::recorded(&record);
     assert_eq!(runs.len(), 1, "{runs:?}");
     for name in ["START", "END", "READY"] {
         assert_eq!(values(&runs[0], name), json!([1, 1]), "{name}");
@@ -501,7 +492,7 @@ fn warmup_samples_may_give_control_inputs_as_tritons_do() {
     );
     std::fs::write(&config, text).unwrap();
     let _s = start(dir.path());
-    let runs = executions(&record);
+    let runs = crate::util::recorded(&record);
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(values(&runs[0], "START"), json!([0]), "the sample's START");
     assert_eq!(values(&runs[0], "READY"), json!([1]), "filled in");

@@ -36,6 +36,25 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A model `name` of the repository at `repo` without a model file (an
+/// `identity` model, say): version 1 and `config`.
+pub fn write_model(repo: &Path, name: &str, config: &str) {
+    let m = repo.join(name);
+    std::fs::create_dir_all(m.join("1")).unwrap();
+    std::fs::write(m.join("1/.keep"), "").unwrap();
+    std::fs::write(m.join("config.pbtxt"), config).unwrap();
+}
+
+/// The executions an `identity` model's `record_inputs` file recorded:
+/// per execution, input name → datatype, shape and values.
+pub fn recorded(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Whether ONNX Runtime can be loaded; without it the ONNX tests are
 /// skipped, except under `TRTIS_REQUIRE_PYTHON` (scripts/test.sh), where
 /// its absence fails them.

@@ -541,8 +541,9 @@ fn ragged_call(s: &TestServer, len: usize) -> Value {
 fn ragged_requests_batch_with_batch_inputs_and_scattered_outputs() {
     let record_dir = tempfile::tempdir().unwrap();
     let record = record_dir.path().join("inputs.jsonl");
+    // The batch goes when all four are there, however slow the machine.
     let repo = ragged_repo(
-        "dynamic_batching { max_queue_delay_microseconds: 300000 }",
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }",
         &record,
     );
     let s = Arc::new(TestServer::start(
@@ -551,17 +552,12 @@ fn ragged_requests_batch_with_batch_inputs_and_scattered_outputs() {
         &[],
         1 << 20,
     ));
-    // Triton's QA lengths: 2, 4, 1, 3, sent together within the delay.
+    // Triton's QA lengths, sent together.
     let handles: Vec<_> = [2usize, 4, 1, 3]
         .into_iter()
-        .enumerate()
-        .map(|(i, len)| {
+        .map(|len| {
             let s = Arc::clone(&s);
-            std::thread::spawn(move || {
-                // In this order, so the batch's order is known.
-                std::thread::sleep(std::time::Duration::from_millis(40 * i as u64));
-                ragged_call(&s, len);
-            })
+            std::thread::spawn(move || ragged_call(&s, len))
         })
         .collect();
     for h in handles {
@@ -574,17 +570,29 @@ fn ragged_requests_batch_with_batch_inputs_and_scattered_outputs() {
     assert_eq!(st["execution_count"], 1, "{st}");
     let lines = recorded(&record);
     assert_eq!(lines.len(), 1);
-    let by_name = |n: &str| lines[0][n].clone();
+    let line = &lines[0];
     // The ragged input reaches the model flattened: 2 + 4 + 1 + 3.
-    assert_eq!(by_name("IN")["shape"], json!([10]), "{}", lines[0]);
-    assert_eq!(by_name("COUNT")["shape"], json!([4]));
-    assert_eq!(by_name("COUNT")["values"], json!([2, 4, 1, 3]));
-    assert_eq!(by_name("COUNT")["datatype"], "INT32");
-    assert_eq!(
-        by_name("OFFSETS")["values"],
-        json!([0.0, 2.0, 6.0, 7.0, 10.0])
-    );
-    assert_eq!(by_name("OFFSETS")["datatype"], "FP32");
+    assert_eq!(line["IN"]["shape"], json!([10]), "{line}");
+    assert_eq!(line["COUNT"]["shape"], json!([4]));
+    assert_eq!(line["COUNT"]["datatype"], "INT32");
+    assert_eq!(line["OFFSETS"]["datatype"], "FP32");
+    // COUNT follows the requests in the batch's order, which IN shows (a
+    // request of length n sends n*10, n*10 + 1, ...); OFFSETS are its
+    // running sums from zero.
+    let counts: Vec<i64> = serde_json::from_value(line["COUNT"]["values"].clone()).unwrap();
+    let values: Vec<f64> = serde_json::from_value(line["IN"]["values"].clone()).unwrap();
+    let mut at = 0usize;
+    let mut offsets = vec![0.0];
+    for &n in &counts {
+        let expected: Vec<f64> = (0..n).map(|k| (n * 10 + k) as f64).collect();
+        assert_eq!(values[at..at + n as usize], expected[..], "{line}");
+        at += n as usize;
+        offsets.push(at as f64);
+    }
+    let mut sorted = counts.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![1, 2, 3, 4]);
+    assert_eq!(line["OFFSETS"]["values"], json!(offsets));
 }
 
 #[test]
@@ -631,4 +639,124 @@ sequence_batching { }
         "{all}"
     );
     engine.shutdown();
+}
+
+/// Sends `model` (an identity model scattering OUT by its ragged IN) one
+/// request of `[1, rows, width]` on another thread; checks it gets its own
+/// values back in its own shape.
+fn echo_rows(
+    s: &Arc<TestServer>,
+    model: &'static str,
+    rows: usize,
+    width: usize,
+) -> std::thread::JoinHandle<()> {
+    let s = Arc::clone(s);
+    std::thread::spawn(move || {
+        let data: Vec<f32> = (0..rows * width).map(|k| (rows * 10 + k) as f32).collect();
+        let (status, out) = s.json(
+            "POST",
+            &format!("/v2/models/{model}/infer"),
+            json!({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, rows, width], "data": data}]}),
+        );
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(out["outputs"][0]["shape"], json!([1, rows, width]), "{out}");
+        assert_eq!(out["outputs"][0]["data"], json!(data), "{out}");
+    })
+}
+
+#[test]
+fn ragged_batches_through_the_server_edge_cases() {
+    // Item shapes, a scattered output with a fixed dimension, an optional
+    // input left out, warmup with batch inputs, and request shapes too
+    // large to scatter.
+    let record_dir = tempfile::tempdir().unwrap();
+    let record = record_dir.path().join("inputs.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    write_model(
+        dir.path(),
+        "shapes",
+        &format!(
+            r#"backend: "identity"
+max_batch_size: 8
+input [
+  {{ name: "IN" data_type: TYPE_FP32 dims: [ -1, 2 ] allow_ragged_batch: true }},
+  {{ name: "EXTRA" data_type: TYPE_FP32 dims: [ 1 ] optional: true }}
+]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1, 2 ] }} ]
+batch_input [ {{ kind: BATCH_ITEM_SHAPE target_name: "SHAPES" data_type: TYPE_INT32 source_input: "IN" }} ]
+batch_output [ {{ kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "OUT" source_input: "IN" }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{ preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 30000000 }}
+model_warmup [ {{ name: "w" batch_size: 2 inputs {{ key: "IN" value: {{ data_type: TYPE_FP32 dims: [ 3, 2 ] zero_data: true }} }} }} ]
+parameters {{ key: "record_inputs" value: {{ string_value: "{}" }} }}
+"#,
+            record.display()
+        ),
+    );
+    write_model(
+        dir.path(),
+        "wide",
+        r#"backend: "identity"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1, -1 ] allow_ragged_batch: true } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]
+batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "OUT" source_input: "IN" } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 30000000 }
+"#,
+    );
+    let s = Arc::new(TestServer::start(
+        dir.path(),
+        ControlMode::None,
+        &[],
+        1 << 20,
+    ));
+    // Warmup ran first: a request of batch 2 of [3, 2] items.
+    let lines = recorded(&record);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["IN"]["shape"], json!([12]));
+    assert_eq!(lines[0]["SHAPES"]["shape"], json!([2, 2]));
+    assert_eq!(lines[0]["SHAPES"]["values"], json!([3, 2, 3, 2]));
+    // Two requests without the optional EXTRA: one of 1 x [1, 2] and one
+    // of 1 x [2, 2]; each gets its own rows back, shaped [1, n, 2].
+    for h in [echo_rows(&s, "shapes", 1, 2), echo_rows(&s, "shapes", 2, 2)] {
+        h.join().unwrap();
+    }
+    let lines = recorded(&record);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[1]["IN"]["shape"], json!([6]));
+    let shapes = &lines[1]["SHAPES"]["values"];
+    assert!(
+        shapes == &json!([1, 2, 2, 2]) || shapes == &json!([2, 2, 1, 2]),
+        "{}",
+        lines[1]
+    );
+    // `wide` scatters OUT [-1, 3] by IN [-1, -1]: an IN of no elements
+    // but a huge second dimension is a valid request whose scattered size
+    // overflows: a clear error for both in the batch, and the model still
+    // serves afterwards.
+    let huge = |s: &Arc<TestServer>| {
+        let s = Arc::clone(s);
+        std::thread::spawn(move || {
+            s.json(
+                "POST",
+                "/v2/models/wide/infer",
+                json!({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 3u64 << 61, 0], "data": []}]}),
+            )
+        })
+    };
+    for h in [huge(&s), huge(&s)] {
+        let (status, out) = h.join().unwrap();
+        assert_ne!(status, 200, "{out}");
+        assert!(
+            out["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("too large"),
+            "{out}"
+        );
+    }
+    for h in [echo_rows(&s, "wide", 1, 3), echo_rows(&s, "wide", 2, 3)] {
+        h.join().unwrap();
+    }
 }

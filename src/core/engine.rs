@@ -444,6 +444,10 @@ impl Engine {
                     return Err(e);
                 }
             };
+        if let Err(e) = model.batch_io.check(&inputs) {
+            model.stats.record_failure(start.elapsed());
+            return Err(e);
+        }
         let Some(pool) = model.pool.as_ref() else {
             // An ensemble: its steps run on the composing models.
             if let Some(why) = self.ensemble_unready(&model, 0) {
@@ -542,16 +546,19 @@ impl Engine {
                 },
                 &request.id,
             ),
-            (None, None) => model.batch_io.single(inputs).and_then(|inputs| {
-                pool.submit(Work {
-                    inputs,
-                    outputs: names,
-                    enqueued,
-                    reply: Reply::Caller(reply),
-                    pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
-                })
-                .map_err(|(e, _)| e)
-            }),
+            (None, None) => model
+                .batch_io
+                .model_inputs(vec![inputs], batch)
+                .and_then(|inputs| {
+                    pool.submit(Work {
+                        inputs,
+                        outputs: names,
+                        enqueued,
+                        reply: Reply::Caller(reply),
+                        pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
+                    })
+                    .map_err(|(e, _)| e)
+                }),
         };
         if let Err(e) = submitted {
             model

@@ -221,10 +221,9 @@ pub fn run(
     instance_name: &str,
     samples: &[Sample],
     sequence: Option<&crate::core::scheduler::sequence_batcher::SeqSettings>,
+    io: &crate::core::scheduler::batch_io::BatchIo,
 ) -> Result<()> {
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
-    // A sample is a batch of one request, as the model takes it alone.
-    let io = crate::core::scheduler::batch_io::BatchIo::from_config(config);
     for s in samples {
         for i in 0..s.count {
             crate::core::logging::verbose(&format!(
@@ -266,7 +265,14 @@ pub fn run(
                         inputs
                     });
                 let result = checked
-                    .and_then(|inputs| io.single(inputs))
+                    // A sample is one request, as the model takes it alone.
+                    .and_then(|inputs| {
+                        let rows = inputs
+                            .first()
+                            .and_then(|t| t.shape.first())
+                            .map_or(1, |&d| d.max(1) as usize);
+                        io.model_inputs(vec![inputs], rows)
+                    })
                     .and_then(|inputs| instance.execute(&inputs, &outputs));
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(

@@ -361,6 +361,7 @@ impl ModelManager {
             crate::core::config::normalize::instance_count(config),
             model_dir,
         )?;
+        let io = crate::core::scheduler::batch_io::BatchIo::from_config(config);
         let mut loaders: Vec<Loader> = Vec::new();
         for group in &config.instance_group {
             for i in 0..group.count.max(1) {
@@ -370,6 +371,7 @@ impl ModelManager {
                 let instance_name = format!("{}_{}", group.name, i);
                 let samples = Arc::clone(&samples);
                 let sequence = sequencing.clone();
+                let io = io.clone();
                 loaders.push(Box::new(move || {
                     let mut instance = load_instance(&LoadContext {
                         config: &ctx_config,
@@ -383,6 +385,7 @@ impl ModelManager {
                         &instance_name,
                         &samples,
                         sequence.as_ref(),
+                        &io,
                     )?;
                     Ok(instance)
                 }));
@@ -409,7 +412,6 @@ impl ModelManager {
                 instances,
                 self.opts.queue_capacity,
                 Arc::clone(&stats),
-                crate::core::scheduler::batch_io::BatchIo::from_config(config),
             )?),
             None => None,
         };
@@ -434,7 +436,7 @@ impl ModelManager {
             sequencer,
             stats,
             labels: labels.clone(),
-            batch_io: crate::core::scheduler::batch_io::BatchIo::from_config(config),
+            batch_io: io,
         })
     }
 

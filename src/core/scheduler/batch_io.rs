@@ -24,9 +24,11 @@
 //!
 //! Pure: the schedulers call it with the requests of a batch.
 
-use crate::core::config::pb::{batch_input::Kind, DataType as ConfigType, ModelConfig};
+use crate::core::config::pb::{
+    batch_input::Kind, model_config::SchedulingChoice, DataType as ConfigType, ModelConfig,
+};
 use crate::core::error::{Error, Result};
-use crate::core::types::{DataType, Tensor};
+use crate::core::types::{element_count, DataType, Tensor};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct BatchInputSpec {
@@ -34,34 +36,60 @@ struct BatchInputSpec {
     /// Names the model gets the tensor under (each the same tensor).
     targets: Vec<String>,
     fp32: bool,
-    /// Index of the source input among the config's inputs.
-    source: usize,
+    /// The config input it describes.
+    source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ScatterSpec {
     output: String,
-    source: usize,
+    source: String,
     /// `[-1]` (batching models) then the output's dims (or reshape).
     template: Vec<i64>,
 }
 
-/// A model's batch inputs, scattered outputs and ragged inputs.
+/// A model's batch inputs, scattered outputs and ragged inputs. Inputs are
+/// found by name: a request may leave out optional inputs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchIo {
     inputs: Vec<BatchInputSpec>,
     scatter: Vec<ScatterSpec>,
-    /// Per config input: flattened for the model (`allow_ragged_batch` on
-    /// a batching model).
-    ragged: Vec<bool>,
+    /// Inputs the model gets flattened (`allow_ragged_batch` on a model
+    /// that batches, except under the sequence batcher, which batches
+    /// rows of equal shapes only).
+    ragged: Vec<String>,
+}
+
+/// A request's element count of one input, whole shape.
+fn count(t: &Tensor) -> Result<usize> {
+    element_count(&t.shape).ok_or_else(|| {
+        Error::invalid_arg(format!(
+            "input '{}' has shape {:?}, too large to batch",
+            t.name, t.shape
+        ))
+    })
+}
+
+/// Running sums of `counts`.
+fn running(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0usize, |sum, c| {
+            *sum = sum.saturating_add(*c);
+            Some(*sum)
+        })
+        .collect()
 }
 
 impl BatchIo {
     /// From a validated config (sources name config inputs, targets config
     /// outputs).
     pub fn from_config(c: &ModelConfig) -> Self {
-        let index = |name: &str| c.input.iter().position(|i| i.name == name);
         let batching = c.max_batch_size > 0;
+        let sequence = matches!(
+            c.scheduling_choice,
+            Some(SchedulingChoice::SequenceBatching(_))
+        );
         let inputs = c
             .batch_input
             .iter()
@@ -70,7 +98,7 @@ impl BatchIo {
                     kind: Kind::try_from(b.kind).ok()?,
                     targets: b.target_name.clone(),
                     fp32: b.data_type == ConfigType::TypeFp32 as i32,
-                    source: index(b.source_input.first()?)?,
+                    source: b.source_input.first()?.clone(),
                 })
             })
             .collect();
@@ -78,7 +106,7 @@ impl BatchIo {
             .batch_output
             .iter()
             .flat_map(|b| {
-                let source = b.source_input.first().and_then(|s| index(s));
+                let source = b.source_input.first().cloned();
                 b.target_name.iter().filter_map(move |t| {
                     let output = c.output.iter().find(|o| &o.name == t)?;
                     let dims = match &output.reshape {
@@ -89,7 +117,7 @@ impl BatchIo {
                     template.extend(dims);
                     Some(ScatterSpec {
                         output: t.clone(),
-                        source: source?,
+                        source: source.clone()?,
                         template,
                     })
                 })
@@ -101,129 +129,167 @@ impl BatchIo {
             ragged: c
                 .input
                 .iter()
-                .map(|i| batching && i.allow_ragged_batch)
+                .filter(|i| batching && !sequence && i.allow_ragged_batch)
+                .map(|i| i.name.clone())
                 .collect(),
         }
     }
 
     /// Nothing to add, flatten or scatter.
     pub fn is_empty(&self) -> bool {
-        self.inputs.is_empty() && self.scatter.is_empty() && !self.ragged.contains(&true)
+        self.inputs.is_empty() && self.scatter.is_empty() && self.ragged.is_empty()
     }
 
-    /// Whether config input `i` reaches the model flattened.
-    pub fn is_ragged(&self, i: usize) -> bool {
-        self.ragged.get(i).copied().unwrap_or(false)
+    /// Whether the input named `name` reaches the model flattened (and
+    /// so batches whatever its shape).
+    pub fn is_ragged(&self, name: &str) -> bool {
+        self.ragged.iter().any(|r| r == name)
     }
 
-    /// The names of the tensors `batch_inputs` makes, in its order.
+    /// The names of the tensors `model_inputs` adds, in its order.
     pub fn input_names(&self) -> impl Iterator<Item = &str> {
         self.inputs
             .iter()
             .flat_map(|b| b.targets.iter().map(String::as_str))
     }
 
-    /// The inputs of one request as the model takes them alone: ragged
-    /// inputs flattened, then the batch inputs of a batch of one.
-    pub fn single(&self, mut inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        if self.is_empty() {
-            return Ok(inputs);
-        }
-        let extra = self.batch_inputs(&[&inputs])?;
-        for (i, t) in inputs.iter_mut().enumerate() {
-            if self.is_ragged(i) {
-                t.shape = vec![t.shape.iter().product()];
+    /// Refuses a request that leaves out an input a batch input or a
+    /// scattered output is made from.
+    pub fn check(&self, inputs: &[Tensor]) -> Result<()> {
+        let sources = self
+            .inputs
+            .iter()
+            .map(|b| (&b.source, "batch input", b.targets.first()))
+            .chain(
+                self.scatter
+                    .iter()
+                    .map(|s| (&s.source, "batch output", Some(&s.output))),
+            );
+        for (source, what, target) in sources {
+            if !inputs.iter().any(|t| &t.name == source) {
+                return Err(Error::invalid_arg(format!(
+                    "input '{source}' is required: {what} '{}' is made from it",
+                    target.map_or("", String::as_str)
+                )));
             }
         }
+        Ok(())
+    }
+
+    /// The tensors a batch of requests (each request's inputs, the same
+    /// names in the same order; `total` batch elements in all) reaches the
+    /// model as: each input concatenated along dim 0 (ragged inputs
+    /// flattened to one dimension of all their elements), then the batch
+    /// inputs. A lone request's inputs are moved, not copied.
+    pub fn model_inputs(&self, requests: Vec<Vec<Tensor>>, total: usize) -> Result<Vec<Tensor>> {
+        let extra = {
+            let views: Vec<&[Tensor]> = requests.iter().map(Vec::as_slice).collect();
+            self.batch_inputs(&views)?
+        };
+        let mut inputs = if requests.len() == 1 {
+            let mut inputs = requests.into_iter().next().unwrap_or_default();
+            for t in inputs.iter_mut().filter(|t| self.is_ragged(&t.name)) {
+                t.shape = vec![count(t)? as i64];
+            }
+            inputs
+        } else {
+            concat(&requests, total, self)?
+        };
         inputs.extend(extra);
         Ok(inputs)
     }
 
-    /// The batch input tensors of a batch of requests (each request's
-    /// inputs in config order).
+    /// The batch input tensors of a batch of requests.
     pub fn batch_inputs(&self, requests: &[&[Tensor]]) -> Result<Vec<Tensor>> {
         let mut out = Vec::new();
         for spec in &self.inputs {
-            let shapes = requests
+            let sources = requests
                 .iter()
                 .map(|r| {
-                    r.get(spec.source)
-                        .map(|t| t.shape.as_slice())
-                        .ok_or_else(|| {
-                            Error::internal(
-                                "a batch input's source input is missing from a request",
-                            )
-                        })
+                    r.iter().find(|t| t.name == spec.source).ok_or_else(|| {
+                        Error::invalid_arg(format!(
+                            "input '{}' is required: batch input '{}' is made from it",
+                            spec.source,
+                            spec.targets.first().map_or("", String::as_str)
+                        ))
+                    })
                 })
-                .collect::<Result<Vec<&[i64]>>>()?;
-            let counts: Vec<i64> = shapes.iter().map(|s| s.iter().product()).collect();
-            let (shape, values): (Vec<i64>, Vec<i64>) = match spec.kind {
-                Kind::BatchElementCount => (vec![counts.len() as i64], counts),
-                Kind::BatchAccumulatedElementCount => (
-                    vec![counts.len() as i64],
-                    counts
-                        .iter()
-                        .scan(0, |sum, c| {
-                            *sum += c;
-                            Some(*sum)
-                        })
-                        .collect(),
-                ),
+                .collect::<Result<Vec<&Tensor>>>()?;
+            let counts = sources
+                .iter()
+                .map(|t| count(t))
+                .collect::<Result<Vec<usize>>>()?;
+            let (shape, values): (Vec<usize>, Vec<usize>) = match spec.kind {
+                Kind::BatchElementCount => (vec![counts.len()], counts),
+                Kind::BatchAccumulatedElementCount => (vec![counts.len()], running(&counts)),
                 Kind::BatchAccumulatedElementCountWithZero => (
-                    vec![counts.len() as i64 + 1],
-                    std::iter::once(0)
-                        .chain(counts.iter().scan(0, |sum, c| {
-                            *sum += c;
-                            Some(*sum)
-                        }))
-                        .collect(),
+                    vec![counts.len() + 1],
+                    std::iter::once(0).chain(running(&counts)).collect(),
                 ),
                 Kind::BatchMaxElementCountAsShape => {
                     let max = counts.iter().copied().max().unwrap_or(0);
-                    (vec![max], vec![0; max.max(0) as usize])
+                    // Only the shape means anything (Triton leaves the
+                    // data uninitialized); zeros, without a huge buffer.
+                    (vec![max], Vec::new())
                 }
                 Kind::BatchItemShape | Kind::BatchItemShapeFlatten => {
-                    let rank = shapes.first().map_or(0, |s| s.len().saturating_sub(1));
+                    let rank = sources
+                        .first()
+                        .map_or(0, |t| t.shape.len().saturating_sub(1));
                     let mut values = Vec::new();
-                    let mut items = 0i64;
-                    for s in &shapes {
-                        if s.len() != rank + 1 {
+                    let mut items = 0usize;
+                    for t in &sources {
+                        if t.shape.len() != rank + 1 {
                             return Err(Error::invalid_arg(format!(
-                                "batch input '{}' needs every request's source input to have {} dimensions",
+                                "batch input '{}' needs every request's input '{}' to have {} dimensions",
                                 spec.targets.first().map_or("", String::as_str),
+                                spec.source,
                                 rank + 1
                             )));
                         }
-                        for _ in 0..s[0].max(0) {
-                            values.extend_from_slice(&s[1..]);
+                        let dims: Vec<usize> =
+                            t.shape[1..].iter().map(|&d| d.max(0) as usize).collect();
+                        for _ in 0..t.shape[0].max(0) {
+                            values.extend_from_slice(&dims);
                             items += 1;
                         }
                     }
                     let shape = if spec.kind == Kind::BatchItemShape {
-                        vec![items, rank as i64]
+                        vec![items, rank]
                     } else {
-                        vec![items * rank as i64]
+                        vec![items * rank]
                     };
                     (shape, values)
                 }
             };
-            let (datatype, data): (DataType, Vec<u8>) = if spec.fp32 {
-                (
-                    DataType::Fp32,
-                    values
-                        .iter()
-                        .flat_map(|&v| (v as f32).to_le_bytes())
-                        .collect(),
-                )
+            let elements = element_count(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
+                .unwrap_or(usize::MAX);
+            let data: Vec<u8> = if values.is_empty() {
+                vec![0; elements.saturating_mul(4)]
+            } else if spec.fp32 {
+                values
+                    .iter()
+                    .flat_map(|&v| (v as f32).to_le_bytes())
+                    .collect()
             } else {
-                (
-                    DataType::Int32,
-                    values
-                        .iter()
-                        .flat_map(|&v| (v as i32).to_le_bytes())
-                        .collect(),
-                )
+                let mut data = Vec::with_capacity(values.len() * 4);
+                for &v in &values {
+                    let v = i32::try_from(v).map_err(|_| {
+                        Error::invalid_arg(format!(
+                            "batch input '{}': {v} does not fit INT32",
+                            spec.targets.first().map_or("", String::as_str)
+                        ))
+                    })?;
+                    data.extend_from_slice(&v.to_le_bytes());
+                }
+                data
             };
+            let datatype = if spec.fp32 {
+                DataType::Fp32
+            } else {
+                DataType::Int32
+            };
+            let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
             for target in &spec.targets {
                 out.push(Tensor {
                     name: target.clone(),
@@ -244,7 +310,11 @@ impl BatchIo {
                 let shapes = requests
                     .iter()
                     .map(|r| {
-                        let source = r.get(s.source).map(|t| t.shape.as_slice()).unwrap_or(&[]);
+                        let source = r
+                            .iter()
+                            .find(|t| t.name == s.source)
+                            .map(|t| t.shape.as_slice())
+                            .unwrap_or(&[]);
                         s.template
                             .iter()
                             .enumerate()
@@ -276,8 +346,52 @@ impl BatchIo {
     }
 }
 
+/// Concatenates the requests' inputs along dim 0 (ragged ones flattened).
+fn concat(requests: &[Vec<Tensor>], total: usize, io: &BatchIo) -> Result<Vec<Tensor>> {
+    let Some(first) = requests.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inputs = Vec::with_capacity(first.len());
+    for (i, t) in first.iter().enumerate() {
+        // Batched requests have the same inputs in the same order.
+        let column = requests
+            .iter()
+            .map(|r| {
+                r.get(i).filter(|x| x.name == t.name).ok_or_else(|| {
+                    Error::internal(format!("a batched request lacks input '{}'", t.name))
+                })
+            })
+            .collect::<Result<Vec<&Tensor>>>()?;
+        let mut data = Vec::with_capacity(column.iter().map(|x| x.data.len()).sum());
+        for x in &column {
+            data.extend_from_slice(&x.data);
+        }
+        let shape = if io.is_ragged(&t.name) {
+            let mut elements = 0usize;
+            for x in &column {
+                elements = elements.saturating_add(count(x)?);
+            }
+            vec![elements as i64]
+        } else {
+            let mut shape = t.shape.clone();
+            if let Some(d) = shape.first_mut() {
+                *d = total as i64;
+            }
+            shape
+        };
+        inputs.push(Tensor {
+            name: t.name.clone(),
+            datatype: t.datatype,
+            shape,
+            data,
+        });
+    }
+    Ok(inputs)
+}
+
 /// Splits a scattered output among requests by their shapes of it: each
-/// takes the next elements, in order.
+/// takes the next elements, in order. Shapes whose sizes overflow or do not
+/// add up to the output are an error, never a short or shifted answer.
 pub fn scatter(t: &Tensor, shapes: &[Vec<i64>]) -> Result<Vec<Tensor>> {
     let size = t.datatype.size().ok_or_else(|| {
         Error::unsupported(format!(
@@ -285,10 +399,21 @@ pub fn scatter(t: &Tensor, shapes: &[Vec<i64>]) -> Result<Vec<Tensor>> {
             t.name
         ))
     })?;
-    let needed: usize = shapes
-        .iter()
-        .map(|s| s.iter().product::<i64>().max(0) as usize * size)
-        .sum();
+    let too_large = || {
+        Error::invalid_arg(format!(
+            "output '{}': the requests' input shapes are too large to scatter it",
+            t.name
+        ))
+    };
+    let mut lengths = Vec::with_capacity(shapes.len());
+    let mut needed = 0usize;
+    for s in shapes {
+        let n = element_count(s)
+            .and_then(|n| n.checked_mul(size))
+            .ok_or_else(too_large)?;
+        needed = needed.checked_add(n).ok_or_else(too_large)?;
+        lengths.push(n);
+    }
     if needed != t.data.len() {
         return Err(Error::internal(format!(
             "output '{}' has {} elements; scattered by the requests' input shapes it needs {}",
@@ -300,8 +425,8 @@ pub fn scatter(t: &Tensor, shapes: &[Vec<i64>]) -> Result<Vec<Tensor>> {
     let mut at = 0;
     Ok(shapes
         .iter()
-        .map(|s| {
-            let n = s.iter().product::<i64>().max(0) as usize * size;
+        .zip(lengths)
+        .map(|(s, n)| {
             let part = Tensor {
                 name: t.name.clone(),
                 datatype: t.datatype,
@@ -421,7 +546,7 @@ mod tests {
     #[test]
     fn a_single_request_is_flattened_and_gets_its_batch_inputs() {
         let io = with_kind("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO");
-        let inputs = io.single(input(&[1, 5])).unwrap();
+        let inputs = io.model_inputs(vec![input(&[1, 5])], 1).unwrap();
         assert_eq!(inputs[0].shape, vec![5]);
         assert_eq!(
             (inputs[1].name.as_str(), ints(&inputs[1])),
@@ -434,7 +559,78 @@ mod tests {
                output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]"#,
         ));
         assert!(plain.is_empty());
-        assert_eq!(plain.single(input(&[1, 5])).unwrap()[0].shape, vec![1, 5]);
+        assert_eq!(
+            plain.model_inputs(vec![input(&[1, 5])], 1).unwrap()[0].shape,
+            vec![1, 5]
+        );
+    }
+
+    #[test]
+    fn a_batch_is_concatenated_with_ragged_inputs_flattened() {
+        let io = BatchIo::from_config(&config(
+            r#"name: "m" backend: "identity" max_batch_size: 8
+               input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true },
+                       { name: "B" data_type: TYPE_FP32 dims: [ 2 ] } ]
+               output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]"#,
+        ));
+        let request = |len: i64| {
+            let mut r = input(&[1, len]);
+            r.push(Tensor {
+                name: "B".into(),
+                datatype: DataType::Fp32,
+                shape: vec![1, 2],
+                data: vec![0; 8],
+            });
+            r
+        };
+        let inputs = io.model_inputs(vec![request(2), request(3)], 2).unwrap();
+        assert_eq!(inputs[0].shape, vec![5]);
+        assert_eq!(inputs[0].data.len(), 20);
+        assert_eq!(inputs[1].shape, vec![2, 2]);
+        // Under the sequence batcher nothing is flattened (it batches rows
+        // of one shape), so warmup and serving agree.
+        let seq = BatchIo::from_config(&config(&format!("{RAGGED} sequence_batching {{ }}")));
+        assert!(!seq.is_ragged("IN"));
+    }
+
+    #[test]
+    fn requests_without_a_source_input_are_refused() {
+        let io = BatchIo::from_config(&config(
+            r#"name: "m" backend: "identity" max_batch_size: 8
+               input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+                       { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true optional: true } ]
+               output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+               batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "IN" } ]"#,
+        ));
+        // Found by name, whatever else the request leaves out.
+        assert!(io.check(&input(&[1, 3])).is_ok());
+        let b = &io.batch_inputs(&[&input(&[1, 3])]).unwrap()[0];
+        assert_eq!(ints(b), vec![3]);
+        let only_a = vec![Tensor {
+            name: "A".into(),
+            datatype: DataType::Fp32,
+            shape: vec![1, 1],
+            data: vec![0; 4],
+        }];
+        let e = io.check(&only_a).unwrap_err();
+        assert!(
+            e.message.contains("input 'IN' is required"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn scatter_sizes_that_overflow_are_an_error() {
+        let out = Tensor {
+            name: "OUT".into(),
+            datatype: DataType::Fp32,
+            shape: vec![0],
+            data: vec![],
+        };
+        let huge = vec![1, 3 << 61, 3];
+        assert!(scatter(&out, &[huge.clone(), huge]).is_err());
+        assert!(scatter(&out, &[vec![1, 0], vec![1, 0]]).is_ok());
     }
 
     #[test]

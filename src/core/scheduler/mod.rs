@@ -52,8 +52,6 @@ struct Shared {
     config: BatchConfig,
     capacity: usize,
     delivery: Delivery,
-    /// Batch inputs and scattered outputs.
-    io: batch_io::BatchIo,
 }
 
 /// How answers reach the callers: at once, or in arrival order.
@@ -112,7 +110,6 @@ impl DynamicBatcher {
         instances: usize,
         capacity: usize,
         stats: Arc<crate::core::stats::ModelStats>,
-        io: batch_io::BatchIo,
     ) -> Result<Self> {
         let delivery = if config.preserve_ordering {
             Delivery::Ordered(Mutex::default())
@@ -131,7 +128,6 @@ impl DynamicBatcher {
             config,
             capacity: capacity.max(1),
             delivery,
-            io,
         });
         let name = crate::core::instance::thread_name(&format!("trtis:batch:{label}"));
         let thread_shared = Arc::clone(&shared);
@@ -276,42 +272,6 @@ fn run_batcher(shared: Arc<Shared>, pool: Arc<InstancePool>) {
     }
 }
 
-/// Concatenates a batch's inputs along dim 0; ragged inputs go to the
-/// backend flattened, as one dimension of all their elements, whatever
-/// their shapes (as Triton's framework backends present them).
-fn concat_inputs(batch: &[Request], total: usize, ragged: &[bool]) -> Vec<Tensor> {
-    let mut inputs: Vec<Tensor> = Vec::with_capacity(batch[0].inputs.len());
-    for (i, t) in batch[0].inputs.iter().enumerate() {
-        let data: Vec<u8> = if batch.len() == 1 {
-            t.data.clone()
-        } else {
-            let mut data = Vec::with_capacity(batch.iter().map(|r| r.inputs[i].data.len()).sum());
-            for r in batch {
-                data.extend_from_slice(&r.inputs[i].data);
-            }
-            data
-        };
-        let shape = if !ragged.get(i).copied().unwrap_or(false) {
-            let mut shape = t.shape.clone();
-            shape[0] = total as i64;
-            shape
-        } else {
-            let elements: i64 = batch
-                .iter()
-                .map(|r| r.inputs[i].shape.iter().product::<i64>())
-                .sum();
-            vec![elements]
-        };
-        inputs.push(Tensor {
-            name: t.name.clone(),
-            datatype: t.datatype,
-            shape,
-            data,
-        });
-    }
-    inputs
-}
-
 /// Runs a batch on the next instance and splits the outputs.
 fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
@@ -322,14 +282,19 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         .min()
         .unwrap_or_else(Instant::now);
     let outputs = batch[0].outputs.clone();
-    let views: Vec<&[Tensor]> = batch.iter().map(|r| r.inputs.as_slice()).collect();
-    let scatter = shared.io.scatter_shapes(&views);
-    let inputs = shared.io.batch_inputs(&views).map(|extra| {
-        let mut inputs = concat_inputs(&batch, total, &shared.config.ragged);
-        inputs.extend(extra);
-        inputs
-    });
-    drop(views);
+    let io = &shared.config.io;
+    let scatter = {
+        let views: Vec<&[Tensor]> = batch.iter().map(|r| r.inputs.as_slice()).collect();
+        io.scatter_shapes(&views)
+    };
+    let mut batch = batch;
+    let inputs = io.model_inputs(
+        batch
+            .iter_mut()
+            .map(|r| std::mem::take(&mut r.inputs))
+            .collect(),
+        total,
+    );
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -344,7 +309,15 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             finish_shared.stats.record_execution(total, done.compute);
         }
         let parts = match done.result {
-            Ok(tensors) => split(&tensors, &sizes, &scatter),
+            // A split that panics still answers every request and frees
+            // the instance.
+            Ok(tensors) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                split(&tensors, &sizes, &scatter)
+            }))
+            .unwrap_or_else(|_| {
+                let e = Error::internal("failed to split the batch's outputs among its requests");
+                sizes.iter().map(|_| Err(e.clone())).collect()
+            }),
             Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
         };
         for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
@@ -500,38 +473,6 @@ mod tests {
         d.deliver(1, None); // 1's caller went away
         assert!(rx2.try_recv().is_ok());
         assert!(rx3.try_recv().is_ok());
-    }
-
-    #[test]
-    fn ragged_inputs_are_flattened() {
-        let input = |width: usize| {
-            let (reply, rx) = oneshot::channel();
-            std::mem::forget(rx);
-            Request {
-                inputs: vec![Tensor {
-                    name: "IN".into(),
-                    datatype: DataType::Int32,
-                    shape: vec![1, width as i64],
-                    data: vec![7; width * 4],
-                }],
-                outputs: vec![],
-                batch: 1,
-                enqueued: Instant::now(),
-                reply,
-                pending: Default::default(),
-                priority: 0,
-                timeout_us: 0,
-                deadline: None,
-                seq: 0,
-            }
-        };
-        let batch = [input(2), input(3)];
-        let t = &concat_inputs(&batch, 2, &[true])[0];
-        assert_eq!(t.shape, vec![5]);
-        assert_eq!(t.data.len(), 20);
-        let same = [input(2), input(2)];
-        assert_eq!(concat_inputs(&same, 2, &[true])[0].shape, vec![4]);
-        assert_eq!(concat_inputs(&same, 2, &[false])[0].shape, vec![2, 2]);
     }
 
     #[test]

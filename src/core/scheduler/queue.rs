@@ -107,8 +107,8 @@ pub struct BatchConfig {
     pub levels: Vec<QueuePolicy>,
     /// The level of requests without a (valid) priority, 1-based.
     pub default_level: usize,
-    /// Per input, in config order: `allow_ragged_batch`.
-    pub ragged: Vec<bool>,
+    /// Ragged inputs, batch inputs and scattered outputs.
+    pub io: super::batch_io::BatchIo,
 }
 
 impl BatchConfig {
@@ -146,7 +146,7 @@ impl BatchConfig {
             preserve_ordering: db.preserve_ordering,
             levels,
             default_level,
-            ragged: c.input.iter().map(|i| i.allow_ragged_batch).collect(),
+            io: super::batch_io::BatchIo::from_config(c),
         })
     }
 
@@ -343,19 +343,14 @@ pub enum Decision {
 /// Whether two requests can share a batch: the same inputs with the same
 /// shapes past the batch dimension (any shapes for ragged inputs), and the
 /// same outputs.
-pub fn compatible(a: &Request, b: &Request, ragged: &[bool]) -> bool {
+pub fn compatible(a: &Request, b: &Request, io: &super::batch_io::BatchIo) -> bool {
     a.outputs == b.outputs
         && a.inputs.len() == b.inputs.len()
-        && a.inputs
-            .iter()
-            .zip(&b.inputs)
-            .enumerate()
-            .all(|(i, (x, y))| {
-                x.name == y.name
-                    && x.datatype == y.datatype
-                    && (ragged.get(i).copied().unwrap_or(false)
-                        || x.shape.get(1..) == y.shape.get(1..))
-            })
+        && a.inputs.iter().zip(&b.inputs).all(|(x, y)| {
+            x.name == y.name
+                && x.datatype == y.datatype
+                && (io.is_ragged(&x.name) || x.shape.get(1..) == y.shape.get(1..))
+        })
 }
 
 /// The batching decision, a pure function of the queue and the time, as
@@ -390,7 +385,7 @@ pub fn decide(queue: &Queue, config: &BatchConfig, now: Instant) -> Decision {
             if total + size > max_preferred && best.is_none() {
                 best = Some(count);
             }
-            if total + size > config.max_batch_size || !compatible(first, r, &config.ragged) {
+            if total + size > config.max_batch_size || !compatible(first, r, &config.io) {
                 send_now = true;
                 break;
             }
@@ -460,7 +455,7 @@ mod tests {
             preserve_ordering: false,
             levels: vec![QueuePolicy::default()],
             default_level: 1,
-            ragged: vec![false],
+            io: Default::default(),
         }
     }
 
@@ -552,7 +547,15 @@ mod tests {
     fn ragged_inputs_batch_across_shapes() {
         let now = Instant::now();
         let mut c = config(8, &[], 1000);
-        c.ragged = vec![true];
+        c.io = super::super::batch_io::BatchIo::from_config(
+            &crate::core::config::parse_config(
+                br#"name: "m" backend: "identity" max_batch_size: 8
+                    input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true } ]
+                    output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]"#,
+            )
+            .expect("parses")
+            .config,
+        );
         let q = queue(
             &c,
             [request(1, 4, now), request(1, 5, now), request(1, 9, now)],
@@ -729,6 +732,6 @@ mod tests {
         assert_eq!(c.level_of(3), 2);
         assert_eq!(c.level_of(4), 1);
         assert!(c.preserve_ordering);
-        assert_eq!(c.ragged, vec![true]);
+        assert!(c.io.is_ragged("IN"));
     }
 }

@@ -760,3 +760,50 @@ dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 300
         h.join().unwrap();
     }
 }
+
+#[test]
+fn a_request_without_a_batch_inputs_source_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    write_model(
+        dir.path(),
+        "opt",
+        r#"backend: "identity"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true optional: true }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "IN" } ]
+dynamic_batching { }
+"#,
+    );
+    let s = TestServer::start(dir.path(), ControlMode::None, &[], 1 << 20);
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/opt/infer",
+        json!({"inputs": [{"name": "A", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}),
+    );
+    assert_eq!(status, 400, "{out}");
+    assert_eq!(
+        out["error"],
+        "[request id: <id_unknown>] input 'IN' is required: batch input 'N' is made from it",
+        "{out}"
+    );
+    // With it, the request runs (OUT echoes A).
+    let (status, out) = s.json(
+        "POST",
+        "/v2/models/opt/infer",
+        json!({"inputs": [
+            {"name": "A", "datatype": "FP32", "shape": [1, 1], "data": [1.0]},
+            {"name": "IN", "datatype": "FP32", "shape": [1, 3], "data": [1.0, 2.0, 3.0]}
+        ]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["outputs"][0]["data"], json!([1.0]), "{out}");
+    let (_, stats) = s.json("GET", "/v2/models/opt/stats", Value::Null);
+    assert_eq!(
+        stats["model_stats"][0]["inference_stats"]["fail"]["count"], 1,
+        "{stats}"
+    );
+}

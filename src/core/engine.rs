@@ -446,7 +446,10 @@ impl Engine {
             };
         if let Err(e) = model.batch_io.check(&inputs) {
             model.stats.record_failure(start.elapsed());
-            return Err(e);
+            return Err(Error::new(
+                e.kind,
+                format!("{}{}", request_prefix(&request.id), e.message),
+            ));
         }
         let Some(pool) = model.pool.as_ref() else {
             // An ensemble: its steps run on the composing models.

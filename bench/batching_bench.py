@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_bench import CLK, OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get  # noqa: E402
+from serve_bench import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds  # noqa: E402
 from make_mlp import make  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 32)
@@ -61,10 +61,10 @@ def thread_cpu(pid):
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
-            fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            cpu = stat_cpu_seconds(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK
+        out[name] = out.get(name, 0.0) + cpu
     return out
 
 

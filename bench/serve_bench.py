@@ -31,9 +31,14 @@ OUT = os.path.join(ROOT, "target/bench")
 CLK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+def stat_cpu_seconds(path):
+    """utime + stime of a /proc stat file (a process's or a thread's)."""
+    fields = open(path).read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def cpu_seconds(pid):
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
 def rss_mib(pid):

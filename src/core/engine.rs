@@ -551,7 +551,7 @@ impl Engine {
             ),
             (None, None) => model
                 .batch_io
-                .model_inputs(vec![inputs], batch)
+                .model_inputs(vec![inputs])
                 .and_then(|inputs| {
                     pool.submit(Work {
                         inputs,

@@ -266,13 +266,7 @@ pub fn run(
                     });
                 let result = checked
                     // A sample is one request, as the model takes it alone.
-                    .and_then(|inputs| {
-                        let rows = inputs
-                            .first()
-                            .and_then(|t| t.shape.first())
-                            .map_or(1, |&d| d.max(1) as usize);
-                        io.model_inputs(vec![inputs], rows)
-                    })
+                    .and_then(|inputs| io.model_inputs(vec![inputs]))
                     .and_then(|inputs| instance.execute(&inputs, &outputs));
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(

@@ -44,11 +44,9 @@ impl IdentityInstance {
         };
         // Batch inputs follow the config's inputs too.
         let supplied = supplied
-            + config
-                .batch_input
-                .iter()
-                .map(|b| b.target_name.len())
-                .sum::<usize>();
+            + crate::core::scheduler::batch_io::BatchIo::from_config(config)
+                .input_names()
+                .count();
         if config.output.len() > config.input.len() + supplied {
             return Err(Error::invalid_arg(format!(
                 "identity model '{}' has more outputs than inputs",

@@ -177,11 +177,15 @@ impl BatchIo {
     }
 
     /// The tensors a batch of requests (each request's inputs, the same
-    /// names in the same order; `total` batch elements in all) reaches the
-    /// model as: each input concatenated along dim 0 (ragged inputs
-    /// flattened to one dimension of all their elements), then the batch
-    /// inputs. A lone request's inputs are moved, not copied.
-    pub fn model_inputs(&self, requests: Vec<Vec<Tensor>>, total: usize) -> Result<Vec<Tensor>> {
+    /// names in the same order) reaches the model as: each input
+    /// concatenated along dim 0 (ragged inputs flattened to one dimension of
+    /// all their elements), then the batch inputs. A lone request's inputs
+    /// are moved, not copied, and pass untouched when the model has nothing
+    /// ragged, no batch inputs and no scattered outputs.
+    pub fn model_inputs(&self, mut requests: Vec<Vec<Tensor>>) -> Result<Vec<Tensor>> {
+        if self.is_empty() && requests.len() == 1 {
+            return Ok(requests.pop().unwrap_or_default());
+        }
         let extra = {
             let views: Vec<&[Tensor]> = requests.iter().map(Vec::as_slice).collect();
             self.batch_inputs(&views)?
@@ -193,7 +197,7 @@ impl BatchIo {
             }
             inputs
         } else {
-            concat(&requests, total, self)?
+            concat(&requests, self)?
         };
         inputs.extend(extra);
         Ok(inputs)
@@ -347,7 +351,7 @@ impl BatchIo {
 }
 
 /// Concatenates the requests' inputs along dim 0 (ragged ones flattened).
-fn concat(requests: &[Vec<Tensor>], total: usize, io: &BatchIo) -> Result<Vec<Tensor>> {
+fn concat(requests: &[Vec<Tensor>], io: &BatchIo) -> Result<Vec<Tensor>> {
     let Some(first) = requests.first() else {
         return Ok(Vec::new());
     };
@@ -375,7 +379,7 @@ fn concat(requests: &[Vec<Tensor>], total: usize, io: &BatchIo) -> Result<Vec<Te
         } else {
             let mut shape = t.shape.clone();
             if let Some(d) = shape.first_mut() {
-                *d = total as i64;
+                *d = column.iter().filter_map(|x| x.shape.first()).sum();
             }
             shape
         };
@@ -546,7 +550,7 @@ mod tests {
     #[test]
     fn a_single_request_is_flattened_and_gets_its_batch_inputs() {
         let io = with_kind("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO");
-        let inputs = io.model_inputs(vec![input(&[1, 5])], 1).unwrap();
+        let inputs = io.model_inputs(vec![input(&[1, 5])]).unwrap();
         assert_eq!(inputs[0].shape, vec![5]);
         assert_eq!(
             (inputs[1].name.as_str(), ints(&inputs[1])),
@@ -560,7 +564,7 @@ mod tests {
         ));
         assert!(plain.is_empty());
         assert_eq!(
-            plain.model_inputs(vec![input(&[1, 5])], 1).unwrap()[0].shape,
+            plain.model_inputs(vec![input(&[1, 5])]).unwrap()[0].shape,
             vec![1, 5]
         );
     }
@@ -583,7 +587,7 @@ mod tests {
             });
             r
         };
-        let inputs = io.model_inputs(vec![request(2), request(3)], 2).unwrap();
+        let inputs = io.model_inputs(vec![request(2), request(3)]).unwrap();
         assert_eq!(inputs[0].shape, vec![5]);
         assert_eq!(inputs[0].data.len(), 20);
         assert_eq!(inputs[1].shape, vec![2, 2]);

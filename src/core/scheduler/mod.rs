@@ -293,7 +293,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             .iter_mut()
             .map(|r| std::mem::take(&mut r.inputs))
             .collect(),
-        total,
     );
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

@@ -491,15 +491,20 @@ fn run_guarded(shared: Arc<Shared>, pool: Arc<InstancePool>) {
             state.seqs.drain()
         };
         for r in queued {
-            r.pending.fetch_sub(1, Ordering::Relaxed);
-            let _ = r.reply.send(Done {
-                result: Err(Error::internal(why.clone())),
-                queue: r.enqueued.elapsed(),
-                compute: Duration::ZERO,
-                rejected: false,
-            });
+            fail(r, Error::internal(why.clone()), false);
         }
     }
+}
+
+/// Answers a request that never reached an instance.
+fn fail(r: SeqRequest, error: Error, rejected: bool) {
+    r.pending.fetch_sub(1, Ordering::Relaxed);
+    let _ = r.reply.send(Done {
+        result: Err(error),
+        queue: r.enqueued.elapsed(),
+        compute: Duration::ZERO,
+        rejected,
+    });
 }
 
 fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
@@ -529,15 +534,9 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         if !expired.is_empty() {
             drop(state);
             for r in expired {
-                r.pending.fetch_sub(1, Ordering::Relaxed);
-                let _ = r.reply.send(Done {
-                    result: Err(Error::unavailable(
-                        "timeout of the corresponding sequence has been expired",
-                    )),
-                    queue: r.enqueued.elapsed(),
-                    compute: Duration::ZERO,
-                    rejected: true,
-                });
+                let e =
+                    Error::unavailable("timeout of the corresponding sequence has been expired");
+                fail(r, e, true);
             }
             state = shared.state.lock().unwrap();
             continue;
@@ -594,11 +593,10 @@ struct RowInfo {
     start: bool,
     end: bool,
     request: SeqRequest,
-    /// The states this row runs with (the stored ones, or the initial
-    /// ones on START); empty without implicit state.
+    /// The states this row runs with (the stored ones, taken out of the
+    /// batcher and put back if the execution fails, or the initial ones on
+    /// START); empty without implicit state.
     states: Vec<Tensor>,
-    /// The stored states it took (put back if the execution fails).
-    stored: Option<Vec<Tensor>>,
 }
 
 /// Takes each row's stored states out of the batcher (under its lock).
@@ -610,15 +608,13 @@ fn take_rows(
     rows.into_iter()
         .map(|r| {
             r.map(|Row { serial, entry }| {
-                let stored = if settings.states.is_empty() {
-                    None
+                let states = if settings.states.is_empty() {
+                    Vec::new()
                 } else {
-                    state.states.remove(&serial)
-                };
-                let states = match (&stored, entry.start) {
-                    _ if settings.states.is_empty() => Vec::new(),
-                    (Some(s), false) => s.clone(),
-                    _ => initial_states(settings),
+                    match state.states.remove(&serial) {
+                        Some(stored) if !entry.start => stored,
+                        _ => initial_states(settings),
+                    }
                 };
                 RowInfo {
                     serial,
@@ -626,7 +622,6 @@ fn take_rows(
                     end: entry.end,
                     request: entry.request,
                     states,
-                    stored,
                 }
             })
         })
@@ -871,7 +866,7 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
                 let keep = match next {
                     Some(next) => Some(next),
                     // A failed row keeps its states (a START has none yet).
-                    None if !row.start => row.stored,
+                    None if !row.start => Some(row.states),
                     None => None,
                 };
                 match keep {

@@ -63,7 +63,7 @@ pub fn update(updates: &[(String, Setting)]) -> Result<()> {
             }
             ("log_file", _) => {
                 return Err(Error::unsupported(
-                    "log_file can only be set when the server starts",
+                    "log file location can not be updated through network protocol",
                 ));
             }
             _ => false,

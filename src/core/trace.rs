@@ -1,9 +1,22 @@
 //! Request tracing (Triton's trace extension, TIMESTAMPS level): settings
 //! global and per model, sampling by rate and count, and each sampled
 //! request's timestamps written to the trace file as a JSON array.
+//!
+//! The trace file is set when the server starts (`--trace-config
+//! triton,file=...`), never through the API: like Triton since
+//! CVE-2024-0087, an update naming `trace_file` is refused, so a client
+//! cannot make the server write over a file of its choice.
+//!
+//! Each trace is appended: the file always holds one valid JSON array (the
+//! closing `]` is overwritten by `,` and the next trace), so the cost of a
+//! traced request stays flat however many came before. With
+//! `log_frequency` N > 0, every N traces start a new file `<file>.<k>`
+//! (k = 0, 1, ...), each a JSON array of its own, as Triton names them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -45,7 +58,119 @@ impl TraceSettings {
             ("trace_rate", vec![self.rate.to_string()]),
             ("trace_count", vec![self.count.to_string()]),
             ("log_frequency", vec![self.log_frequency.to_string()]),
+            ("trace_mode", vec!["triton".to_string()]),
         ])
+    }
+
+    /// Applies updates by the API's names; `None` takes the fallback's
+    /// value (JSON `null` clearing a model's override). The file is not
+    /// among them: it is set at start only.
+    fn apply(
+        &mut self,
+        updates: &BTreeMap<String, Option<Vec<String>>>,
+        fallback: &TraceSettings,
+    ) -> Result<()> {
+        for (key, value) in updates {
+            let Some(values) = value else {
+                match key.as_str() {
+                    "trace_level" => self.level = fallback.level.clone(),
+                    "trace_rate" => self.rate = fallback.rate,
+                    "trace_count" => self.count = fallback.count,
+                    "log_frequency" => self.log_frequency = fallback.log_frequency,
+                    _ => return Err(Error::invalid_arg(format!("unknown trace setting '{key}'"))),
+                }
+                continue;
+            };
+            let number = |v: String| -> Result<i64> {
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|_| Error::invalid_arg(format!("Unable to parse '{key}', got: {v}")))
+            };
+            match key.as_str() {
+                "trace_level" => {
+                    for level in values {
+                        if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.as_str()) {
+                            return Err(Error::invalid_arg(format!(
+                                "invalid value for 'trace_level', expected OFF, TIMESTAMPS or TENSORS, got: {level}"
+                            )));
+                        }
+                    }
+                    self.level = values.clone();
+                }
+                "trace_rate" => {
+                    let rate = number(one(key, values)?)?;
+                    if rate < 1 {
+                        return Err(Error::invalid_arg("'trace_rate' must be at least 1"));
+                    }
+                    self.rate = rate as u64;
+                }
+                "trace_count" => self.count = number(one(key, values)?)?.max(-1),
+                "log_frequency" => self.log_frequency = number(one(key, values)?)?.max(0) as u64,
+                _ => return Err(Error::invalid_arg(format!("unknown trace setting '{key}'"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings given at start, from Triton's `--trace-config` values
+    /// (`[triton,]key=value`: `file`, `level` (repeatable: the levels add
+    /// up), `rate`, `count`, `log-frequency`, `mode=triton`), applied in
+    /// order over the defaults. OpenTelemetry mode is refused with the
+    /// reason.
+    pub fn from_config(values: &[String]) -> Result<TraceSettings> {
+        let mut settings = TraceSettings::default();
+        let mut levels: Vec<String> = Vec::new();
+        for value in values {
+            // `<mode>,<key>=<value>` or `<key>=<value>` (a comma after an
+            // `=` belongs to the value).
+            let (mode, pair) = match value.split_once(',') {
+                Some((mode, pair)) if !mode.contains('=') => (Some(mode), pair),
+                _ => (None, value.as_str()),
+            };
+            if let Some(mode) = mode {
+                check_mode(mode)?;
+            }
+            let Some((key, v)) = pair.split_once('=') else {
+                return Err(Error::invalid_arg(format!(
+                    "--trace-config '{value}': expected [<mode>,]<setting>=<value>"
+                )));
+            };
+            let api_key = match key {
+                "mode" => {
+                    check_mode(v)?;
+                    continue;
+                }
+                "file" => {
+                    settings.file = v.to_string();
+                    continue;
+                }
+                "level" => {
+                    levels.retain(|l| l != "OFF");
+                    if v == "OFF" {
+                        levels.clear();
+                    }
+                    levels.push(v.to_string());
+                    settings.apply(
+                        &BTreeMap::from([("trace_level".to_string(), Some(levels.clone()))]),
+                        &TraceSettings::default(),
+                    )?;
+                    continue;
+                }
+                "rate" => "trace_rate",
+                "count" => "trace_count",
+                "log-frequency" | "log_frequency" => "log_frequency",
+                _ => {
+                    return Err(Error::invalid_arg(format!(
+                        "--trace-config '{value}': unknown setting '{key}' (file, level, rate, count, log-frequency)"
+                    )))
+                }
+            };
+            settings.apply(
+                &BTreeMap::from([(api_key.to_string(), Some(vec![v.to_string()]))]),
+                &TraceSettings::default(),
+            )?;
+        }
+        Ok(settings)
     }
 
     fn timestamps(&self) -> bool {
@@ -57,6 +182,71 @@ impl TraceSettings {
 pub struct Sampled {
     id: u64,
     file: String,
+    log_frequency: u64,
+}
+
+/// The message Triton answers an update that names the trace file.
+pub const FILE_NOT_SETTABLE: &str =
+    "trace file location can not be updated through network protocol";
+
+/// One trace file being written: a JSON array kept valid after each trace.
+struct Sink {
+    file: File,
+    /// Traces in this file.
+    traces: u64,
+}
+
+impl Sink {
+    fn create(path: &str) -> std::io::Result<Sink> {
+        Ok(Sink {
+            file: File::create(path)?,
+            traces: 0,
+        })
+    }
+
+    /// Appends one trace, leaving a complete array behind.
+    fn append(&mut self, trace: &Value) -> std::io::Result<()> {
+        let text = serde_json::to_string(trace).map_err(std::io::Error::other)?;
+        if self.traces == 0 {
+            self.file.write_all(format!("[{text}]").as_bytes())?;
+        } else {
+            self.file.seek(SeekFrom::End(-1))?;
+            self.file.write_all(format!(",\n{text}]").as_bytes())?;
+        }
+        self.traces += 1;
+        Ok(())
+    }
+}
+
+/// The files traces go to, by (trace file, log frequency): with a log
+/// frequency N > 0 the current file is `<file>.<k>` and a new one starts
+/// every N traces.
+#[derive(Default)]
+struct Files {
+    sinks: BTreeMap<(String, u64), (u64, Sink)>,
+    /// Whether a write error has been logged already (logged once).
+    failed: bool,
+}
+
+impl Files {
+    fn write(&mut self, file: &str, log_frequency: u64, trace: &Value) -> std::io::Result<()> {
+        let key = (file.to_string(), log_frequency);
+        let rotate = match self.sinks.get(&key) {
+            None => Some(0),
+            Some((k, sink)) if log_frequency > 0 && sink.traces >= log_frequency => Some(k + 1),
+            Some(_) => None,
+        };
+        if let Some(k) = rotate {
+            let path = if log_frequency > 0 {
+                format!("{file}.{k}")
+            } else {
+                file.to_string()
+            };
+            self.sinks.insert(key.clone(), (k, Sink::create(&path)?));
+        }
+        let (_, sink) = self.sinks.get_mut(&key).expect("created above");
+        sink.append(trace)
+    }
 }
 
 /// The tracer of one server.
@@ -64,14 +254,25 @@ pub struct Sampled {
 pub struct Tracer {
     /// Whether any settings could trace (the request path checks only this
     /// when tracing is off).
-    active: std::sync::atomic::AtomicBool,
+    active: AtomicBool,
     global: Mutex<TraceSettings>,
     per_model: Mutex<BTreeMap<String, TraceSettings>>,
     /// Requests seen, for the sampling rate.
     seen: AtomicU64,
     next_id: AtomicU64,
-    /// Traces written so far, per file (the file holds them as one array).
-    written: Mutex<BTreeMap<String, Vec<Value>>>,
+    files: Mutex<Files>,
+}
+
+fn check_mode(mode: &str) -> Result<()> {
+    match mode {
+        "triton" => Ok(()),
+        "opentelemetry" => Err(Error::unsupported(
+            "--trace-config opentelemetry: OpenTelemetry tracing is not supported; use mode triton",
+        )),
+        _ => Err(Error::invalid_arg(format!(
+            "--trace-config: unknown trace mode '{mode}' (triton)"
+        ))),
+    }
 }
 
 fn one(key: &str, values: &[String]) -> Result<String> {
@@ -84,6 +285,15 @@ fn one(key: &str, values: &[String]) -> Result<String> {
 }
 
 impl Tracer {
+    /// A tracer starting from the settings given at start (`--trace-config`).
+    pub fn new(initial: TraceSettings) -> Tracer {
+        Tracer {
+            active: AtomicBool::new(initial.timestamps()),
+            global: Mutex::new(initial),
+            ..Tracer::default()
+        }
+    }
+
     /// The settings in force for a model (its own, else the global ones), or
     /// the global ones.
     pub fn settings(&self, model: Option<&str>) -> TraceSettings {
@@ -102,50 +312,12 @@ impl Tracer {
         model: Option<&str>,
         updates: &BTreeMap<String, Option<Vec<String>>>,
     ) -> Result<TraceSettings> {
+        if updates.contains_key("trace_file") {
+            return Err(Error::unsupported(FILE_NOT_SETTABLE));
+        }
         let global = self.global.lock().unwrap().clone();
         let mut s = self.settings(model);
-        for (key, value) in updates {
-            let Some(values) = value else {
-                let fallback = global.clone();
-                match key.as_str() {
-                    "trace_file" => s.file = fallback.file,
-                    "trace_level" => s.level = fallback.level,
-                    "trace_rate" => s.rate = fallback.rate,
-                    "trace_count" => s.count = fallback.count,
-                    "log_frequency" => s.log_frequency = fallback.log_frequency,
-                    _ => return Err(Error::invalid_arg(format!("unknown trace setting '{key}'"))),
-                }
-                continue;
-            };
-            let number = |v: String| -> Result<i64> {
-                v.trim()
-                    .parse::<i64>()
-                    .map_err(|_| Error::invalid_arg(format!("Unable to parse '{key}', got: {v}")))
-            };
-            match key.as_str() {
-                "trace_file" => s.file = one(key, values)?,
-                "trace_level" => {
-                    for level in values {
-                        if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.as_str()) {
-                            return Err(Error::invalid_arg(format!(
-                                "invalid value for 'trace_level', expected OFF, TIMESTAMPS or TENSORS, got: {level}"
-                            )));
-                        }
-                    }
-                    s.level = values.clone();
-                }
-                "trace_rate" => {
-                    let rate = number(one(key, values)?)?;
-                    if rate < 1 {
-                        return Err(Error::invalid_arg("'trace_rate' must be at least 1"));
-                    }
-                    s.rate = rate as u64;
-                }
-                "trace_count" => s.count = number(one(key, values)?)?.max(-1),
-                "log_frequency" => s.log_frequency = number(one(key, values)?)?.max(0) as u64,
-                _ => return Err(Error::invalid_arg(format!("unknown trace setting '{key}'"))),
-            }
-        }
+        s.apply(updates, &global)?;
         match model {
             Some(m) => {
                 self.per_model
@@ -196,6 +368,7 @@ impl Tracer {
         Some(Sampled {
             id: self.next_id.fetch_add(1, Relaxed) + 1,
             file: s.file,
+            log_frequency: s.log_frequency,
         })
     }
 
@@ -220,15 +393,15 @@ impl Tracer {
             "model_version": version.parse::<i64>().unwrap_or(-1),
             "timestamps": stamps,
         });
-        let mut written = self.written.lock().unwrap();
-        let traces = written.entry(sampled.file.clone()).or_default();
-        traces.push(trace);
-        let text = serde_json::to_string_pretty(&Value::Array(traces.clone())).unwrap_or_default();
-        if let Err(e) = std::fs::write(&sampled.file, text) {
-            crate::core::logging::log(
-                'E',
-                &format!("failed to write trace file {}: {e}", sampled.file),
-            );
+        let mut files = self.files.lock().unwrap();
+        if let Err(e) = files.write(&sampled.file, sampled.log_frequency, &trace) {
+            if !files.failed {
+                files.failed = true;
+                crate::core::logging::log(
+                    'E',
+                    &format!("failed to write trace file {}: {e}", sampled.file),
+                );
+            }
         }
     }
 }

@@ -2,28 +2,41 @@
 //! in requests instead of sending tensor data (Triton's
 //! `system_shared_memory` extension).
 //!
-//! A region maps `/dev/shm/<key>` (what `shm_open(key)` opens) from `offset`
+//! A region is `/dev/shm/<key>` (what `shm_open(key)` opens) from `offset`
 //! for `byte_size` bytes. Every use is bounds-checked against the registered
-//! range: a request can never read or write outside the mapping.
+//! range, and the server never maps a region: it copies in and out with
+//! `pread`/`pwrite` on the descriptor it opened at registration. A client
+//! can truncate its object at any moment; a mapping would then fault
+//! (SIGBUS, the whole server), while a read past the end is only a short
+//! read, which fails that request with a clear error.
+//!
+//! The key must name a shared memory object itself: one path component
+//! (`/name`), opened with `O_NOFOLLOW`, a regular file on the same file
+//! system as `/dev/shm` (so neither a symlink nor a hard link can lead the
+//! server to a file elsewhere).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
 
-use memmap2::MmapMut;
-
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::types::ShmRef;
 
 /// Keys Triton keeps for its Python backend's own regions.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// Where `shm_open` keeps its objects on Linux.
+const SHM_DIR: &str = "/dev/shm";
 
 /// One registered region.
 struct Region {
     key: String,
     offset: usize,
     byte_size: usize,
-    /// The whole shared memory object, mapped shared and writable.
-    map: Mutex<MmapMut>,
+    /// The shared memory object, opened read-write at registration.
+    file: File,
 }
 
 /// What status reports for a region.
@@ -41,11 +54,55 @@ pub struct SharedMemoryManager {
     regions: RwLock<BTreeMap<String, Arc<Region>>>,
 }
 
+/// Opens the shared memory object a key names, refusing anything that is
+/// not one: a key with a `/` past the leading one, `.`/`..`, a symlink, or
+/// a file that is not on `/dev/shm`'s file system.
+fn open_object(key: &str) -> Result<File> {
+    let unable = || Error::invalid_arg(format!("Unable to open shared memory region: '{key}'"));
+    let file_name = key.strip_prefix('/').unwrap_or(key);
+    if file_name.is_empty()
+        || file_name.contains('/')
+        || file_name.contains('\0')
+        || file_name == "."
+        || file_name == ".."
+    {
+        return Err(unable());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(Path::new(SHM_DIR).join(file_name))
+        .map_err(|_| unable())?;
+    let meta = file.metadata().map_err(|_| unable())?;
+    let shm_dev = std::fs::metadata(SHM_DIR).map_err(|_| unable())?.dev();
+    if !meta.file_type().is_file() || meta.dev() != shm_dev {
+        return Err(unable());
+    }
+    Ok(file)
+}
+
+/// The object's current size (it can shrink at any moment).
+fn current_size(region: &Region, name: &str) -> Result<u64> {
+    region.file.metadata().map(|m| m.len()).map_err(|e| {
+        Error::internal(format!(
+            "Unable to stat shared memory region '{name}': {}",
+            crate::core::error::os_reason(&e)
+        ))
+    })
+}
+
+fn shrunk(name: &str) -> Error {
+    Error::invalid_arg(format!(
+        "shared memory region '{name}' is smaller than when it was registered"
+    ))
+}
+
 impl SharedMemoryManager {
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<()> {
         if self.regions.read().unwrap().contains_key(name) {
             return Err(Error::new(
-                crate::core::error::ErrorKind::AlreadyExists,
+                ErrorKind::AlreadyExists,
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
@@ -54,48 +111,32 @@ impl SharedMemoryManager {
                 "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
             )));
         }
-        let file_name = key.strip_prefix('/').unwrap_or(key);
-        if file_name.is_empty() || file_name.contains('/') || file_name == "." || file_name == ".."
-        {
-            return Err(Error::internal(format!(
-                "Unable to open shared memory region: '{key}'"
-            )));
-        }
-        let path = std::path::Path::new("/dev/shm").join(file_name);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|_| {
-                Error::internal(format!("Unable to open shared memory region: '{key}'"))
-            })?;
+        let file = open_object(key)?;
         let size = file
             .metadata()
             .map_err(|e| {
-                Error::internal(format!("Unable to stat shared memory region '{key}': {e}"))
+                Error::internal(format!(
+                    "Unable to stat shared memory region '{key}': {}",
+                    crate::core::error::os_reason(&e)
+                ))
             })?
             .len();
         let end = offset.checked_add(byte_size);
-        if end.is_none_or(|end| end > size) {
+        if end.is_none_or(|end| end > size) || usize::try_from(end.unwrap_or(0)).is_err() {
             return Err(Error::invalid_arg(format!(
                 "failed to register shared memory region '{name}': invalid args"
             )));
         }
-        // SAFETY: the mapping is of a file the client shares on purpose; we
-        // only copy to and from it within the registered bounds, under a lock.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| {
-            Error::internal(format!("Unable to map shared memory region '{key}': {e}"))
-        })?;
         let region = Region {
             key: key.to_string(),
             offset: offset as usize,
             byte_size: byte_size as usize,
-            map: Mutex::new(map),
+            file,
         };
         let mut regions = self.regions.write().unwrap();
         if regions.contains_key(name) {
             return Err(Error::new(
-                crate::core::error::ErrorKind::AlreadyExists,
+                ErrorKind::AlreadyExists,
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
@@ -177,24 +218,44 @@ impl SharedMemoryManager {
     pub fn read(&self, r: &ShmRef) -> Result<Vec<u8>> {
         let region = self.region(&r.region)?;
         let range = Self::range(&region, r)?;
-        let map = region.map.lock().unwrap();
-        Ok(map[range].to_vec())
+        let mut data = vec![0u8; range.len()];
+        match region.file.read_exact_at(&mut data, range.start as u64) {
+            Ok(()) => Ok(data),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(shrunk(&r.region)),
+            Err(e) => Err(Error::internal(format!(
+                "Unable to read shared memory region '{}': {}",
+                r.region,
+                crate::core::error::os_reason(&e)
+            ))),
+        }
     }
 
-    /// Writes `data` at the referenced place; `data` must fit.
+    /// Writes `data` at the referenced place; `data` must fit, and the
+    /// object must still hold the range (a write never grows it).
     pub fn write(&self, r: &ShmRef, output: &str, data: &[u8]) -> Result<()> {
         let region = self.region(&r.region)?;
         let range = Self::range(&region, r)?;
         if data.len() > range.len() {
-            return Err(Error::internal(format!(
+            return Err(Error::invalid_arg(format!(
                 "shared memory size specified with the request for output '{output}' ({} bytes) should be at least {} bytes to hold the results",
                 range.len(),
                 data.len()
             )));
         }
-        let mut map = region.map.lock().unwrap();
-        map[range.start..range.start + data.len()].copy_from_slice(data);
-        Ok(())
+        let end = (range.start + data.len()) as u64;
+        if current_size(&region, &r.region)? < end {
+            return Err(shrunk(&r.region));
+        }
+        region
+            .file
+            .write_all_at(data, range.start as u64)
+            .map_err(|e| {
+                Error::internal(format!(
+                    "Unable to write shared memory region '{}': {}",
+                    r.region,
+                    crate::core::error::os_reason(&e)
+                ))
+            })
     }
 }
 

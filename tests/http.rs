@@ -362,7 +362,7 @@ fn explicit_mode_loads_and_unloads() {
     let (_, index) = s.json("POST", "/v2/repository/index", json!({"ready": true}));
     assert_eq!(index.as_array().unwrap().len(), 1);
     let (status, err) = s.json("POST", "/v2/repository/models/missing/load", Value::Null);
-    assert_eq!(status, 500);
+    assert_eq!(status, 404);
     assert_eq!(
         err["error"],
         "failed to load 'missing', failed to poll from model repository"

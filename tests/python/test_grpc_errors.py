@@ -184,6 +184,27 @@ def test_fewer_raw_contents_than_inputs(grpc_stub):
     )
 
 
+@pytest.mark.parametrize("n_raw", [3, 10])
+def test_more_raw_contents_than_inputs(grpc_stub, n_raw):
+    with pytest.raises(grpc.RpcError) as e:
+        grpc_stub.ModelInfer(raw_simple_request(n_raw), timeout=10)
+    assert_rpc_error(
+        e.value,
+        "INVALID_ARGUMENT",
+        f"raw_input_contents has {n_raw} entries but the request's inputs use 2 for model 'simple'",
+    )
+
+
+def test_a_message_over_the_grpc_size_limit_is_refused_before_it_is_read(grpc_stub):
+    # The default --grpc-max-input-size is 64 MiB: 80 MiB of raw contents.
+    req = raw_simple_request(2)
+    req.raw_input_contents[1] = b"\0" * (80 << 20)
+    with pytest.raises(grpc.RpcError) as e:
+        grpc_stub.ModelInfer(req, timeout=30)
+    assert e.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.OUT_OF_RANGE), e.value
+    assert "too large" in e.value.details() or "larger than max" in e.value.details(), e.value.details()
+
+
 def test_no_data_at_all(grpc_stub):
     with pytest.raises(grpc.RpcError) as e:
         grpc_stub.ModelInfer(raw_simple_request(0), timeout=10)

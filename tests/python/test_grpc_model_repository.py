@@ -146,12 +146,22 @@ def test_explicit_infer_on_unloaded_model_fails(explicit_client):
 
 
 def test_explicit_load_missing_model_fails(explicit_client, explicit_server):
-    # core model_repository_manager.cc LoadModel: INTERNAL.
+    # core model_repository_manager.cc LoadModel: INTERNAL in Triton;
+    # NOT_FOUND here (a deliberate difference).
     with pytest.raises(InferenceServerException) as e:
         explicit_client.load_model("does_not_exist")
     assert_grpc_error(
-        e.value, "INTERNAL", "failed to load 'does_not_exist', failed to poll from model repository"
+        e.value, "NOT_FOUND", "failed to load 'does_not_exist', failed to poll from model repository"
     )
+    assert explicit_client.is_server_ready()
+    assert explicit_client.is_model_ready("simple")
+
+
+@pytest.mark.parametrize("name", ["..", "/etc", "a/../..", "x\x00y", "../simple"])
+def test_explicit_load_of_a_name_outside_the_repository(explicit_client, name):
+    with pytest.raises(InferenceServerException) as e:
+        explicit_client.load_model(name)
+    assert_grpc_error(e.value, "INVALID_ARGUMENT", "failed to poll from model repository")
     assert explicit_client.is_server_ready()
     assert explicit_client.is_model_ready("simple")
 

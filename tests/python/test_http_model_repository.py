@@ -92,12 +92,28 @@ def test_explicit_infer_on_unloaded_model_fails(explicit_client):
 
 
 def test_explicit_load_missing_model_fails(explicit_client, explicit_server):
-    # core model_repository_manager.cc LoadModel: INTERNAL -> HTTP 500.
+    # core model_repository_manager.cc LoadModel: INTERNAL -> HTTP 500 in
+    # Triton; a model that is not there is the client's mistake: 404, with
+    # Triton's message (a deliberate difference).
     with pytest.raises(InferenceServerException) as e:
         explicit_client.load_model("does_not_exist")
     assert_client_error(
-        e.value, 500, "failed to load 'does_not_exist', failed to poll from model repository"
+        e.value, 404, "failed to load 'does_not_exist', failed to poll from model repository"
     )
+    assert explicit_server.is_ready()
+    assert explicit_client.is_model_ready("simple")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "%2Fetc", "a%2F..%2F..", "x%00y", "..%2Fsimple", "n" * 10000])
+def test_explicit_load_of_a_name_outside_the_repository_is_a_400(explicit_server, explicit_client, name):
+    status, _, body = explicit_server.request("POST", f"/v2/repository/models/{name}/load", b"{}")
+    if name == "n" * 10000:
+        # A plain name that is not there (too long for the file system).
+        assert status == 404, body
+    else:
+        assert status in (400, 404), body
+        assert status == 400 or name in (".", ".."), body
+    assert "failed to poll from model repository" in json.loads(body)["error"]
     assert explicit_server.is_ready()
     assert explicit_client.is_model_ready("simple")
 

@@ -48,21 +48,37 @@ fn status(e: Error) -> Status {
 /// requests as they arrive.
 const STREAM_IN_FLIGHT: usize = 1 << 16;
 
+/// The default bound on one gRPC request message (`--grpc-max-input-size`),
+/// the same as `--http-max-input-size`'s.
+pub const DEFAULT_MAX_INPUT_SIZE: usize = 64 * 1024 * 1024;
+
 /// The gRPC services over one engine.
 #[derive(Clone)]
 pub struct GrpcService {
     engine: Engine,
+    max_input_size: usize,
 }
 
 impl GrpcService {
     pub fn new(engine: Engine) -> Self {
-        GrpcService { engine }
+        GrpcService {
+            engine,
+            max_input_size: DEFAULT_MAX_INPUT_SIZE,
+        }
+    }
+
+    /// Bounds the size of one request message: a message that declares more
+    /// is refused (OUT_OF_RANGE) from its 5-byte header, before its body is
+    /// buffered.
+    pub fn with_max_input_size(mut self, bytes: usize) -> Self {
+        self.max_input_size = bytes;
+        self
     }
 
     /// The inference service, ready to add to a tonic server.
     pub fn inference(&self) -> GrpcInferenceServiceServer<GrpcService> {
         GrpcInferenceServiceServer::new(self.clone())
-            .max_decoding_message_size(usize::MAX)
+            .max_decoding_message_size(self.max_input_size)
             .max_encoding_message_size(usize::MAX)
     }
 
@@ -75,6 +91,7 @@ impl GrpcService {
         let name = req.model_name.clone();
         let version = req.model_version.clone();
         let request = grpc_convert::infer_request(req)?;
+        engine.admit(&request)?;
         let response = engine.infer(&name, &version, request).await?;
         Ok(grpc_convert::infer_response(response))
     }

@@ -27,6 +27,7 @@ fn bad(message: impl Into<String>) -> Error {
 pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
     let model = req.model_name;
     let using_raw = !req.raw_input_contents.is_empty();
+    let raw_given = req.raw_input_contents.len();
     let mut raw = req.raw_input_contents.into_iter();
     let mut inputs = Vec::with_capacity(req.inputs.len());
     let mut shm_inputs = Vec::new();
@@ -74,6 +75,12 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
             shape: input.shape,
             data,
         });
+    }
+    if raw.len() > 0 {
+        return Err(bad(format!(
+            "raw_input_contents has {raw_given} entries but the request's inputs use {} for model '{model}'",
+            raw_given - raw.len()
+        )));
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for out in req.outputs {

@@ -196,6 +196,13 @@ impl ModelManager {
     /// Loads (or reloads) a model: every version its policy selects.
     /// Blocking: call it off the async runtime.
     pub fn load(&self, name: &str) -> Result<()> {
+        // A client mistake, not a server fault: a name that is not a plain
+        // directory name (it would reach outside the repository) or one
+        // that is not there answers 4xx, with Triton's message.
+        let not_there = || format!("failed to load '{name}', failed to poll from model repository");
+        if !super::layout::is_contained_name(name) {
+            return Err(Error::invalid_arg(not_there()));
+        }
         let fingerprint = fingerprint(&self.opts.repository.join(name));
         let opts = CheckOptions {
             gpu_count: self.opts.gpu_count,
@@ -204,9 +211,7 @@ impl ModelManager {
         let checked = check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
             .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
         let Some(mut model) = checked.into_iter().next() else {
-            return Err(Error::internal(format!(
-                "failed to load '{name}', failed to poll from model repository"
-            )));
+            return Err(Error::not_found(not_there()));
         };
         self.models
             .write()
@@ -421,7 +426,6 @@ impl ModelManager {
                     name,
                     settings,
                     Arc::clone(&pool),
-                    self.opts.queue_capacity,
                     Arc::clone(&stats),
                 )?,
             ),

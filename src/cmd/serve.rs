@@ -79,6 +79,11 @@ pub struct Args {
     #[arg(long, env = "TRTIS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     http_max_input_size: usize,
 
+    /// The largest gRPC request message, in bytes: a message that declares
+    /// more is refused (OUT_OF_RANGE) before it is read.
+    #[arg(long, env = "TRTIS_GRPC_MAX_INPUT_SIZE", default_value_t = trtis::core::frontend::grpc::DEFAULT_MAX_INPUT_SIZE)]
+    grpc_max_input_size: usize,
+
     /// none: load everything at start; poll: and rescan the repository;
     /// explicit: only --load-model, then the repository API loads and
     /// unloads.
@@ -127,6 +132,57 @@ pub struct Args {
     /// Verbose logging level (0: off).
     #[arg(long, env = "TRTIS_LOG_VERBOSE", default_value_t = 0)]
     log_verbose: u32,
+
+    /// Tracing, as Triton's `[<mode>,]<setting>=<value>` (repeatable):
+    /// `triton,file=FILE`, `level=OFF|TIMESTAMPS|TENSORS`, `rate=N`,
+    /// `count=N`, `log-frequency=N`. The trace file can only be set here:
+    /// the trace API refuses to change it.
+    #[arg(
+        long = "trace-config",
+        env = "TRTIS_TRACE_CONFIG",
+        value_name = "SETTING",
+        value_delimiter = ';'
+    )]
+    trace_config: Vec<String>,
+
+    /// Deprecated: --trace-config triton,file=FILE.
+    #[arg(long, value_name = "FILE")]
+    trace_file: Option<String>,
+
+    /// Deprecated: --trace-config level=LEVEL (repeatable).
+    #[arg(long, value_name = "LEVEL")]
+    trace_level: Vec<String>,
+
+    /// Deprecated: --trace-config rate=N.
+    #[arg(long, value_name = "N")]
+    trace_rate: Option<String>,
+
+    /// Deprecated: --trace-config count=N.
+    #[arg(long, value_name = "N")]
+    trace_count: Option<String>,
+
+    /// Deprecated: --trace-config log-frequency=N.
+    #[arg(long, value_name = "N")]
+    trace_log_frequency: Option<String>,
+}
+
+impl Args {
+    /// Every trace setting given, the deprecated flags first (as
+    /// `--trace-config` values), so `--trace-config` wins.
+    fn trace_settings(&self) -> Vec<String> {
+        let mut values: Vec<String> = Vec::new();
+        values.extend(self.trace_file.iter().map(|v| format!("file={v}")));
+        values.extend(self.trace_level.iter().map(|v| format!("level={v}")));
+        values.extend(self.trace_rate.iter().map(|v| format!("rate={v}")));
+        values.extend(self.trace_count.iter().map(|v| format!("count={v}")));
+        values.extend(
+            self.trace_log_frequency
+                .iter()
+                .map(|v| format!("log-frequency={v}")),
+        );
+        values.extend(self.trace_config.iter().cloned());
+        values
+    }
 }
 
 use trtis::core::logging::log;
@@ -153,6 +209,13 @@ pub fn run(args: Args) -> ExitCode {
     config.id = args.id.clone();
     config.allow_client_shm = args.allow_client_shm;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
+    config.trace = match trtis::core::trace::TraceSettings::from_config(&args.trace_settings()) {
+        Ok(trace) => trace,
+        Err(e) => {
+            log('E', &e.message);
+            return ExitCode::from(2);
+        }
+    };
 
     let (engine, errors) = match Engine::start(config) {
         Ok(started) => started,
@@ -251,7 +314,8 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             Ok(l) => l,
             Err(code) => return code,
         };
-        let service = GrpcService::new(engine.clone());
+        let service =
+            GrpcService::new(engine.clone()).with_max_input_size(args.grpc_max_input_size);
         let shutdown = stopped(stop_rx.clone());
         services.push(tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -333,33 +397,33 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
     }
     signal.await;
     log('I', "shutting down: waiting for requests in flight");
-    let _ = stop_tx.send(true);
-    // Wait for the requests in flight (not for idle connections), up to
-    // --exit-timeout-secs; then give responses a moment to be written.
     let deadline = Instant::now() + Duration::from_secs(args.exit_timeout_secs);
-    let mut idle_since: Option<Instant> = None;
-    loop {
-        if services.iter().all(|s| s.is_finished()) {
-            break;
-        }
-        if engine.inflight() == 0 {
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_millis(500) {
-                break;
-            }
-        } else {
-            idle_since = None;
-        }
-        if Instant::now() > deadline {
-            log(
-                'W',
-                &format!(
-                    "requests still in flight after {} s; exiting",
-                    args.exit_timeout_secs
-                ),
-            );
-            break;
-        }
+    // The drain. The listeners stay open throughout, so every request
+    // already sent (even one still in a socket buffer or the accept backlog)
+    // is read and answered rather than reset.
+    // 1. Not ready, still serving: for up to ACCEPT_GRACE, new requests run
+    //    too, until the server has been idle for QUIET.
+    engine.begin_drain();
+    let accept_until = (Instant::now() + ACCEPT_GRACE).min(deadline);
+    wait_idle(&engine, accept_until).await;
+    // 2. New requests are refused (UNAVAILABLE, Triton's message); those in
+    //    flight run to the end, up to --exit-timeout-secs.
+    engine.refuse_new();
+    if !wait_idle(&engine, deadline).await {
+        log(
+            'W',
+            &format!(
+                "{} requests still in flight after {} s; exiting",
+                engine.inflight(),
+                args.exit_timeout_secs
+            ),
+        );
+    }
+    // 3. Close the listeners and idle connections; answers being written
+    //    get a moment to go out.
+    let _ = stop_tx.send(true);
+    let closing = Instant::now() + CLOSE_GRACE;
+    while !services.iter().all(|s| s.is_finished()) && Instant::now() < closing {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut code = ExitCode::SUCCESS;
@@ -381,6 +445,37 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
         }
     }
     code
+}
+
+/// How long, after a stop signal, new requests are still served (while the
+/// server reports not ready), unless it goes idle sooner.
+const ACCEPT_GRACE: Duration = Duration::from_secs(1);
+
+/// How long no request must be in flight for the server to count as idle
+/// (requests still in socket buffers arrive within it).
+const QUIET: Duration = Duration::from_millis(100);
+
+/// How long the listeners get to close their connections at the end.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Waits until no request has been in flight for `QUIET`, or `until`;
+/// returns whether the server went idle.
+async fn wait_idle(engine: &Engine, until: Instant) -> bool {
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if engine.inflight() == 0 {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= QUIET {
+                return true;
+            }
+        } else {
+            idle_since = None;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A future that completes on SIGINT or SIGTERM; the handlers are in place

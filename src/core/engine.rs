@@ -44,6 +44,9 @@ pub struct ServerConfig {
     /// Whether clients may register system shared memory regions
     /// (`--allow-client-shm`).
     pub allow_client_shm: bool,
+    /// The trace settings at start (`--trace-config`), the trace file
+    /// among them: the API cannot change it.
+    pub trace: TraceSettings,
 }
 
 impl ServerConfig {
@@ -58,6 +61,7 @@ impl ServerConfig {
             queue_capacity: 1024,
             auto_complete: true,
             allow_client_shm: false,
+            trace: TraceSettings::default(),
         }
     }
 }
@@ -89,6 +93,10 @@ struct Inner {
     shm: SharedMemoryManager,
     /// Inference requests being handled (shutdown waits for 0).
     inflight: std::sync::atomic::AtomicUsize,
+    /// Shutdown has begun: the server reports not ready.
+    draining: std::sync::atomic::AtomicBool,
+    /// Shutdown refuses new client requests.
+    refusing: std::sync::atomic::AtomicBool,
     tracer: Tracer,
 }
 
@@ -124,13 +132,16 @@ impl Engine {
             }
             _ => manager.repository_models()?,
         };
+        let tracer = Tracer::new(config.trace.clone());
         let engine = Engine {
             inner: Arc::new(Inner {
                 config,
                 manager,
                 shm: SharedMemoryManager::default(),
                 inflight: std::sync::atomic::AtomicUsize::new(0),
-                tracer: Tracer::default(),
+                draining: Default::default(),
+                refusing: Default::default(),
+                tracer,
             }),
         };
         let errors = names
@@ -149,7 +160,47 @@ impl Engine {
     }
 
     pub fn ready(&self) -> bool {
-        !self.inner.config.strict_readiness || self.inner.manager.all_ready()
+        !self
+            .inner
+            .draining
+            .load(std::sync::atomic::Ordering::SeqCst)
+            && (!self.inner.config.strict_readiness || self.inner.manager.all_ready())
+    }
+
+    /// Shutdown, first step: the server reports not ready (so health checks
+    /// and load balancers turn away) but still serves every request.
+    pub fn begin_drain(&self) {
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Shutdown, second step: new client requests are refused
+    /// (UNAVAILABLE); those already in flight run to the end.
+    pub fn refuse_new(&self) {
+        self.begin_drain();
+        self.inner
+            .refusing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a client's inference request may start: the frontends ask
+    /// (an ensemble's steps are not new requests). While stopping, as in
+    /// Triton, only a request that continues a sequence is still taken, so
+    /// sequences under way can end.
+    pub fn admit(&self, request: &InferRequest) -> Result<()> {
+        let continues = !request.sequence.id.is_none() && !request.sequence.start;
+        if self
+            .inner
+            .refusing
+            .load(std::sync::atomic::Ordering::SeqCst)
+            && !continues
+        {
+            return Err(Error::unavailable(
+                "Server is stopping, scheduler for model has stopped accepting new inference requests",
+            ));
+        }
+        Ok(())
     }
 
     /// Statistics of a model (every ready version) or one version, with

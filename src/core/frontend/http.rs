@@ -580,6 +580,7 @@ async fn infer(
     };
     let model = s.engine.model(&name, &version)?;
     let (request, format) = kserve_json::parse_request(&body, header_length, &model.config)?;
+    s.engine.admit(&request)?;
     let response = s.engine.infer_on(model, request).await?;
     let (bytes, json_len) = kserve_json::build_response(&response, &format)?;
     let mut resp = Response::new(Body::from(bytes));

@@ -205,6 +205,37 @@ fn an_idle_sequence_loses_its_slot() {
 }
 
 #[test]
+fn abandoned_backlogged_sequences_drain_as_fast_as_the_model_runs() {
+    // Triton's idle clock runs from each request's arrival, in the backlog
+    // too: 30 sequences that START and never END, behind one slot, are all
+    // answered soon after the first idles out, not one idle period each
+    // (which would be 60 s here).
+    let (dir, _record) = repo(
+        "seq",
+        "max_sequence_idle_microseconds: 2000000\n direct { }",
+        1,
+    );
+    let s = start(dir.path());
+    let t0 = std::time::Instant::now();
+    let waiting: Vec<_> = (1..=31)
+        .map(|id| send(&s, "seq", request(0, json!(id), true, false)))
+        .collect();
+    for w in waiting {
+        let (status, out) = w.join().unwrap();
+        assert_eq!(status, 200, "{out}");
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the backlog drained one idle period at a time: {took:?}"
+    );
+    // Each gave its slot up: a new sequence runs at once... after the last
+    // one's grace.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(infer(&s, "seq", request(0, json!(99), true, true)).0, 200);
+}
+
+#[test]
 fn oldest_batches_at_most_one_request_per_sequence() {
     let (dir, record) = repo(
         "seq",

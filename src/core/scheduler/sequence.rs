@@ -8,7 +8,15 @@
 //! its END request is taken into a batch, or until it has been idle for
 //! `max_sequence_idle_microseconds`; a sequence that finds no free place
 //! waits in the backlog, and the oldest backlogged sequence takes the next
-//! place freed. An END request removes the id at once, so a later request
+//! place freed.
+//!
+//! The idle clock is Triton's: it runs from the sequence's last request's
+//! arrival, in the backlog too. A sequence is never freed while a request
+//! of it is queued or running, nor sooner than `REAP_GRACE` after its last
+//! request completed (Triton's reaper looks every 50 ms); so a backlogged
+//! sequence that was abandoned runs what it queued and gives its place up
+//! at once, and a backlog of abandoned sequences drains as fast as the
+//! model runs, not one idle period at a time. An END request removes the id at once, so a later request
 //! with that id must START a new sequence.
 //!
 //! An instance runs one batch at a time (a sequence's requests run in
@@ -97,8 +105,10 @@ struct Sequence<K, R> {
     queue: VecDeque<Entry<R>>,
     /// (instance, place), or None while in the backlog.
     place: Option<(usize, usize)>,
-    /// The last arrival or completion: the idle clock.
+    /// The last request's arrival: the idle clock.
     last: Instant,
+    /// Not freed as idle before this (its last completion + `REAP_GRACE`).
+    grace: Option<Instant>,
     /// A request of this sequence is executing.
     running: bool,
     /// While in the backlog: when its requests give up waiting (the
@@ -108,6 +118,19 @@ struct Sequence<K, R> {
     /// the caller, e.g. from the implicit state's shapes).
     shape_key: u64,
 }
+
+impl<K, R> Sequence<K, R> {
+    /// When this sequence counts as idle (if nothing arrives before).
+    fn idle_due(&self, idle: Duration) -> Instant {
+        let due = self.last + idle;
+        self.grace.map_or(due, |g| due.max(g))
+    }
+}
+
+/// How long after its last request completed a sequence is kept at least,
+/// even when its idle time has passed (a client answering at once still
+/// finds it).
+pub const REAP_GRACE: Duration = Duration::from_millis(50);
 
 /// Sequences, their places and the backlog of one model version.
 #[derive(Debug)]
@@ -163,7 +186,6 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     }
 
     /// Sequences waiting for a place.
-    #[cfg(test)]
     pub fn backlog_len(&self) -> usize {
         self.backlog.len()
     }
@@ -206,6 +228,7 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                         queue: VecDeque::new(),
                         place: None,
                         last: now,
+                        grace: None,
                         running: false,
                         deadline: None,
                         shape_key: self.start_key,
@@ -341,18 +364,15 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
     }
 
     /// Frees a place and gives it to the oldest backlogged sequence.
-    fn release(&mut self, instance: usize, place: usize, now: Instant) {
+    fn release(&mut self, instance: usize, place: usize) {
         self.places[instance][place] = None;
         if let Some(next) = self.backlog.pop_front() {
             self.settle(next, instance, place);
-            if let Some(s) = self.sequences.get_mut(&next) {
-                s.last = now; // its idle clock starts in the place
-            }
         }
     }
 
     /// Removes a sequence (END taken, or idle), freeing its place.
-    fn remove(&mut self, serial: u64, now: Instant) {
+    fn remove(&mut self, serial: u64) {
         if let Some(s) = self.sequences.remove(&serial) {
             if self.active.get(&s.key) == Some(&serial) {
                 self.active.remove(&s.key);
@@ -361,7 +381,7 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             match s.place {
                 Some((i, p)) => {
                     self.ready[i].remove(&serial);
-                    self.release(i, p, now)
+                    self.release(i, p)
                 }
                 None => self.backlog.retain(|&b| b != serial),
             }
@@ -448,11 +468,11 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
                 let top = picks.iter().map(|r| r.0).max().unwrap_or(0);
                 let mut rows: Vec<Option<Row<R>>> = (0..=top).map(|_| None).collect();
                 for &(p, s, _) in &picks {
-                    rows[p] = self.take(s, now);
+                    rows[p] = self.take(s);
                 }
                 rows
             }
-            Strategy::Oldest => picks.iter().map(|&(_, s, _)| self.take(s, now)).collect(),
+            Strategy::Oldest => picks.iter().map(|&(_, s, _)| self.take(s)).collect(),
         };
         self.busy[instance] = true;
         Next::Run(Batch { instance, rows })
@@ -460,7 +480,7 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
 
     /// Takes the head request of a sequence into a batch; an END request
     /// frees the place.
-    fn take(&mut self, serial: u64, now: Instant) -> Option<Row<R>> {
+    fn take(&mut self, serial: u64) -> Option<Row<R>> {
         let seq = self.sequences.get_mut(&serial)?;
         let entry = seq.queue.pop_front()?;
         self.queued -= 1;
@@ -479,7 +499,7 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             if self.active.get(&key) == Some(&serial) {
                 self.active.remove(&key);
             }
-            self.release(instance, place, now);
+            self.release(instance, place);
         }
         Some(Row { serial, entry })
     }
@@ -493,9 +513,9 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         for s in serials {
             if let Some(seq) = self.sequences.get_mut(s) {
                 seq.running = false;
-                seq.last = now;
+                seq.grace = Some(now + REAP_GRACE.min(idle));
                 if seq.queue.is_empty() && seq.place.is_some() {
-                    let due = now + idle;
+                    let due = seq.idle_due(idle);
                     self.idle_from = Some(self.idle_from.map_or(due, |t| t.min(due)));
                 }
             }
@@ -513,21 +533,18 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             .sequences
             .iter()
             .filter(|(_, s)| {
-                s.place.is_some()
-                    && s.queue.is_empty()
-                    && !s.running
-                    && now.saturating_duration_since(s.last) >= idle
+                s.place.is_some() && s.queue.is_empty() && !s.running && now >= s.idle_due(idle)
             })
             .map(|(&serial, s)| (serial, s.key.clone()))
             .collect();
         for (s, _) in &gone {
-            self.remove(*s, now);
+            self.remove(*s);
         }
         self.idle_from = self
             .sequences
             .values()
             .filter(|s| s.place.is_some() && s.queue.is_empty() && !s.running)
-            .map(|s| s.last + idle)
+            .map(|s| s.idle_due(idle))
             .min();
         gone
     }
@@ -748,21 +765,28 @@ mod tests {
         assert!(s.reap(t0 + Duration::from_secs(5)).is_empty());
         let t1 = t0 + Duration::from_millis(10);
         s.finished(0, &[1], t1);
-        assert_eq!(s.next_idle(), Some(t1 + Duration::from_secs(1)));
-        assert!(s.reap(t1 + Duration::from_millis(999)).is_empty());
+        // Idle from its arrival (t0), not from its completion.
+        assert_eq!(s.next_idle(), Some(t0 + Duration::from_secs(1)));
+        assert!(s.reap(t0 + Duration::from_millis(999)).is_empty());
         let serial = s.serial_of(&1).unwrap();
-        assert_eq!(s.reap(t1 + Duration::from_secs(1)), vec![(serial, 1)]);
+        assert_eq!(s.reap(t0 + Duration::from_secs(1)), vec![(serial, 1)]);
         // Its id is gone, its place went to the backlog.
         assert_eq!(
             s.submit(1, false, false, 11, t1).unwrap_err().0,
             Refusal::NoStart
         );
         assert_eq!(s.place_of(&2), Some((0, 0)));
-        // The backlogged sequence's idle clock starts when it gets the place.
+        // The backlogged sequence's idle clock ran from its arrival (t0), as
+        // Triton's: once its queued request ran, it is idle after the grace.
         let t2 = t1 + Duration::from_secs(1);
         assert_eq!(rows(s.next(0, t2, any)), vec![Some(20)]);
-        s.finished(0, &[s.serial_of(&2).unwrap()], t2);
-        assert_eq!(s.next_idle(), Some(t2 + Duration::from_secs(1)));
+        let serial2 = s.serial_of(&2).unwrap();
+        s.finished(0, &[serial2], t2);
+        assert_eq!(s.next_idle(), Some(t2 + REAP_GRACE));
+        assert!(s
+            .reap(t2 + REAP_GRACE - Duration::from_millis(1))
+            .is_empty());
+        assert_eq!(s.reap(t2 + REAP_GRACE), vec![(serial2, 2)]);
     }
 
     #[test]

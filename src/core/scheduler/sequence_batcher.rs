@@ -324,13 +324,22 @@ struct State {
     broken: Option<String>,
 }
 
+/// The most sequences that may wait for a place (the backlog) in one model
+/// version; a new sequence past it is refused (UNAVAILABLE). Triton's
+/// backlog has no bound; this one keeps a flood of never-ended sequences
+/// from growing the server's memory without end.
+pub const MAX_BACKLOG: usize = 16384;
+
+/// The most requests queued in one model version, in places and in the
+/// backlog together.
+pub const MAX_QUEUED: usize = 65536;
+
 struct Shared {
     label: String,
     stats: Arc<crate::core::stats::ModelStats>,
     state: Mutex<State>,
     cv: Condvar,
     settings: SeqSettings,
-    capacity: usize,
 }
 
 /// The sequence batcher of one model version.
@@ -353,7 +362,6 @@ impl SequenceBatcher {
         label: &str,
         settings: SeqSettings,
         pool: Arc<InstancePool>,
-        capacity: usize,
         stats: Arc<crate::core::stats::ModelStats>,
     ) -> Result<Self> {
         let mut seqs = Sequences::new(settings.seq.clone());
@@ -374,7 +382,6 @@ impl SequenceBatcher {
             }),
             cv: Condvar::new(),
             settings,
-            capacity: capacity.max(1),
         });
         let name = crate::core::instance::thread_name(&format!("trtis:seq:{label}"));
         let thread_shared = Arc::clone(&shared);
@@ -405,13 +412,20 @@ impl SequenceBatcher {
                 self.shared.label
             )));
         }
-        if state.seqs.queued() >= self.shared.capacity {
+        if state.seqs.queued() >= MAX_QUEUED {
             return Err(Error::unavailable(format!(
-                "{prefix}inference request queue is full for model '{}'",
+                "{prefix}inference request queue is full for model '{}': {MAX_QUEUED} requests are queued",
                 self.shared.label
             )));
         }
         let key = request.id.clone();
+        if start && state.seqs.backlog_len() >= MAX_BACKLOG && state.seqs.serial_of(&key).is_none()
+        {
+            return Err(Error::unavailable(format!(
+                "{prefix}sequence backlog is full for model '{}': {MAX_BACKLOG} sequences are waiting for a slot",
+                self.shared.label
+            )));
+        }
         if start && state.seqs.serial_of(&key).is_some() {
             crate::core::logging::log(
                 'W',

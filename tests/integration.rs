@@ -9,6 +9,7 @@ mod client;
 mod config_cases;
 mod ensemble;
 mod examples;
+mod fuzz;
 mod grpc;
 mod http;
 mod image;

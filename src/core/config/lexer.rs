@@ -63,25 +63,11 @@ pub(crate) fn tokenize(text: &str) -> Vec<Token> {
                 TokenKind::Ident
             }
             b'0'..=b'9' => {
-                while i < bytes.len()
-                    && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.' || bytes[i] == b'_')
-                {
-                    // exponent sign: 1e-5
-                    if (bytes[i] == b'e' || bytes[i] == b'E')
-                        && i + 1 < bytes.len()
-                        && (bytes[i + 1] == b'-' || bytes[i + 1] == b'+')
-                    {
-                        i += 1;
-                    }
-                    i += 1;
-                }
+                i = number_end(bytes, i);
                 TokenKind::Number
             }
             b'.' if i + 1 < bytes.len() && bytes[i + 1].is_ascii_digit() => {
-                i += 1;
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
-                    i += 1;
-                }
+                i = number_end(bytes, i + 1);
                 TokenKind::Number
             }
             _ => {
@@ -100,6 +86,24 @@ pub(crate) fn tokenize(text: &str) -> Vec<Token> {
         });
     }
     tokens
+}
+
+/// The end of the number whose digits start at `i` (`1.5e-3f`, `.5E+2`,
+/// `0x1F`): letters, digits, dots, `_`, and the sign of an exponent.
+fn number_end(bytes: &[u8], mut i: usize) -> usize {
+    while i < bytes.len()
+        && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.' || bytes[i] == b'_')
+    {
+        // exponent sign: 1e-5
+        if (bytes[i] == b'e' || bytes[i] == b'E')
+            && i + 1 < bytes.len()
+            && (bytes[i + 1] == b'-' || bytes[i + 1] == b'+')
+        {
+            i += 1;
+        }
+        i += 1;
+    }
+    i
 }
 
 /// Maps byte offsets to 1-based line and column (columns count characters).

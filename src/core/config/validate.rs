@@ -809,10 +809,17 @@ impl Validator<'_> {
             }
             return;
         }
-        // Variable dims: the fixed-size chunks between -1s must match pairwise.
-        let chunks =
-            |s: &[i64]| -> Vec<i64> { s.split(|&d| d == -1).map(|c| c.iter().product()).collect() };
-        let (dc, rc) = (chunks(dims), chunks(reshape));
+        // Variable dims: the fixed-size chunks between -1s must match
+        // pairwise (a chunk whose element count overflows is refused).
+        let chunks = |s: &[i64]| -> Option<Vec<i64>> {
+            s.split(|&d| d == -1)
+                .map(|c| c.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)))
+                .collect()
+        };
+        let (Some(dc), Some(rc)) = (chunks(dims), chunks(reshape)) else {
+            self.error(field, format!("element count for tensor '{io_name} dims' exceeds maximum size of {} for {name}", i64::MAX));
+            return;
+        };
         if dc.len() != rc.len() {
             self.error(field, format!("{who} has different number of variable-size dimensions for dims and reshape for {name}"));
         } else if dc != rc {

@@ -462,10 +462,17 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
                     input.name
                 )));
             }
-            let fixed: i64 = shape.iter().filter(|&&d| d != -1).product();
+            // None: the fixed dims multiply past i64, more than any body holds.
+            let fixed = shape
+                .iter()
+                .filter(|&&d| d != -1)
+                .try_fold(1i64, |acc, &d| acc.checked_mul(d));
             let elements = (body.len() / size) as i64;
             if variable == 1 {
-                let missing = if fixed > 0 { elements / fixed } else { 0 };
+                let missing = match fixed {
+                    Some(fixed) if fixed > 0 => elements / fixed,
+                    _ => 0,
+                };
                 for d in shape.iter_mut().filter(|d| **d == -1) {
                     *d = missing;
                 }

@@ -821,6 +821,14 @@ fn validate(
             )));
         }
     }
+    for (i, o) in requested.iter().enumerate() {
+        if requested[..i].iter().any(|r| r.name == o.name) {
+            return Err(Error::invalid_arg(format!(
+                "{lr}output '{}' already exists in request",
+                o.name
+            )));
+        }
+    }
     let required = config.input.iter().filter(|i| !i.optional).count();
     let missing: Vec<String> = config
         .input

@@ -176,13 +176,21 @@ impl GrpcInferenceService for GrpcService {
         let incoming = req.into_inner();
         // Requests run concurrently (up to STREAM_IN_FLIGHT); responses keep
         // request order; a failed request answers with `error_message` and
-        // the stream stays open. The stream ends when the client's does.
+        // the stream stays open. The stream ends when the client's does, or
+        // with the status of a message that cannot be read (undecodable,
+        // over --grpc-max-input-size), after the answers before it.
         let responses = incoming
-            .take_while(|r| std::future::ready(r.is_ok()))
-            .filter_map(|r| std::future::ready(r.ok()))
+            .scan(false, |broken, r| {
+                let item = (!*broken).then(|| {
+                    *broken = r.is_err();
+                    r
+                });
+                std::future::ready(item)
+            })
             .map(move |request| {
                 let engine = engine.clone();
                 async move {
+                    let request = request?;
                     let id = request.id.clone();
                     Ok(match Self::infer(&engine, request).await {
                         Ok(response) => ModelStreamInferResponse {
@@ -295,10 +303,16 @@ impl GrpcInferenceService for GrpcService {
         let r = req.into_inner();
         no_repository_name(&r.repository_name)?;
         if let Some(v) = r.parameters.get("unload_dependents") {
-            if !matches!(v.parameter_choice, Some(RepoParam::BoolParam(_))) {
-                return Err(Status::invalid_argument(
+            match v.parameter_choice {
+                Some(RepoParam::BoolParam(false)) => {}
+                Some(RepoParam::BoolParam(true)) => {
+                    return Err(Status::unimplemented(
+                        "unload parameter 'unload_dependents' is not supported by this server yet",
+                    ))
+                }
+                _ => return Err(Status::invalid_argument(
                     "invalid value type for 'unload_dependents' parameter, expected bool_param.",
-                ));
+                )),
             }
         }
         self.engine.unload(&r.model_name).await.map_err(status)?;

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -168,7 +169,54 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-type Params = Path<HashMap<String, String>>;
+/// The path parameters; a path that cannot be decoded (not UTF-8) is a 400
+/// with a JSON error, like every other client mistake.
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map(|Path(p)| Params(p))
+            .map_err(|e| ApiError(Error::invalid_arg(e.body_text())))
+    }
+}
+
+/// A request body, read up to `--http-max-input-size`: refused at once when
+/// its Content-Length says more (before any of it is read), or as soon as a
+/// chunked body passes the limit; always with a JSON error.
+struct ApiBody(Bytes);
+
+impl FromRequest<AppState> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, ApiError> {
+        let too_large = |size: Option<usize>| {
+            let what = match size {
+                Some(n) => format!("Request JSON size of {n} bytes"),
+                None => "Request body size".to_string(),
+            };
+            ApiError(Error::invalid_arg(format!(
+                "{what} exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
+                s.max_input_size
+            )))
+        };
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > s.max_input_size) {
+            return Err(too_large(declared));
+        }
+        axum::body::to_bytes(req.into_body(), s.max_input_size)
+            .await
+            .map(ApiBody)
+            .map_err(|_| too_large(None))
+    }
+}
 
 fn model_and_version(p: &HashMap<String, String>) -> (String, String) {
     (
@@ -201,7 +249,7 @@ async fn server_metadata(State(s): State<AppState>) -> axum::Json<Value> {
     }))
 }
 
-async fn model_ready(State(s): State<AppState>, Path(p): Params) -> Response {
+async fn model_ready(State(s): State<AppState>, Params(p): Params) -> Response {
     let (model, version) = model_and_version(&p);
     if s.engine.model_ready(&model, &version) {
         StatusCode::OK.into_response()
@@ -216,7 +264,7 @@ async fn model_ready(State(s): State<AppState>, Path(p): Params) -> Response {
 
 async fn model_metadata(
     State(s): State<AppState>,
-    Path(p): Params,
+    Params(p): Params,
 ) -> ApiResult<axum::Json<Value>> {
     let (name, version) = model_and_version(&p);
     let meta = s.engine.model_metadata(&name, &version)?;
@@ -231,7 +279,10 @@ async fn model_metadata(
     })))
 }
 
-async fn model_config(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+async fn model_config(
+    State(s): State<AppState>,
+    Params(p): Params,
+) -> ApiResult<axum::Json<Value>> {
     let (name, version) = model_and_version(&p);
     let model = s.engine.model(&name, &version)?;
     Ok(axum::Json(config_json::to_json(&model.config)?))
@@ -276,7 +327,7 @@ fn stats_json(m: &LoadedModel) -> Value {
     })
 }
 
-async fn model_stats(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+async fn model_stats(State(s): State<AppState>, Params(p): Params) -> ApiResult<axum::Json<Value>> {
     let (name, version) = model_and_version(&p);
     let stats: Vec<Value> = s
         .engine
@@ -298,6 +349,23 @@ async fn all_stats(State(s): State<AppState>) -> axum::Json<Value> {
 }
 
 /// Reads a JSON body that may be empty (the repository routes).
+/// A request document's `parameters`: absent, or an object (anything else
+/// is refused rather than ignored).
+fn parameters_of(req: &Value) -> ApiResult<Option<&serde_json::Map<String, Value>>> {
+    if !req.is_object() {
+        return Err(ApiError(Error::invalid_arg(
+            "the request body must be a JSON object",
+        )));
+    }
+    match req.get("parameters") {
+        None => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(ApiError(Error::invalid_arg(
+            "'parameters' must be an object",
+        ))),
+    }
+}
+
 fn optional_json(body: &Bytes) -> ApiResult<Value> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(json!({}));
@@ -309,7 +377,10 @@ fn optional_json(body: &Bytes) -> ApiResult<Value> {
     })
 }
 
-async fn repository_index(State(s): State<AppState>, body: Bytes) -> ApiResult<axum::Json<Value>> {
+async fn repository_index(
+    State(s): State<AppState>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<axum::Json<Value>> {
     let req = optional_json(&body)?;
     let ready_only = req.get("ready").and_then(Value::as_bool).unwrap_or(false);
     let entries: Vec<Value> = s
@@ -333,15 +404,11 @@ async fn repository_index(State(s): State<AppState>, body: Bytes) -> ApiResult<a
 
 async fn repository_load(
     State(s): State<AppState>,
-    Path(p): Params,
-    body: Bytes,
+    Params(p): Params,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<StatusCode> {
     let req = optional_json(&body)?;
-    if let Some((key, _)) = req
-        .get("parameters")
-        .and_then(Value::as_object)
-        .and_then(|m| m.iter().next())
-    {
+    if let Some((key, _)) = parameters_of(&req)?.and_then(|m| m.iter().next()) {
         if key == "config" || key.starts_with("file:") {
             return Err(ApiError(Error::unsupported(format!(
                 "load parameter '{key}' is not supported by this server yet"
@@ -358,16 +425,31 @@ async fn repository_load(
 
 async fn repository_unload(
     State(s): State<AppState>,
-    Path(p): Params,
-    body: Bytes,
+    Params(p): Params,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<StatusCode> {
-    optional_json(&body)?;
+    let req = optional_json(&body)?;
+    for (key, value) in parameters_of(&req)?.into_iter().flatten() {
+        match (key.as_str(), value.as_bool()) {
+            ("unload_dependents", Some(false)) => {}
+            ("unload_dependents", Some(true)) => {
+                return Err(ApiError(Error::unsupported(
+                    "unload parameter 'unload_dependents' is not supported by this server yet",
+                )))
+            }
+            _ => {
+                return Err(ApiError(Error::invalid_arg(format!(
+                    "unrecognized unload parameter '{key}'."
+                ))))
+            }
+        }
+    }
     let (name, _) = model_and_version(&p);
     s.engine.unload(&name).await?;
     Ok(StatusCode::OK)
 }
 
-async fn shm_status(State(s): State<AppState>, Path(p): Params) -> ApiResult<axum::Json<Value>> {
+async fn shm_status(State(s): State<AppState>, Params(p): Params) -> ApiResult<axum::Json<Value>> {
     let regions = s.engine.shm_status(p.get("region").map(String::as_str))?;
     Ok(axum::Json(Value::Array(
         regions
@@ -379,8 +461,8 @@ async fn shm_status(State(s): State<AppState>, Path(p): Params) -> ApiResult<axu
 
 async fn shm_register(
     State(s): State<AppState>,
-    Path(p): Params,
-    body: Bytes,
+    Params(p): Params,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<StatusCode> {
     let region = p.get("region").cloned().unwrap_or_default();
     let req = optional_json(&body)?;
@@ -406,13 +488,13 @@ async fn shm_register(
     Ok(StatusCode::OK)
 }
 
-async fn shm_unregister(State(s): State<AppState>, Path(p): Params) -> StatusCode {
+async fn shm_unregister(State(s): State<AppState>, Params(p): Params) -> StatusCode {
     s.engine.shm_unregister(p.get("region").map(String::as_str));
     StatusCode::OK
 }
 
 // CUDA shared memory: no GPU support in this build (Triton's CPU-only answers).
-async fn cuda_shm_status(Path(p): Params) -> ApiResult<axum::Json<Value>> {
+async fn cuda_shm_status(Params(p): Params) -> ApiResult<axum::Json<Value>> {
     if let Some(name) = p.get("region") {
         return Err(ApiError(Error::not_found(format!(
             "Unable to find cuda shared memory region: '{name}'"
@@ -421,7 +503,7 @@ async fn cuda_shm_status(Path(p): Params) -> ApiResult<axum::Json<Value>> {
     Ok(axum::Json(json!([])))
 }
 
-async fn cuda_shm_register(Path(p): Params) -> ApiResult<StatusCode> {
+async fn cuda_shm_register(Params(p): Params) -> ApiResult<StatusCode> {
     Err(ApiError(crate::core::shm::cuda_unsupported(
         p.get("region").map(String::as_str).unwrap_or(""),
     )))
@@ -447,7 +529,7 @@ fn trace_json(s: &crate::core::trace::TraceSettings) -> Value {
 
 async fn trace_settings(
     State(s): State<AppState>,
-    Path(p): Params,
+    Params(p): Params,
 ) -> ApiResult<axum::Json<Value>> {
     let settings = s
         .engine
@@ -457,8 +539,8 @@ async fn trace_settings(
 
 async fn update_trace_settings(
     State(s): State<AppState>,
-    Path(p): Params,
-    body: Bytes,
+    Params(p): Params,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<axum::Json<Value>> {
     let req = optional_json(&body)?;
     let obj = req
@@ -513,7 +595,7 @@ async fn log_settings() -> axum::Json<Value> {
     axum::Json(log_settings_json())
 }
 
-async fn update_log_settings(body: Bytes) -> ApiResult<axum::Json<Value>> {
+async fn update_log_settings(ApiBody(body): ApiBody) -> ApiResult<axum::Json<Value>> {
     let req = optional_json(&body)?;
     let obj = req
         .as_object()
@@ -540,31 +622,11 @@ async fn update_log_settings(body: Bytes) -> ApiResult<axum::Json<Value>> {
 
 async fn infer(
     State(s): State<AppState>,
-    Path(p): Params,
+    Params(p): Params,
     headers: HeaderMap,
-    body: Body,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
     let (name, version) = model_and_version(&p);
-    let too_large = |size: Option<usize>| {
-        let what = match size {
-            Some(n) => format!("Request JSON size of {n} bytes"),
-            None => "Request body size".to_string(),
-        };
-        ApiError(Error::invalid_arg(format!(
-            "{what} exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
-            s.max_input_size
-        )))
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > s.max_input_size) {
-        return Err(too_large(declared));
-    }
-    let body = axum::body::to_bytes(body, s.max_input_size)
-        .await
-        .map_err(|_| too_large(None))?;
     let header_length = match headers.get(HEADER_LENGTH) {
         None => None,
         Some(v) => Some(

@@ -121,6 +121,7 @@ pub fn parse_request(
                 .and_then(Value::as_str)
                 .ok_or_else(|| bad("each requested output needs a 'name'"))?
                 .to_string();
+            check_parameters(out, "output", &name)?;
             let mut classification = None;
             let mut shm = None;
             if let Some(params) = out.get("parameters").and_then(Value::as_object) {
@@ -230,12 +231,24 @@ fn shm_ref(params: &Map<String, Value>, _tensor: &str) -> Result<Option<ShmRef>>
     }))
 }
 
+/// A tensor's `parameters`, when given, must be an object (an array or a
+/// string is refused rather than ignored).
+fn check_parameters(tensor: &Value, what: &str, name: &str) -> Result<()> {
+    match tensor.get("parameters") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(bad(format!(
+            "'parameters' of {what} '{name}' must be an object"
+        ))),
+    }
+}
+
 fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<(Tensor, Option<ShmRef>)> {
     let name = input
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("each input needs a 'name'"))?
         .to_string();
+    check_parameters(input, "input", &name)?;
     let dt_name = input
         .get("datatype")
         .and_then(Value::as_str)

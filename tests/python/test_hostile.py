@@ -252,34 +252,42 @@ def response_complete(raw: bytes) -> bool:
     return False
 
 
-def read_answer(s: socket.socket, ans: Answer, timeout: float = READ_TIMEOUT_S) -> Answer:
-    """Reads until EOF, reset, a complete first response or the timeout."""
+def receive(s: socket.socket, ans, timeout: float, on_data) -> None:
+    """Reads chunks until EOF, a reset, the timeout (each marked on `ans`)
+    or `on_data(chunk)` returns True."""
     deadline = time.monotonic() + timeout
-    buf = b""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             ans.timed_out = True
-            break
+            return
         s.settimeout(left)
         try:
             chunk = s.recv(65536)
         except socket.timeout:
             ans.timed_out = True
-            break
+            return
         except (ConnectionResetError, BrokenPipeError):
             ans.reset = True
-            break
+            return
         if not chunk:
             ans.closed = True
-            break
-        buf += chunk
-        if len(buf) > (4 << 20):
-            break
-        if response_complete(buf):
-            break
-    ans.raw = buf
-    parse_http(buf, ans)
+            return
+        if on_data(chunk):
+            return
+
+
+def read_answer(s: socket.socket, ans: Answer, timeout: float = READ_TIMEOUT_S) -> Answer:
+    """Reads until EOF, reset, a complete first response or the timeout."""
+    buf = bytearray()
+
+    def on_data(chunk: bytes) -> bool:
+        buf.extend(chunk)
+        return len(buf) > (4 << 20) or response_complete(bytes(buf))
+
+    receive(s, ans, timeout, on_data)
+    ans.raw = bytes(buf)
+    parse_http(ans.raw, ans)
     return ans
 
 
@@ -997,41 +1005,26 @@ def h2_exchange(port: int, parts, *, until_stream: int | None = None, close_afte
             return ans
         if close_after_send:
             return ans
-        deadline = time.monotonic() + timeout
-        buf = b""
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                ans.timed_out = True
-                break
-            s.settimeout(left)
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                ans.timed_out = True
-                break
-            except (ConnectionResetError, BrokenPipeError):
-                ans.reset = True
-                break
-            if not chunk:
-                ans.closed = True
-                break
-            buf += chunk
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
+        pending = bytearray()
+
+        def on_data(chunk: bytes) -> bool:
+            pending.extend(chunk)
+            while len(pending) >= 9:
+                n = int.from_bytes(pending[:3], "big")
+                if len(pending) < 9 + n:
                     break
-                ftype, flags = buf[3], buf[4]
-                stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-                ans.frames.append((ftype, flags, stream, buf[9:9 + n]))
-                buf = buf[9 + n:]
+                ftype, flags = pending[3], pending[4]
+                stream = int.from_bytes(pending[5:9], "big") & 0x7FFFFFFF
+                ans.frames.append((ftype, flags, stream, bytes(pending[9:9 + n])))
+                del pending[:9 + n]
                 if ftype == SETTINGS and not flags & 1:
                     try:
                         s.sendall(h2_frame(SETTINGS, 1, 0))
                     except OSError:
                         pass
-            if ans.goaway() or (until_stream is not None and ans.stream_ended(until_stream)):
-                break
+            return ans.goaway() or (until_stream is not None and ans.stream_ended(until_stream))
+
+        receive(s, ans, timeout, on_data)
         return ans
     finally:
         s.close()

@@ -71,7 +71,7 @@ pub struct Args {
 
     /// Threads serving HTTP (the async runtime's workers). Default: half the
     /// cores, at least 1; the other half runs model instances. On 2 cores one
-    /// thread measured fastest and leanest (scripts/bench-serve.sh).
+    /// thread measured fastest and leanest (scripts/bench.sh serve).
     #[arg(long, env = "TRTIS_HTTP_THREAD_COUNT")]
     http_thread_count: Option<usize>,
 
@@ -129,9 +129,33 @@ pub struct Args {
     #[arg(long, env = "TRTIS_ID", default_value = "triton")]
     id: String,
 
-    /// Verbose logging level (0: off).
+    /// Verbose logging level (0: off; 1 and up print `V` lines).
     #[arg(long, env = "TRTIS_LOG_VERBOSE", default_value_t = 0)]
     log_verbose: u32,
+
+    /// Print INFO (`I`) log lines.
+    #[arg(long, env = "TRTIS_LOG_INFO", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    log_info: bool,
+
+    /// Print WARNING (`W`) log lines.
+    #[arg(long, env = "TRTIS_LOG_WARNING", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    log_warning: bool,
+
+    /// Print ERROR (`E`) log lines.
+    #[arg(long, env = "TRTIS_LOG_ERROR", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    log_error: bool,
+
+    /// Log line format: default (`I1123 20:14:05.123456 <pid> file:line]
+    /// message`) or ISO8601 (`2024-11-23T20:14:05Z I <pid> file:line]
+    /// message`); times in UTC.
+    #[arg(long, env = "TRTIS_LOG_FORMAT", default_value = "default", value_parser = ["default", "ISO8601"])]
+    log_format: String,
+
+    /// Append log lines to this file (created if missing) instead of
+    /// printing them on stderr. Only settable here: the logging API refuses
+    /// to change it.
+    #[arg(long, env = "TRTIS_LOG_FILE", value_name = "FILE")]
+    log_file: Option<String>,
 
     /// Tracing, as Triton's `[<mode>,]<setting>=<value>` (repeatable):
     /// `triton,file=FILE`, `level=OFF|TIMESTAMPS|TENSORS`, `rate=N`,
@@ -189,7 +213,18 @@ use trtis::core::logging::log;
 
 pub fn run(args: Args) -> ExitCode {
     let started = Instant::now();
-    trtis::core::logging::set_verbose(args.log_verbose);
+    let logging = trtis::core::logging::Options {
+        info: args.log_info,
+        warning: args.log_warning,
+        error: args.log_error,
+        verbose: args.log_verbose,
+        format: trtis::core::logging::Format::parse(&args.log_format).unwrap_or_default(),
+        file: args.log_file.clone(),
+    };
+    if let Err(e) = trtis::core::logging::init(&logging) {
+        log('E', &e.message);
+        return ExitCode::from(2);
+    }
     let mut config = ServerConfig::new(&args.model_store);
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,

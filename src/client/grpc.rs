@@ -1,6 +1,8 @@
 //! The gRPC side of the client (the generated tonic client), with raw
 //! tensor contents for inference.
 
+use std::collections::HashMap;
+
 use tonic::transport::Channel;
 
 use crate::core::config::ModelConfig;
@@ -8,12 +10,11 @@ use crate::core::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient,
     infer_parameter::ParameterChoice,
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
+    model_metadata_response::TensorMetadata as TensorMetadataPb,
     InferParameter, ModelConfigRequest, ModelInferRequest, ModelInferResponse,
     ModelMetadataRequest, ModelReadyRequest, ModelStatisticsRequest, RepositoryIndexRequest,
     RepositoryModelLoadRequest, RepositoryModelUnloadRequest, ServerLiveRequest,
     ServerMetadataRequest, ServerReadyRequest, StatisticDuration,
-};
-use crate::core::protocol::pb::inference::{
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
 };
 use crate::core::stats::Snapshot;
@@ -21,6 +22,7 @@ use crate::core::types::{
     DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
 };
 
+use super::error::with_causes;
 use super::{ClientError, IndexEntry, ModelStats, ServerMetadata};
 
 pub struct GrpcClient {
@@ -38,7 +40,7 @@ impl GrpcClient {
             .map_err(|e| ClientError::Transport(e.to_string()))?
             .connect()
             .await
-            .map_err(|e| ClientError::Transport(super::error::with_causes(&e)))?;
+            .map_err(|e| ClientError::Transport(with_causes(&e)))?;
         Ok(GrpcClient {
             stub: GrpcInferenceServiceClient::new(channel)
                 .max_decoding_message_size(usize::MAX)
@@ -95,9 +97,7 @@ impl GrpcClient {
             version: version.into(),
         };
         let m = self.stub.model_metadata(req).await?.into_inner();
-        let tensors = |ts: Vec<
-            crate::core::protocol::pb::inference::model_metadata_response::TensorMetadata,
-        >| {
+        let tensors = |ts: Vec<TensorMetadataPb>| {
             ts.into_iter()
                 .map(|t| TensorMetadata {
                     name: t.name,
@@ -291,7 +291,7 @@ pub(super) fn infer_request(
 }
 
 /// The shared memory parameters of a tensor.
-fn shm_params(r: &ShmRef) -> std::collections::HashMap<String, InferParameter> {
+fn shm_params(r: &ShmRef) -> HashMap<String, InferParameter> {
     let p = |c: ParameterChoice| InferParameter {
         parameter_choice: Some(c),
     };

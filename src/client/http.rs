@@ -2,16 +2,18 @@
 //! extension for inference.
 
 use prost_reflect::DynamicMessage;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{json, Value};
 
 use crate::core::config::pbtxt::model_config_descriptor;
 use crate::core::config::ModelConfig;
-use crate::core::protocol::kserve_json;
-use crate::core::stats::Snapshot;
-use crate::core::types::{
-    DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
-};
+use crate::core::protocol::kserve_json::{elements_to_bytes, flat_elements};
+use crate::core::types::{DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor};
 
+use super::kserve::{
+    ErrorJson, IndexEntryJson, InferRequestJson, InferResponseJson, ModelMetadataJson,
+    RegisterShmJson, ServerMetadataJson, StatisticsJson,
+};
 use super::{version_path, ClientError, IndexEntry, ModelStats, ServerMetadata};
 
 pub(super) const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -23,10 +25,10 @@ pub struct HttpClient {
 
 /// An error answer: the `{"error": ...}` message, or the body as text.
 pub(super) fn http_error(status: u16, body: &[u8]) -> ClientError {
-    let message = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message = match serde_json::from_slice::<ErrorJson>(body) {
+        Ok(e) => e.error,
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
     ClientError::Http { status, message }
 }
 
@@ -56,7 +58,8 @@ impl HttpClient {
         Err(http_error(status.as_u16(), &body))
     }
 
-    async fn get_json(&self, path: &str) -> Result<Value, ClientError> {
+    /// GETs `path` and decodes the JSON answer as `T`.
+    async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let resp = self
             .send(self.http.get(format!("{}{path}", self.base)))
             .await?;
@@ -64,13 +67,19 @@ impl HttpClient {
         serde_json::from_slice(&body).map_err(decode(path))
     }
 
-    async fn post_json(&self, path: &str, body: Value) -> Result<Value, ClientError> {
+    /// POSTs `body` to `path` and decodes the JSON answer as `T` (an
+    /// empty answer as `T`'s default).
+    async fn post_json<T: DeserializeOwned + Default>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T, ClientError> {
         let resp = self
-            .send(self.http.post(format!("{}{path}", self.base)).json(&body))
+            .send(self.http.post(format!("{}{path}", self.base)).json(body))
             .await?;
         let body = resp.bytes().await?;
         if body.is_empty() {
-            return Ok(Value::Null);
+            return Ok(T::default());
         }
         serde_json::from_slice(&body).map_err(decode(path))
     }
@@ -97,19 +106,8 @@ impl HttpClient {
     }
 
     pub async fn server_metadata(&self) -> Result<ServerMetadata, ClientError> {
-        let v = self.get_json("/v2").await?;
-        Ok(ServerMetadata {
-            name: str_of(&v, "name"),
-            version: str_of(&v, "version"),
-            extensions: v["extensions"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|e| e.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
+        let m: ServerMetadataJson = self.get_json("/v2").await?;
+        Ok(m.into())
     }
 
     pub async fn model_metadata(
@@ -117,40 +115,10 @@ impl HttpClient {
         model: &str,
         version: &str,
     ) -> Result<ModelMetadata, ClientError> {
-        let v = self
+        let m: ModelMetadataJson = self
             .get_json(&format!("/v2/models/{model}{}", version_path(version)))
             .await?;
-        let tensors = |key: &str| -> Vec<TensorMetadata> {
-            v[key]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|t| TensorMetadata {
-                            name: str_of(t, "name"),
-                            datatype: str_of(t, "datatype"),
-                            shape: t["shape"]
-                                .as_array()
-                                .map(|s| s.iter().filter_map(Value::as_i64).collect())
-                                .unwrap_or_default(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        Ok(ModelMetadata {
-            name: str_of(&v, "name"),
-            versions: v["versions"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|e| e.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            platform: str_of(&v, "platform"),
-            inputs: tensors("inputs"),
-            outputs: tensors("outputs"),
-        })
+        Ok(m.into())
     }
 
     pub async fn model_config(
@@ -158,7 +126,7 @@ impl HttpClient {
         model: &str,
         version: &str,
     ) -> Result<ModelConfig, ClientError> {
-        let v = self
+        let v: Value = self
             .get_json(&format!(
                 "/v2/models/{model}{}/config",
                 version_path(version)
@@ -177,65 +145,23 @@ impl HttpClient {
         } else {
             format!("/v2/models/{model}/stats")
         };
-        let v = self.get_json(&path).await?;
-        let pair = |d: &Value| {
-            (
-                d["count"].as_u64().unwrap_or(0),
-                d["ns"].as_u64().unwrap_or(0),
-            )
-        };
-        Ok(v["model_stats"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| {
-                        let st = &m["inference_stats"];
-                        ModelStats {
-                            name: str_of(m, "name"),
-                            version: str_of(m, "version"),
-                            stats: Snapshot {
-                                last_inference: m["last_inference"].as_u64().unwrap_or(0),
-                                inference_count: m["inference_count"].as_u64().unwrap_or(0),
-                                execution_count: m["execution_count"].as_u64().unwrap_or(0),
-                                success: pair(&st["success"]),
-                                fail: pair(&st["fail"]),
-                                queue: pair(&st["queue"]),
-                                compute_input: pair(&st["compute_input"]),
-                                compute_infer: pair(&st["compute_infer"]),
-                                compute_output: pair(&st["compute_output"]),
-                                batches: Vec::new(),
-                            },
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default())
+        let stats: StatisticsJson = self.get_json(&path).await?;
+        Ok(stats.model_stats.into_iter().map(Into::into).collect())
     }
 
     pub async fn index(&self) -> Result<Vec<IndexEntry>, ClientError> {
-        let v = self.post_json("/v2/repository/index", json!({})).await?;
-        Ok(v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|e| IndexEntry {
-                        name: str_of(e, "name"),
-                        version: str_of(e, "version"),
-                        state: str_of(e, "state"),
-                        reason: str_of(e, "reason"),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default())
+        let index: Vec<IndexEntryJson> = self.post_json("/v2/repository/index", &json!({})).await?;
+        Ok(index.into_iter().map(Into::into).collect())
     }
 
     pub async fn load(&self, model: &str) -> Result<(), ClientError> {
-        self.post_json(&format!("/v2/repository/models/{model}/load"), json!({}))
+        self.post_json::<IgnoredAny>(&format!("/v2/repository/models/{model}/load"), &json!({}))
             .await
             .map(|_| ())
     }
 
     pub async fn unload(&self, model: &str) -> Result<(), ClientError> {
-        self.post_json(&format!("/v2/repository/models/{model}/unload"), json!({}))
+        self.post_json::<IgnoredAny>(&format!("/v2/repository/models/{model}/unload"), &json!({}))
             .await
             .map(|_| ())
     }
@@ -247,10 +173,14 @@ impl HttpClient {
         offset: u64,
         byte_size: u64,
     ) -> Result<(), ClientError> {
-        let body = json!({ "key": key, "offset": offset, "byte_size": byte_size });
-        self.post_json(
+        let body = RegisterShmJson {
+            key,
+            offset,
+            byte_size,
+        };
+        self.post_json::<IgnoredAny>(
             &format!("/v2/systemsharedmemory/region/{name}/register"),
-            body,
+            &body,
         )
         .await
         .map(|_| ())
@@ -262,7 +192,9 @@ impl HttpClient {
         } else {
             format!("/v2/systemsharedmemory/region/{name}/unregister")
         };
-        self.post_json(&path, json!({})).await.map(|_| ())
+        self.post_json::<IgnoredAny>(&path, &json!({}))
+            .await
+            .map(|_| ())
     }
 
     pub async fn infer(
@@ -317,86 +249,38 @@ pub fn infer_body(
     infer_body_shm(inputs, &[], outputs)
 }
 
-fn shm_json(r: &ShmRef) -> Value {
-    json!({
-        "shared_memory_region": r.region,
-        "shared_memory_byte_size": r.byte_size,
-        "shared_memory_offset": r.offset,
-    })
-}
-
 /// As `infer_body`, with inputs (where `input_shm[i]` is set) and outputs
 /// (where `shm` is set) in system shared memory.
-pub fn infer_body_shm(
+pub(crate) fn infer_body_shm(
     inputs: &[Tensor],
     input_shm: &[Option<ShmRef>],
     outputs: &[RequestedOutput],
 ) -> Result<(Vec<u8>, usize), ClientError> {
-    let mut tail = Vec::new();
-    let inputs_json: Vec<Value> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let parameters = match input_shm.get(i).and_then(Option::as_ref) {
-                Some(r) => shm_json(r),
-                None => {
-                    tail.extend_from_slice(&t.data);
-                    json!({ "binary_data_size": t.data.len() })
-                }
-            };
-            json!({
-                "name": t.name,
-                "datatype": t.datatype.name(),
-                "shape": t.shape,
-                "parameters": parameters,
-            })
-        })
-        .collect();
-    let outputs_json: Vec<Value> = outputs
-        .iter()
-        .map(|o| {
-            let mut params = match &o.shm {
-                Some(r) => shm_json(r),
-                None => json!({ "binary_data": true }),
-            };
-            if let Some(n) = o.classification {
-                params["classification"] = json!(n);
-            }
-            json!({ "name": o.name, "parameters": params })
-        })
-        .collect();
-    let mut header = json!({ "inputs": inputs_json });
-    if !outputs_json.is_empty() {
-        header["outputs"] = Value::Array(outputs_json);
-    }
-    // Last, so request parameters (a sequence's) can be appended to the
-    // encoded header without parsing it (`Prepared::send_seq`).
-    header["parameters"] = json!({ "binary_data_output": true });
+    let header = InferRequestJson::new(inputs, input_shm, outputs);
     let mut body = serde_json::to_vec(&header).map_err(decode("request"))?;
     let json_len = body.len();
-    body.extend_from_slice(&tail);
+    for (i, t) in inputs.iter().enumerate() {
+        if input_shm.get(i).and_then(Option::as_ref).is_none() {
+            body.extend_from_slice(&t.data);
+        }
+    }
     Ok((body, json_len))
 }
 
 /// An inference response body (JSON, then binary output data).
-pub fn infer_response(
+pub(crate) fn infer_response(
     header_len: Option<usize>,
     body: &[u8],
 ) -> Result<InferResponse, ClientError> {
     let json_len = header_len.unwrap_or(body.len()).min(body.len());
     let (head, mut binary) = body.split_at(json_len);
-    let v: Value = serde_json::from_slice(head).map_err(decode("response"))?;
-    let mut tensors = Vec::new();
-    for o in v["outputs"].as_array().cloned().unwrap_or_default() {
-        let datatype_name = str_of(&o, "datatype");
-        let datatype = DataType::from_name(&datatype_name)
-            .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{datatype_name}'")))?;
-        let shape: Vec<i64> = o["shape"]
-            .as_array()
-            .map(|s| s.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default();
-        let data = match o["parameters"]["binary_data_size"].as_u64() {
-            Some(n) => {
+    let v: InferResponseJson = serde_json::from_slice(head).map_err(decode("response"))?;
+    let mut tensors = Vec::with_capacity(v.outputs.len());
+    for o in v.outputs {
+        let datatype = DataType::from_name(&o.datatype)
+            .ok_or_else(|| ClientError::Decode(format!("unknown datatype '{}'", o.datatype)))?;
+        let data = match (o.parameters.binary_data_size, o.data) {
+            (Some(n), _) => {
                 let n = n as usize;
                 if n > binary.len() {
                     return Err(ClientError::Decode(
@@ -408,33 +292,26 @@ pub fn infer_response(
                 mine.to_vec()
             }
             // An output written to shared memory has no data here.
-            None if o["data"].is_null() => Vec::new(),
-            None => json_output_data(datatype, &o["data"])?,
+            (None, None) => Vec::new(),
+            (None, Some(data)) => json_output_data(datatype, &data)?,
         };
         tensors.push(Tensor {
-            name: str_of(&o, "name"),
+            name: o.name,
             datatype,
-            shape,
+            shape: o.shape,
             data,
         });
     }
     Ok(InferResponse {
-        model_name: str_of(&v, "model_name"),
-        model_version: str_of(&v, "model_version"),
-        id: str_of(&v, "id"),
+        model_name: v.model_name,
+        model_version: v.model_version,
+        id: v.id,
         outputs: tensors,
     })
 }
 
-fn str_of(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// A JSON output's `data` as raw bytes (for servers that answer JSON).
 fn json_output_data(dt: DataType, data: &Value) -> Result<Vec<u8>, ClientError> {
-    kserve_json::elements_to_bytes(dt, &kserve_json::flat_elements(data))
+    elements_to_bytes(dt, &flat_elements(data))
         .map_err(|v| ClientError::Decode(format!("output value {v} is not {}", dt.name())))
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::core::protocol::kserve_json;
-use crate::core::types::{element_count, DataType, Tensor, TensorMetadata};
+use crate::core::protocol::kserve_json::{elements_to_bytes, flat_elements};
+use crate::core::types::{element_count, xorshift64, DataType, Tensor, TensorMetadata};
 
 /// How to fill inputs that no file provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -169,8 +169,8 @@ fn json_input(
         }
         other => (other, full_shape(spec, batching, batch, shapes)?),
     };
-    let elements = kserve_json::flat_elements(content);
-    let data = kserve_json::elements_to_bytes(datatype, &elements)
+    let elements = flat_elements(content);
+    let data = elements_to_bytes(datatype, &elements)
         .map_err(|v| format!("input '{name}': cannot read {v} as {}", datatype.name()))?;
     Ok(Tensor {
         name: name.to_string(),
@@ -182,7 +182,7 @@ fn json_input(
 
 /// `n` generated elements (a small xorshift, so runs are repeatable).
 pub fn generate(dt: DataType, n: usize, how: Generate, seed: &mut u64) -> Vec<u8> {
-    let mut next = || crate::core::types::xorshift64(seed);
+    let mut next = || xorshift64(seed);
     let zero = how == Generate::Zero;
     match dt {
         DataType::Bytes => {

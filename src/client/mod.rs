@@ -9,6 +9,7 @@ mod grpc;
 mod http;
 pub mod image;
 pub mod inputs;
+mod kserve;
 mod prepared;
 
 pub use error::ClientError;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 use crate::core::protocol::pb::inference::{
-    grpc_inference_service_client::GrpcInferenceServiceClient, ModelInferRequest,
+    grpc_inference_service_client::GrpcInferenceServiceClient, infer_parameter::ParameterChoice,
+    InferParameter, ModelInferRequest,
 };
 use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
@@ -160,9 +161,6 @@ impl Prepared {
                 let mut stub = stub.clone();
                 let mut request = request.as_ref().clone();
                 if let Some(seq) = seq {
-                    use crate::core::protocol::pb::inference::{
-                        infer_parameter::ParameterChoice, InferParameter,
-                    };
                     let param = |c| InferParameter {
                         parameter_choice: Some(c),
                     };
@@ -224,6 +222,7 @@ fn with_sequence(body: &bytes::Bytes, json_len: usize, seq: &SeqFlags) -> (bytes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::types::DataType;
 
     #[test]
     fn sequence_parameters_join_the_top_level_parameters() {
@@ -247,7 +246,7 @@ mod tests {
         // requested outputs).
         let input = Tensor {
             name: "IN".into(),
-            datatype: crate::core::types::DataType::Int32,
+            datatype: DataType::Int32,
             shape: vec![1],
             data: vec![0; 4],
         };

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use trtis::client::image::Scaling;
 use trtis::client::inputs::{self, Generate};
+use trtis::client::SeqFlags;
 use trtis::core::protocol::kserve_json;
 use trtis::core::types::{
     element_count, DataType, InferResponse, RequestedOutput, Tensor, TensorMetadata,
@@ -161,7 +162,7 @@ async fn infer(args: Args) -> ExitCode {
                 .await
         }
         Some(id) => {
-            let seq = trtis::client::SeqFlags {
+            let seq = SeqFlags {
                 id,
                 start: args.sequence_start,
                 end: args.sequence_end,

@@ -3,18 +3,18 @@
 //! `-p`, `-s`, `-r`, `--percentile`, `--shape`, `--input-data`, `-f`, ...),
 //! prints perf_client's report per step and the summary, writes
 //! perf_analyzer's CSV, and adds `--plot FILE.svg`, `--json` and a progress
-//! bar on a terminal.
+//! bar on a terminal. The setup before measuring is `trtis::perf::setup`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use trtis::client::inputs::{self, Generate};
-use trtis::client::{Client, Protocol, SeqFlags};
-use trtis::core::types::{RequestedOutput, ShmRef};
-use trtis::perf::driver::{Distribution, Driver, Sequences};
-use trtis::perf::load::{self, Load, Plan, Settings, Step, Window};
+use trtis::client::inputs::Generate;
+use trtis::client::Protocol;
+use trtis::perf::driver::{Distribution, Driver};
+use trtis::perf::load::{self, Settings, Step, Window};
+use trtis::perf::setup::{self, LoadFlags, Options, Regions, SequenceOptions, Setup, SetupError};
 use trtis::perf::{plot, report};
 
 use super::client_args::ServerArgs;
@@ -165,148 +165,14 @@ enum SharedMemory {
     System,
 }
 
-/// System shared memory regions made for a run: files under `/dev/shm`
-/// registered with the server; `cleanup` unregisters and removes them.
-#[derive(Default)]
-struct Regions {
-    names: Vec<String>,
-}
-
-impl Regions {
-    /// A new region holding `data` (or `size` zero bytes).
-    async fn create(
-        &mut self,
-        client: &mut Client,
-        label: &str,
-        data: Option<&[u8]>,
-        size: usize,
-    ) -> Result<ShmRef, String> {
-        let name = format!("trtis_perf_{}_{label}", std::process::id());
-        let path = std::path::Path::new("/dev/shm").join(&name);
-        let bytes = match data {
-            Some(d) => d.to_vec(),
-            None => vec![0; size],
-        };
-        std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        self.names.push(name.clone());
-        client
-            .register_system_shared_memory(&name, &format!("/{name}"), 0, bytes.len() as u64)
-            .await
-            .map_err(|e| format!("registering shared memory region '{name}': {}", e.message()))?;
-        Ok(ShmRef {
-            region: name,
-            byte_size: bytes.len(),
-            offset: 0,
-        })
-    }
-
-    /// Unregisters and removes the regions (on a fresh connection).
-    fn cleanup(&self, url: &str, protocol: Protocol) {
-        if self.names.is_empty() {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            rt.block_on(async {
-                if let Ok(mut c) = Client::connect(url, protocol).await {
-                    for n in &self.names {
-                        let _ = c.unregister_system_shared_memory(n).await;
-                    }
-                }
-            });
-        }
-        for n in &self.names {
-            let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
-        }
-    }
-}
-
-/// `a:b:c` → up to three numbers.
-fn range(spec: &str, flag: &str) -> Result<Vec<f64>, String> {
-    let parts: Result<Vec<f64>, _> = spec.split(':').map(|p| p.trim().parse::<f64>()).collect();
-    match parts {
-        Ok(p) if !p.is_empty() && p.len() <= 3 && p.iter().all(|v| *v >= 0.0) => Ok(p),
-        _ => Err(format!("{flag} expects start[:end[:step]], got '{spec}'")),
-    }
-}
-
-/// `--sequence-id-range start[:end]` → (start, ids in the range; 0:
-/// unbounded). perf_analyzer's default starts at 1.
-fn sequence_ids(spec: Option<&str>) -> Result<(u64, u64), String> {
-    let Some(spec) = spec else {
-        return Ok((1, 0));
-    };
-    let bad = || format!("--sequence-id-range expects start[:end] with start >= 1, got '{spec}'");
-    let mut parts = spec.split(':').map(|p| p.trim().parse::<u64>());
-    let start = parts
-        .next()
-        .and_then(|p| p.ok())
-        .filter(|&s| s >= 1)
-        .ok_or_else(bad)?;
-    let range = match parts.next() {
-        None => 0,
-        Some(Ok(end)) if end > start => end - start,
-        Some(_) => return Err(bad()),
-    };
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    Ok((start, range))
-}
-
-fn plan(args: &Args) -> Result<Plan, String> {
-    if let Some(spec) = &args.rate_range {
-        let p = range(spec, "--request-rate-range")?;
-        let start = p[0];
-        if start <= 0.0 {
-            return Err("--request-rate-range must start above 0".into());
-        }
-        let end = p.get(1).copied().unwrap_or(start);
-        if end < start {
-            return Err(format!(
-                "--request-rate-range ends ({end}) below where it starts ({start})"
-            ));
-        }
-        return Ok(Plan::Rate {
-            start,
-            end,
-            step: p.get(2).copied().unwrap_or(1.0),
-        });
-    }
-    if let Some(spec) = &args.concurrency_range {
-        let p = range(spec, "--concurrency-range")?;
-        let start = (p[0] as usize).max(1);
-        let end = p.get(1).map(|&e| e as usize).unwrap_or(start);
-        if end != 0 && end < start {
-            return Err(format!(
-                "--concurrency-range ends ({end}) below where it starts ({start}); 0 means no end"
-            ));
-        }
-        return Ok(Plan::Concurrency {
-            start,
-            end,
-            step: p.get(2).map(|&s| s as usize).unwrap_or(1).max(1),
-        });
-    }
-    if args.dynamic {
-        return Ok(Plan::Concurrency {
-            start: 1,
-            end: args.max_concurrency,
-            step: 1,
-        });
-    }
-    let n = args.concurrency.unwrap_or(1).max(1);
-    Ok(Plan::Concurrency {
-        start: n,
-        end: n,
-        step: 1,
-    })
-}
-
 pub fn run(args: Args) -> ExitCode {
-    let plan = match plan(&args) {
+    let plan = match setup::plan(&LoadFlags {
+        concurrency: args.concurrency,
+        dynamic: args.dynamic,
+        max_concurrency: args.max_concurrency,
+        concurrency_range: args.concurrency_range.as_deref(),
+        rate_range: args.rate_range.as_deref(),
+    }) {
         Ok(p) => p,
         Err(m) => return fail(m, 2),
     };
@@ -325,14 +191,8 @@ pub fn run(args: Args) -> ExitCode {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    // No more worker threads than requests outstanding: idle workers cost
-    // CPU in wake-ups (a concurrency-1 run on one thread is the cheapest).
-    let most = match plan {
-        Plan::Concurrency { start, end, .. } if end != 0 => start.max(end),
-        _ => cores,
-    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(most.clamp(1, cores.min(4)))
+        .worker_threads(setup::worker_threads(&plan, cores))
         .thread_name("trtis-perf")
         .enable_all()
         .build()
@@ -342,121 +202,43 @@ pub fn run(args: Args) -> ExitCode {
     };
     let url = args.server.url();
     let protocol = args.server.protocol();
-    let mut regions = Regions::default();
-    let setup = rt.block_on(async {
-        let client = Client::connect(&url, protocol)
-            .await
-            .map_err(|e| server_error(&url, e))?;
-        let mut client = client;
-        let meta = client
-            .model_metadata(&args.model, &args.version)
-            .await
-            .map_err(|e| server_error(&url, e))?;
-        let config = client
-            .model_config(&args.model, &args.version)
-            .await
-            .map_err(|e| server_error(&url, e))?;
-        let batching = config.max_batch_size > 0;
-        if !batching && args.batch > 1 {
-            return Err(fail(
-                format!(
-                    "model '{}' does not batch (max_batch_size 0): -b must be 1",
-                    args.model
-                ),
-                2,
-            ));
-        }
-        let shapes = inputs::parse_shapes(&args.shapes).map_err(|m| fail(m, 2))?;
-        let generate = if args.zero || args.input_data == "zero" {
+    let options = Options {
+        model: args.model.clone(),
+        version: args.version.clone(),
+        batch: args.batch,
+        shapes: args.shapes.clone(),
+        generate: if args.zero || args.input_data == "zero" {
             Generate::Zero
         } else {
             Generate::Random
-        };
-        let entries = match args.input_data.as_str() {
-            "zero" | "random" => Vec::new(),
-            path => inputs::read_input_data(std::path::Path::new(path)).map_err(|m| fail(m, 2))?,
-        };
-        let shm = args.shared_memory == SharedMemory::System;
-        let mut outputs = Vec::new();
-        if shm {
-            for (k, o) in meta.outputs.iter().enumerate() {
-                let r = regions
-                    .create(&mut client, &format!("out{k}"), None, args.output_shm_size)
-                    .await
-                    .map_err(|m| fail(m, 1))?;
-                outputs.push(RequestedOutput {
-                    name: o.name.clone(),
-                    classification: None,
-                    shm: Some(r),
-                });
-            }
-        }
-        let mut seed = 0x9e3779b97f4a7c15u64;
-        let mut requests = Vec::new();
-        for i in 0..entries.len().max(1) {
-            let how = inputs::InputSpec {
-                batching,
-                batch: args.batch,
-                shapes: &shapes,
-                generate,
-                entry: entries.get(i),
+        },
+        input_data: match args.input_data.as_str() {
+            "zero" | "random" => None,
+            path => Some(PathBuf::from(path)),
+        },
+        shared_memory: args.shared_memory == SharedMemory::System,
+        output_shm_size: args.output_shm_size,
+        sequence: SequenceOptions {
+            length: args.sequence_length,
+            length_variation: args.sequence_length_variation,
+            id_range: args.sequence_id_range.clone(),
+            num_of_sequences: args.num_of_sequences,
+        },
+    };
+    let mut regions = Regions::default();
+    let setup = rt.block_on(setup::prepare(&url, protocol, &options, &mut regions));
+    let Setup {
+        client,
+        requests,
+        sequences,
+    } = match setup {
+        Ok(s) => s,
+        Err(e) => {
+            let code = match e {
+                SetupError::Usage(m) => fail(m, 2),
+                SetupError::Failed(m) => fail(m, 1),
+                SetupError::Server(e) => server_error(&url, e),
             };
-            let tensors = inputs::build(&meta.inputs, &how, &mut seed).map_err(|m| fail(m, 2))?;
-            let mut input_shm = Vec::new();
-            if shm {
-                for (j, t) in tensors.iter().enumerate() {
-                    let r = regions
-                        .create(&mut client, &format!("in{i}_{j}"), Some(&t.data), 0)
-                        .await
-                        .map_err(|m| fail(m, 1))?;
-                    input_shm.push(Some(r));
-                }
-            }
-            requests.push(
-                client
-                    .prepare_shm(
-                        &args.model,
-                        &args.version,
-                        tensors,
-                        &input_shm,
-                        outputs.clone(),
-                    )
-                    .map_err(|e| fail(e, 1))?,
-            );
-        }
-        let sequences = match &config.scheduling_choice {
-            Some(trtis::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)) => {
-                let (start, range) =
-                    sequence_ids(args.sequence_id_range.as_deref()).map_err(|m| fail(m, 2))?;
-                Some(Sequences::new(
-                    args.sequence_length,
-                    args.sequence_length_variation,
-                    start,
-                    range,
-                    args.num_of_sequences,
-                ))
-            }
-            _ => None,
-        };
-        // One request first: a model that cannot serve them fails here,
-        // clearly (a sequence model gets a sequence of one).
-        let probe = sequences.as_ref().map(|s| SeqFlags {
-            id: s.next_id(),
-            start: true,
-            end: true,
-        });
-        let probed = requests[0].send_seq(probe).await;
-        if let (Some(s), Some(p)) = (&sequences, probe) {
-            s.release(p.id);
-        }
-        if let Err(e) = probed {
-            return Err(server_error(&url, e));
-        }
-        Ok((client, requests, sequences))
-    });
-    let (client, requests, sequences) = match setup {
-        Ok(v) => v,
-        Err(code) => {
             regions.cleanup(&url, protocol);
             return code;
         }
@@ -535,18 +317,7 @@ pub fn run(args: Args) -> ExitCode {
         } else if !json {
             print!("{}", report::step_text(step, grpc, percentile));
         }
-        let w = &step.result;
-        let busy = w.client_cpu.as_secs_f64() / w.elapsed.as_secs_f64().max(1e-9);
-        if busy > 0.8 * cores as f64 {
-            warnings.push(format!(
-                "trtis perf used {:.0}% of this machine's {cores} CPUs at {}: the client may be the bottleneck",
-                100.0 * busy / cores as f64,
-                match step.load {
-                    Load::Concurrency(n) => format!("concurrency {n}"),
-                    Load::Rate(r) => format!("{r} requests/s"),
-                }
-            ));
-        }
+        warnings.extend(report::client_cpu_warning(step, cores));
     };
     let result = load::sweep(&mut driver, &plan, &settings, &mut on_window, &mut on_step);
     drop(driver);
@@ -585,10 +356,7 @@ pub fn run(args: Args) -> ExitCode {
     for s in steps.iter().filter(|s| !s.stable) {
         eprintln!(
             "warning: the measurement at {} did not stabilize within {} windows of {} ms (stability {}%); try a longer -p",
-            match s.load {
-                Load::Concurrency(n) => format!("concurrency {n}"),
-                Load::Rate(r) => format!("{r} requests/s"),
-            },
+            report::load_name(s.load),
             s.trials,
             args.window_ms,
             args.stability

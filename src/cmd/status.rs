@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use trtis::client::{Client, ClientError, IndexEntry, ModelStats};
+use trtis::core::types::TensorMetadata;
 
 use super::client_args::{runtime, ServerArgs};
 
@@ -79,7 +80,7 @@ async fn status(args: Args) -> ExitCode {
             "models": models,
         });
         if let Some(m) = &model_meta {
-            let tensors = |ts: &[trtis::core::types::TensorMetadata]| {
+            let tensors = |ts: &[TensorMetadata]| {
                 ts.iter()
                     .map(|t| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape}))
                     .collect::<Vec<_>>()

@@ -1,10 +1,13 @@
 //! `trtis perf`: Triton's perf_client / perf_analyzer load generator.
-//! `load` is the measurement logic (windows, stability, sweeps) as pure
-//! functions over a [`load::Measure`]; `driver` is the real one (prepared
-//! requests from async tasks); `report` prints and writes perf_analyzer's
-//! formats; `plot` draws the SVG.
+//! `setup` turns the flags into a plan and prepared requests (with shared
+//! memory regions and sequences); `load` is the measurement logic
+//! (windows, stability, sweeps) as pure functions over a
+//! [`load::Measure`]; `driver` is the real one (prepared requests from
+//! async tasks); `report` prints and writes perf_analyzer's formats; `plot`
+//! draws the SVG.
 
 pub mod driver;
 pub mod load;
 pub mod plot;
 pub mod report;
+pub mod setup;

@@ -43,6 +43,28 @@ fn load_line(load: Load) -> String {
     }
 }
 
+/// A load in a sentence: `concurrency 4`, `200 requests/s`.
+pub fn load_name(load: Load) -> String {
+    match load {
+        Load::Concurrency(n) => format!("concurrency {n}"),
+        Load::Rate(r) => format!("{r} requests/s"),
+    }
+}
+
+/// A warning when this process used more than 80% of the machine's
+/// `cores` during a step: the client may be the bottleneck.
+pub fn client_cpu_warning(step: &Step, cores: usize) -> Option<String> {
+    let w = &step.result;
+    let busy = w.client_cpu.as_secs_f64() / w.elapsed.as_secs_f64().max(1e-9);
+    (busy > 0.8 * cores as f64).then(|| {
+        format!(
+            "trtis perf used {:.0}% of this machine's {cores} CPUs at {}: the client may be the bottleneck",
+            100.0 * busy / cores as f64,
+            load_name(step.load)
+        )
+    })
+}
+
 /// The per-step report (perf_client's layout).
 pub fn step_text(step: &Step, grpc: bool, percentile: Option<f64>) -> String {
     let w = &step.result;
@@ -272,6 +294,33 @@ mod tests {
         assert_eq!(g6(0.5), "0.5");
         assert_eq!(g6(1234567.0), "1.23457e+06");
         assert_eq!(g6(0.0), "0");
+    }
+
+    #[test]
+    fn a_busy_client_is_warned_about() {
+        let step = |load, cpu_ms| {
+            let mut result = Window::empty(1);
+            result.elapsed = std::time::Duration::from_secs(1);
+            result.client_cpu = std::time::Duration::from_millis(cpu_ms);
+            Step {
+                load,
+                result,
+                stable: true,
+                trials: 3,
+            }
+        };
+        assert_eq!(
+            client_cpu_warning(&step(Load::Concurrency(4), 1500), 2),
+            None
+        );
+        assert_eq!(
+            client_cpu_warning(&step(Load::Concurrency(4), 1700), 2).as_deref(),
+            Some("trtis perf used 85% of this machine's 2 CPUs at concurrency 4: the client may be the bottleneck")
+        );
+        assert_eq!(
+            client_cpu_warning(&step(Load::Rate(250.0), 900), 1).as_deref(),
+            Some("trtis perf used 90% of this machine's 1 CPUs at 250 requests/s: the client may be the bottleneck")
+        );
     }
 
     #[test]

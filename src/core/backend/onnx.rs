@@ -10,11 +10,15 @@ use std::sync::OnceLock;
 use half::f16;
 use ort::environment::Environment;
 use ort::session::Session;
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+use ort::value::{
+    DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType,
+};
 
 use crate::core::config::autocomplete::ModelTensor;
+use crate::core::config::normalize::instance_count;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
+use crate::core::types::element::{decode, encode, Element};
 use crate::core::types::{element_count, DataType, Tensor};
 
 use super::LoadContext;
@@ -137,7 +141,7 @@ pub fn default_intra_threads(config: &ModelConfig) -> usize {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let instances = crate::core::config::normalize::instance_count(config);
+    let instances = instance_count(config);
     (cores / instances.max(1)).max(1)
 }
 
@@ -237,102 +241,93 @@ impl OnnxInstance {
     }
 }
 
-macro_rules! le_vec {
-    ($data:expr, $t:ty) => {
-        $data
-            .chunks_exact(std::mem::size_of::<$t>())
-            .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
-            .collect::<Vec<$t>>()
-    };
-}
-
 fn ort_err(e: ort::Error) -> Error {
     Error::internal(format!("onnxruntime: {e}"))
 }
 
-/// Our tensor → an ORT value.
-fn to_value(t: &Tensor) -> Result<DynValue> {
-    let shape = t.shape.clone();
-    let v = match t.datatype {
-        DataType::Bool => {
-            OrtTensor::from_array((shape, t.data.iter().map(|&b| b != 0).collect::<Vec<bool>>()))
-                .map(|v| v.into_dyn())
-        }
-        DataType::Uint8 => OrtTensor::from_array((shape, t.data.clone())).map(|v| v.into_dyn()),
-        DataType::Int8 => {
-            OrtTensor::from_array((shape, t.data.iter().map(|&b| b as i8).collect::<Vec<i8>>()))
-                .map(|v| v.into_dyn())
-        }
-        DataType::Uint16 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, u16))).map(|v| v.into_dyn())
-        }
-        DataType::Int16 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, i16))).map(|v| v.into_dyn())
-        }
-        DataType::Uint32 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, u32))).map(|v| v.into_dyn())
-        }
-        DataType::Int32 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, i32))).map(|v| v.into_dyn())
-        }
-        DataType::Uint64 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, u64))).map(|v| v.into_dyn())
-        }
-        DataType::Int64 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, i64))).map(|v| v.into_dyn())
-        }
-        DataType::Fp16 => {
-            let v: Vec<f16> = le_vec!(t.data, u16)
-                .into_iter()
-                .map(f16::from_bits)
-                .collect();
-            OrtTensor::from_array((shape, v)).map(|v| v.into_dyn())
-        }
-        DataType::Fp32 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, f32))).map(|v| v.into_dyn())
-        }
-        DataType::Fp64 => {
-            OrtTensor::from_array((shape, le_vec!(t.data, f64))).map(|v| v.into_dyn())
-        }
-        DataType::Bytes => {
-            let strings = Tensor::bytes_elements(&t.data)?
-                .into_iter()
-                .map(|e| {
-                    String::from_utf8(e.to_vec()).map_err(|_| {
-                        Error::invalid_arg(format!(
-                            "input '{}': ONNX Runtime string tensors must be valid UTF-8",
-                            t.name
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<String>>>()?;
-            let count = strings.len();
-            let shape_len = element_count(&t.shape).unwrap_or(usize::MAX);
-            if count != shape_len {
-                return Err(Error::invalid_arg(format!(
-                    "input '{}' has {count} BYTES elements, its shape needs {shape_len}",
-                    t.name
-                )));
-            }
-            OrtTensor::from_string_array((t.shape.clone(), strings.as_slice()))
-                .map(|v| v.into_dyn())
-        }
-        DataType::Bf16 => {
-            return Err(Error::unsupported(format!(
-                "input '{}': BF16 is not supported by the ONNX Runtime backend",
-                t.name
-            )))
-        }
-    };
-    v.map_err(ort_err)
+/// A computation over elements that ONNX Runtime takes as plain arrays,
+/// run for a datatype known at run time by [`with_ort_element`].
+trait OrtElementFn {
+    type Output;
+    fn call<T: Element + PrimitiveTensorElementType>(self) -> Self::Output;
 }
 
-macro_rules! extract {
-    ($value:expr, $t:ty) => {{
-        let (shape, data) = $value.try_extract_tensor::<$t>().map_err(ort_err)?;
-        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-        (shape.iter().copied().collect::<Vec<i64>>(), bytes)
-    }};
+/// Runs `f` with the element type of `datatype`; None for BYTES (strings)
+/// and BF16 (not taken by this backend).
+fn with_ort_element<F: OrtElementFn>(datatype: DataType, f: F) -> Option<F::Output> {
+    Some(match datatype {
+        DataType::Bool => f.call::<bool>(),
+        DataType::Uint8 => f.call::<u8>(),
+        DataType::Uint16 => f.call::<u16>(),
+        DataType::Uint32 => f.call::<u32>(),
+        DataType::Uint64 => f.call::<u64>(),
+        DataType::Int8 => f.call::<i8>(),
+        DataType::Int16 => f.call::<i16>(),
+        DataType::Int32 => f.call::<i32>(),
+        DataType::Int64 => f.call::<i64>(),
+        DataType::Fp16 => f.call::<f16>(),
+        DataType::Fp32 => f.call::<f32>(),
+        DataType::Fp64 => f.call::<f64>(),
+        DataType::Bytes | DataType::Bf16 => return None,
+    })
+}
+
+/// A tensor of numbers → an ORT value.
+struct ToValue<'a>(&'a Tensor);
+
+impl OrtElementFn for ToValue<'_> {
+    type Output = ort::Result<DynValue>;
+    fn call<T: Element + PrimitiveTensorElementType>(self) -> Self::Output {
+        let data = decode::<T>(&self.0.data);
+        OrtTensor::from_array((self.0.shape.clone(), data)).map(|v| v.into_dyn())
+    }
+}
+
+/// An ORT value of numbers → its shape and little-endian data.
+struct FromValue<'a>(&'a DynValue);
+
+impl OrtElementFn for FromValue<'_> {
+    type Output = ort::Result<(Vec<i64>, Vec<u8>)>;
+    fn call<T: Element + PrimitiveTensorElementType>(self) -> Self::Output {
+        let (shape, data) = self.0.try_extract_tensor::<T>()?;
+        Ok((shape.iter().copied().collect(), encode(data)))
+    }
+}
+
+/// Our tensor → an ORT value.
+fn to_value(t: &Tensor) -> Result<DynValue> {
+    if let Some(value) = with_ort_element(t.datatype, ToValue(t)) {
+        return value.map_err(ort_err);
+    }
+    if t.datatype == DataType::Bf16 {
+        return Err(Error::unsupported(format!(
+            "input '{}': BF16 is not supported by the ONNX Runtime backend",
+            t.name
+        )));
+    }
+    // BYTES: UTF-8 strings.
+    let strings = Tensor::bytes_elements(&t.data)?
+        .into_iter()
+        .map(|e| {
+            String::from_utf8(e.to_vec()).map_err(|_| {
+                Error::invalid_arg(format!(
+                    "input '{}': ONNX Runtime string tensors must be valid UTF-8",
+                    t.name
+                ))
+            })
+        })
+        .collect::<Result<Vec<String>>>()?;
+    let count = strings.len();
+    let shape_len = element_count(&t.shape).unwrap_or(usize::MAX);
+    if count != shape_len {
+        return Err(Error::invalid_arg(format!(
+            "input '{}' has {count} BYTES elements, its shape needs {shape_len}",
+            t.name
+        )));
+    }
+    OrtTensor::from_string_array((t.shape.clone(), strings.as_slice()))
+        .map(|v| v.into_dyn())
+        .map_err(ort_err)
 }
 
 /// An ORT output value → our tensor.
@@ -348,33 +343,16 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
     let datatype = data_type_of(ty).ok_or_else(|| {
         Error::unsupported(format!("output '{name}' has unsupported type {ty:?}"))
     })?;
-    let (shape, data) = match datatype {
-        DataType::Bool => {
-            let (shape, data) = value.try_extract_tensor::<bool>().map_err(ort_err)?;
-            (
-                shape.iter().copied().collect(),
-                data.iter().map(|&b| b as u8).collect(),
-            )
-        }
-        DataType::Uint8 => extract!(value, u8),
-        DataType::Int8 => extract!(value, i8),
-        DataType::Uint16 => extract!(value, u16),
-        DataType::Int16 => extract!(value, i16),
-        DataType::Uint32 => extract!(value, u32),
-        DataType::Int32 => extract!(value, i32),
-        DataType::Uint64 => extract!(value, u64),
-        DataType::Int64 => extract!(value, i64),
-        DataType::Fp16 => extract!(value, f16),
-        DataType::Fp32 => extract!(value, f32),
-        DataType::Fp64 => extract!(value, f64),
-        DataType::Bytes => {
+    let (shape, data) = match with_ort_element(datatype, FromValue(value)) {
+        Some(numbers) => numbers.map_err(ort_err)?,
+        // BYTES (`data_type_of` never yields BF16).
+        None => {
             let (shape, strings) = value.try_extract_strings().map_err(ort_err)?;
             (
                 shape.iter().copied().collect(),
                 Tensor::serialize_bytes(strings.iter().map(|s| s.as_bytes())),
             )
         }
-        DataType::Bf16 => unreachable!("data_type_of never yields BF16"),
     };
     Ok(Tensor {
         name: name.to_string(),

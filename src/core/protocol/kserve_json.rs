@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
+use crate::core::types::element::{elements, Element, ElementFn, Scalar};
 use crate::core::types::{
     element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId,
     SequenceParams, ShmRef, Tensor,
@@ -389,59 +390,63 @@ fn json_data(name: &str, dt: DataType, shape: &[i64], data: &Value) -> Result<Ve
 /// JSON elements → raw little-endian bytes of `dt` (BYTES as strings,
 /// length-prefixed; FP16/BF16 from numbers). Err carries the element that
 /// does not fit. Shared by the server, the client and `trtis infer`.
-pub fn elements_to_bytes(dt: DataType, elements: &[&Value]) -> std::result::Result<Vec<u8>, Value> {
-    let mut out = Vec::with_capacity(elements.len() * dt.size().unwrap_or(8));
-    macro_rules! ints {
-        ($t:ty) => {
-            for v in elements {
-                let x = v
-                    .as_i64()
-                    .and_then(|x| <$t>::try_from(x).ok())
-                    .or_else(|| v.as_u64().and_then(|x| <$t>::try_from(x).ok()))
-                    .ok_or_else(|| (*v).clone())?;
-                out.extend_from_slice(&x.to_le_bytes());
+pub(crate) fn elements_to_bytes(
+    dt: DataType,
+    elements: &[&Value],
+) -> std::result::Result<Vec<u8>, Value> {
+    /// Each element as `T`, or the first that is not one.
+    struct FromJson<'a, 'v>(&'a [&'v Value]);
+    impl ElementFn for FromJson<'_, '_> {
+        type Output = std::result::Result<Vec<u8>, Value>;
+        fn call<T: Element>(self) -> Self::Output {
+            let mut out = Vec::with_capacity(self.0.len() * T::SIZE);
+            for &v in self.0 {
+                let x = scalar_of(v)
+                    .and_then(T::from_scalar)
+                    .ok_or_else(|| v.clone())?;
+                x.write_le(&mut out);
             }
-        };
-    }
-    macro_rules! floats {
-        ($conv:expr) => {
-            for v in elements {
-                let x = v.as_f64().ok_or_else(|| (*v).clone())?;
-                out.extend_from_slice(&$conv(x));
-            }
-        };
-    }
-    match dt {
-        DataType::Bool => {
-            for v in elements {
-                out.push(v.as_bool().ok_or_else(|| (*v).clone())? as u8);
-            }
+            Ok(out)
         }
-        DataType::Uint8 => ints!(u8),
-        DataType::Uint16 => ints!(u16),
-        DataType::Uint32 => ints!(u32),
-        DataType::Uint64 => ints!(u64),
-        DataType::Int8 => ints!(i8),
-        DataType::Int16 => ints!(i16),
-        DataType::Int32 => ints!(i32),
-        DataType::Int64 => ints!(i64),
-        DataType::Fp32 => floats!(|x: f64| (x as f32).to_le_bytes()),
-        DataType::Fp64 => floats!(|x: f64| x.to_le_bytes()),
-        DataType::Fp16 => floats!(|x: f64| half::f16::from_f64(x).to_le_bytes()),
-        DataType::Bf16 => floats!(|x: f64| half::bf16::from_f64(x).to_le_bytes()),
-        DataType::Bytes => {
-            for v in elements {
-                let s = v.as_str().ok_or_else(|| (*v).clone())?;
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-        }
+    }
+    if let Some(numbers) = dt.with_element(FromJson(elements)) {
+        return numbers;
+    }
+    // BYTES: strings.
+    let mut out = Vec::with_capacity(elements.len() * 8);
+    for v in elements {
+        let s = v.as_str().ok_or_else(|| (*v).clone())?;
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
     }
     Ok(out)
 }
 
+/// A JSON number or boolean as a scalar (integers as integers).
+fn scalar_of(v: &Value) -> Option<Scalar> {
+    match v {
+        Value::Bool(b) => Some(Scalar::Bool(*b)),
+        Value::Number(n) => n
+            .as_u64()
+            .map(Scalar::Uint)
+            .or_else(|| n.as_i64().map(Scalar::Int))
+            .or_else(|| n.as_f64().map(Scalar::Float)),
+        _ => None,
+    }
+}
+
+/// A scalar as a JSON value (a NaN or infinite float as null).
+fn scalar_json(s: Scalar) -> Value {
+    match s {
+        Scalar::Bool(b) => Value::Bool(b),
+        Scalar::Int(i) => Value::from(i),
+        Scalar::Uint(u) => Value::from(u),
+        Scalar::Float(f) => Value::from(f),
+    }
+}
+
 /// Flattens a (possibly nested) JSON array into its elements.
-pub fn flat_elements(v: &Value) -> Vec<&Value> {
+pub(crate) fn flat_elements(v: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     flatten(v, &mut out);
     out
@@ -562,37 +567,18 @@ pub fn build_response(
 /// A tensor's elements as a flat JSON array (BYTES as lossy UTF-8 strings,
 /// FP16/BF16 as numbers).
 pub fn json_values(t: &Tensor) -> Result<Value> {
-    macro_rules! nums {
-        ($ty:ty) => {
-            t.data
-                .chunks_exact(std::mem::size_of::<$ty>())
-                .map(|c| json!(<$ty>::from_le_bytes(c.try_into().unwrap())))
-                .collect::<Vec<Value>>()
-        };
+    struct ToJson<'a>(&'a [u8]);
+    impl ElementFn for ToJson<'_> {
+        type Output = Vec<Value>;
+        fn call<T: Element>(self) -> Vec<Value> {
+            elements::<T>(self.0)
+                .map(|x| scalar_json(x.to_scalar()))
+                .collect()
+        }
     }
-    let values = match t.datatype {
-        DataType::Bool => t.data.iter().map(|&b| json!(b != 0)).collect(),
-        DataType::Uint8 => t.data.iter().map(|&b| json!(b)).collect(),
-        DataType::Int8 => t.data.iter().map(|&b| json!(b as i8)).collect(),
-        DataType::Uint16 => nums!(u16),
-        DataType::Int16 => nums!(i16),
-        DataType::Uint32 => nums!(u32),
-        DataType::Int32 => nums!(i32),
-        DataType::Uint64 => nums!(u64),
-        DataType::Int64 => nums!(i64),
-        DataType::Fp32 => nums!(f32),
-        DataType::Fp64 => nums!(f64),
-        DataType::Fp16 => t
-            .data
-            .chunks_exact(2)
-            .map(|c| json!(half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
-            .collect(),
-        DataType::Bf16 => t
-            .data
-            .chunks_exact(2)
-            .map(|c| json!(half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
-            .collect(),
-        DataType::Bytes => Tensor::bytes_elements(&t.data)?
+    let values = match t.datatype.with_element(ToJson(&t.data)) {
+        Some(values) => values,
+        None => Tensor::bytes_elements(&t.data)?
             .into_iter()
             .map(|e| json!(String::from_utf8_lossy(e)))
             .collect(),
@@ -686,5 +672,61 @@ mod tests {
         assert!(header.is_none());
         let doc: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(doc["outputs"][0]["data"], json!([5]));
+    }
+
+    #[test]
+    fn json_elements_by_datatype() {
+        let v = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+        let bytes = |dt, text: &str| {
+            let doc = v(text);
+            elements_to_bytes(dt, &flat_elements(&doc))
+        };
+        assert_eq!(bytes(DataType::Uint8, "[0, [255]]"), Ok(vec![0, 255]));
+        assert_eq!(bytes(DataType::Uint8, "[256]"), Err(v("256")));
+        assert_eq!(bytes(DataType::Int8, "[-128]"), Ok(vec![0x80]));
+        assert_eq!(bytes(DataType::Int32, "[1.0]"), Err(v("1.0")));
+        assert_eq!(
+            bytes(DataType::Uint64, "[18446744073709551615]"),
+            Ok(u64::MAX.to_le_bytes().to_vec())
+        );
+        assert_eq!(
+            bytes(DataType::Int64, "[18446744073709551615]"),
+            Err(v("18446744073709551615"))
+        );
+        assert_eq!(bytes(DataType::Bool, "[true, false]"), Ok(vec![1, 0]));
+        assert_eq!(bytes(DataType::Bool, "[1]"), Err(v("1")));
+        assert_eq!(
+            bytes(DataType::Fp32, "[2]"),
+            Ok(2.0f32.to_le_bytes().to_vec())
+        );
+        assert_eq!(bytes(DataType::Fp32, "[true]"), Err(v("true")));
+        assert_eq!(
+            bytes(DataType::Fp16, "[0.1]"),
+            Ok(half::f16::from_f64(0.1).to_le_bytes().to_vec())
+        );
+        assert_eq!(
+            bytes(DataType::Bytes, r#"["ab"]"#),
+            Ok(vec![2, 0, 0, 0, b'a', b'b'])
+        );
+        assert_eq!(bytes(DataType::Bytes, "[1]"), Err(v("1")));
+
+        let values = |dt, data: Vec<u8>| {
+            let t = Tensor {
+                name: "t".into(),
+                datatype: dt,
+                shape: vec![],
+                data,
+            };
+            serde_json::to_string(&json_values(&t).unwrap()).unwrap()
+        };
+        assert_eq!(values(DataType::Bool, vec![0, 1, 2]), "[false,true,true]");
+        assert_eq!(values(DataType::Int8, vec![0xff]), "[-1]");
+        assert_eq!(values(DataType::Uint16, vec![1, 1, 9]), "[257]");
+        let floats = [0.1f32, f32::NAN].map(f32::to_le_bytes).concat();
+        assert_eq!(values(DataType::Fp32, floats), "[0.10000000149011612,null]");
+        let half = half::bf16::from_f32(1.5).to_le_bytes().to_vec();
+        assert_eq!(values(DataType::Bf16, half), "[1.5]");
+        let strings = Tensor::serialize_bytes([&b"hi"[..], &[0xff]]);
+        assert_eq!(values(DataType::Bytes, strings), "[\"hi\",\"\u{fffd}\"]");
     }
 }

@@ -1,7 +1,10 @@
 //! Engine data types: tensors and inference requests/responses, independent
 //! of any wire format. Tensor data is raw little-endian, row-major bytes;
 //! BYTES elements are serialized as Triton does (4-byte little-endian length,
-//! then the bytes), which is also the binary-tensor wire form.
+//! then the bytes), which is also the binary-tensor wire form. [`element`]
+//! maps the fixed-size datatypes to Rust types.
+
+pub(crate) mod element;
 
 use crate::core::config::pb::DataType as ConfigType;
 use crate::core::error::{Error, Result};
@@ -68,7 +71,7 @@ impl DataType {
     }
 
     /// Bytes per element; None for BYTES (variable).
-    pub fn size(self) -> Option<usize> {
+    pub const fn size(self) -> Option<usize> {
         Some(match self {
             DataType::Bool | DataType::Uint8 | DataType::Int8 => 1,
             DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => 2,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: sets up what the tests need (scripts/setup.sh), then the
-# Rust unit and integration tests, then the protocol compatibility suite that
+# Runs every test: sets up what the tests need (scripts/setup.sh), then
+# rustfmt and clippy (warnings are errors), the Rust unit and integration
+# tests, then the protocol compatibility suite that
 # drives a real `trtis serve` with Triton's own Python client (tritonclient).
 # This is what CI runs (.ci/run).
 set -euo pipefail
@@ -8,6 +9,8 @@ cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
 export TRTIS_REQUIRE_PYTHON=1
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked "$@"
 cargo build --locked --bin trtis
 TRTIS_BIN="$PWD/target/debug/trtis" .venv/bin/python -m pytest tests/python -q

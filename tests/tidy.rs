@@ -46,7 +46,10 @@ fn every_module_starts_with_a_doc_comment() {
 #[test]
 fn config_and_types_stay_pure() {
     for (path, text) in src_files() {
-        if path.starts_with("core/config/") || path.starts_with("core/types/") {
+        if path.starts_with("core/config/")
+            || path == "core/types.rs"
+            || path.starts_with("core/types/")
+        {
             for banned in [
                 "tokio", "tonic", "axum", "reqwest", "ort::", "tch::", "cudarc", "std::fs",
                 "std::net",
@@ -72,6 +75,180 @@ fn no_stubs_in_src() {
     for (path, text) in src_files() {
         for stub in ["todo!(", "unimplemented!("] {
             assert!(!text.contains(stub), "src/{path} contains {stub}");
+        }
+    }
+}
+
+/// Who may use whom inside `core` (ARCHITECTURE.md, "Layers"): each module
+/// and the modules it may name. Anything may use `error`, `types` and the
+/// generated config schema `config::pb`; a module may use itself.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("error", &[]),
+    ("types", &[]),
+    ("config", &[]),
+    ("device", &[]),
+    ("logging", &[]),
+    ("stats", &[]),
+    ("batch_io", &["config"]),
+    ("request", &["config"]),
+    ("classify", &[]),
+    ("backend", &["config", "batch_io", "device", "logging"]),
+    ("instance", &["backend", "logging"]),
+    (
+        "scheduler",
+        &["config", "batch_io", "instance", "stats", "logging"],
+    ),
+    (
+        "warmup",
+        &[
+            "config",
+            "batch_io",
+            "request",
+            "backend",
+            "instance",
+            "scheduler",
+            "logging",
+        ],
+    ),
+    (
+        "repository",
+        &[
+            "config",
+            "batch_io",
+            "device",
+            "backend",
+            "instance",
+            "scheduler",
+            "warmup",
+            "stats",
+            "logging",
+        ],
+    ),
+    ("shm", &["logging"]),
+    ("trace", &["logging"]),
+    ("metrics", &["device", "repository", "stats"]),
+    (
+        "engine",
+        &[
+            "config",
+            "batch_io",
+            "request",
+            "classify",
+            "device",
+            "backend",
+            "instance",
+            "scheduler",
+            "repository",
+            "stats",
+            "shm",
+            "trace",
+            "logging",
+        ],
+    ),
+    ("protocol", &["config", "engine", "repository"]),
+    (
+        "frontend",
+        &[
+            "config",
+            "engine",
+            "protocol",
+            "repository",
+            "shm",
+            "trace",
+            "metrics",
+            "logging",
+        ],
+    ),
+];
+
+/// The `core` modules a source file names (`crate::core::<m>`), with
+/// `config::pb` apart from the rest of `config`.
+fn core_modules_named(text: &str) -> std::collections::BTreeSet<String> {
+    let mut named = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("crate::core::") {
+        rest = &rest[at + "crate::core::".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let path = &rest[..end];
+        let module = path.split("::").next().unwrap_or("");
+        if module.is_empty() {
+            continue; // a `use crate::core::{...}` group: not used in core
+        }
+        if path.starts_with("config::pb") {
+            named.insert("config::pb".to_string());
+        } else {
+            named.insert(module.to_string());
+        }
+    }
+    named
+}
+
+#[test]
+fn core_layers_are_one_way() {
+    let table: std::collections::BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for (path, text) in src_files() {
+        let Some(inside) = path.strip_prefix("core/") else {
+            continue;
+        };
+        let module = inside
+            .split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_string();
+        if module == "mod" {
+            continue; // core/mod.rs declares the modules
+        }
+        let allowed = table.get(module.as_str()).unwrap_or_else(|| {
+            panic!("src/{path}: core::{module} is not in the LAYERS table (tests/tidy.rs, ARCHITECTURE.md)")
+        });
+        seen.insert(module.clone());
+        for used in core_modules_named(&text) {
+            let ok = used == module
+                || used == "error"
+                || used == "types"
+                || used == "config::pb"
+                || allowed.contains(&used.as_str());
+            assert!(
+                ok,
+                "src/{path}: core::{module} may not use core::{used} (the layers in ARCHITECTURE.md run one way)"
+            );
+        }
+        for banned in ["crate::client", "crate::perf"] {
+            assert!(
+                !text.contains(banned),
+                "src/{path}: core never uses {banned}"
+            );
+        }
+    }
+    for (module, _) in LAYERS {
+        assert!(
+            seen.contains(*module),
+            "LAYERS names core::{module}, which does not exist"
+        );
+    }
+}
+
+#[test]
+fn only_the_backends_link_native_libraries() {
+    for (path, text) in src_files() {
+        if path.starts_with("core/backend/") {
+            continue;
+        }
+        for lib in ["ort::", "tch::", "cudarc::", "libloading::"] {
+            let named = text.match_indices(lib).any(|(at, _)| {
+                !text[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            assert!(
+                !named,
+                "src/{path} names {lib}: only core::backend links it"
+            );
         }
     }
 }

@@ -13,16 +13,17 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::core::config::ModelConfig;
-use crate::core::error::{Error, ErrorKind, Result};
+use crate::core::classify::classify;
+use crate::core::error::{request_prefix, Error, Result};
 use crate::core::instance::{Reply, Work};
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::request::validate;
 use crate::core::scheduler::sequence_batcher::{SeqRequest, SequenceBatcher};
 use crate::core::scheduler::Request as BatchRequest;
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
 use crate::core::trace::{TraceSettings, Tracer};
 use crate::core::types::{
-    element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId, Tensor,
+    DataType, InferRequest, InferResponse, RequestedOutput, SequenceId, Tensor,
 };
 
 /// Server settings the engine needs (the frontends have their own).
@@ -247,7 +248,10 @@ impl Engine {
             return Some("ensembles nested too deep".to_string());
         }
         for step in &e.step {
-            match self.model(&step.model_name, &crate::core::ensemble::step_version(step)) {
+            match self.model(
+                &step.model_name,
+                &crate::core::scheduler::ensemble::step_version(step),
+            ) {
                 Err(err) => {
                     return Some(format!(
                         "composing model '{}' is not available: {}",
@@ -440,18 +444,6 @@ impl Engine {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// `infer` as a boxed future, for the ensemble scheduler (whose steps
-    /// are inferences themselves, possibly on ensembles).
-    pub fn infer_boxed<'a>(
-        &'a self,
-        name: &'a str,
-        version: &'a str,
-        request: InferRequest,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse>> + Send + 'a>>
-    {
-        Box::pin(self.infer(name, version, request))
-    }
-
     /// Runs one inference request.
     pub async fn infer(
         &self,
@@ -511,9 +503,9 @@ impl Engine {
                     model.name
                 )));
             }
-            let result = crate::core::ensemble::run(
+            let result = crate::core::scheduler::ensemble::run(
                 self,
-                &model,
+                &model.config,
                 (
                     &request.id,
                     request.priority,
@@ -524,7 +516,15 @@ impl Engine {
                 &outputs,
             )
             .await
-            .and_then(|t| classify(&model, &outputs, t, batch))
+            .and_then(|t| {
+                classify(
+                    &model.labels,
+                    model.config.max_batch_size > 0,
+                    &outputs,
+                    t,
+                    batch,
+                )
+            })
             .and_then(|t| self.write_shm_outputs(&outputs, t));
             return match result {
                 Ok(tensors) => {
@@ -650,10 +650,18 @@ impl Engine {
         let tensors = match done
             .result
             .and_then(|mut t| {
-                crate::core::scheduler::batch_io::BatchIo::apply_scatter(&scatter, &mut t)?;
+                crate::core::batch_io::BatchIo::apply_scatter(&scatter, &mut t)?;
                 Ok(t)
             })
-            .and_then(|t| classify(&model, &outputs, t, batch))
+            .and_then(|t| {
+                classify(
+                    &model.labels,
+                    model.config.max_batch_size > 0,
+                    &outputs,
+                    t,
+                    batch,
+                )
+            })
             .and_then(|t| self.write_shm_outputs(&outputs, t))
         {
             Ok(t) => t,
@@ -685,6 +693,17 @@ impl Engine {
             id: request.id,
             outputs: tensors,
         })
+    }
+}
+
+impl crate::core::scheduler::ensemble::StepRunner for Engine {
+    fn run_step<'a>(
+        &'a self,
+        model: &'a str,
+        version: &'a str,
+        request: InferRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<InferResponse>> {
+        Box::pin(self.infer(model, version, request))
     }
 }
 
@@ -739,12 +758,6 @@ pub fn parse_version(version: &str) -> Result<Option<i64>> {
     }
 }
 
-fn dims_string(dims: &[i64]) -> String {
-    let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-    format!("[{}]", parts.join(","))
-}
-
-/// Triton's prefix for messages about a request (`LogRequest()`).
 /// The sequence batcher's request checks, in Triton's order and with its
 /// messages: the CORRID type (a request check), batch size 1, a sequence
 /// id.
@@ -786,319 +799,4 @@ fn check_sequence(
         )));
     }
     Ok(())
-}
-
-pub(crate) fn request_prefix(id: &str) -> String {
-    format!(
-        "[request id: {}] ",
-        if id.is_empty() { "<id_unknown>" } else { id }
-    )
-}
-
-/// Triton's request checks (`InferenceRequest::Normalize`), in Triton's
-/// order and with its messages. Returns the inputs in config order, the
-/// outputs to produce (all when none were requested) and the batch size.
-/// Checks a request's inputs as an inference request's are (warmup
-/// samples); returns them in config order.
-pub(crate) fn check_inputs(config: &ModelConfig, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-    validate(config, "", inputs, &[]).map(|(inputs, _, _)| inputs)
-}
-
-fn validate(
-    config: &ModelConfig,
-    id: &str,
-    mut inputs: Vec<Tensor>,
-    requested: &[RequestedOutput],
-) -> Result<(Vec<Tensor>, Vec<RequestedOutput>, usize)> {
-    let model = &config.name;
-    let lr = request_prefix(id);
-    let batching = config.max_batch_size > 0;
-    for (i, t) in inputs.iter().enumerate() {
-        if inputs[..i].iter().any(|o| o.name == t.name) {
-            return Err(Error::invalid_arg(format!(
-                "{lr}input '{}' already exists in request",
-                t.name
-            )));
-        }
-    }
-    for (i, o) in requested.iter().enumerate() {
-        if requested[..i].iter().any(|r| r.name == o.name) {
-            return Err(Error::invalid_arg(format!(
-                "{lr}output '{}' already exists in request",
-                o.name
-            )));
-        }
-    }
-    let required = config.input.iter().filter(|i| !i.optional).count();
-    let missing: Vec<String> = config
-        .input
-        .iter()
-        .filter(|spec| !spec.optional && !inputs.iter().any(|t| t.name == spec.name))
-        .map(|spec| format!("'{}'", spec.name))
-        .collect();
-    if inputs.len() > config.input.len() || inputs.len() < required {
-        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
-        let expected = if required == config.input.len() {
-            format!("expected {required} inputs")
-        } else {
-            format!(
-                "expected number of inputs between {required} and {}",
-                config.input.len()
-            )
-        };
-        return Err(Error::invalid_arg(format!(
-            "{lr}{expected} but got {} inputs for model '{model}'. Got inputs [{}], but missing required inputs [{}]. Please provide all required inputs.",
-            inputs.len(),
-            got.join(","),
-            missing.join(",")
-        )));
-    }
-    for t in &inputs {
-        if !config.input.iter().any(|i| i.name == t.name) {
-            return Err(Error::invalid_arg(format!(
-                "unexpected inference input '{}' for model '{model}'",
-                t.name
-            )));
-        }
-    }
-    if !missing.is_empty() {
-        let got: Vec<String> = inputs.iter().map(|t| format!("'{}'", t.name)).collect();
-        return Err(Error::invalid_arg(format!(
-            "{lr}expected {required} inputs but got {} inputs for model '{model}'. Got inputs [{}], but missing required inputs [{}]. Please provide all required inputs.",
-            inputs.len(),
-            got.join(","),
-            missing.join(",")
-        )));
-    }
-    let mut batch = 1usize;
-    if batching {
-        let mut first: Option<i64> = None;
-        for t in &inputs {
-            let b = t.shape.first().copied().unwrap_or(0);
-            match first {
-                None => first = Some(b),
-                Some(f) if f != b => {
-                    return Err(Error::invalid_arg(format!(
-                        "{lr}input '{}' batch size does not match other inputs for '{model}'",
-                        t.name
-                    )))
-                }
-                Some(_) => {}
-            }
-        }
-        let b = first.unwrap_or(0);
-        if b < 1 || b > config.max_batch_size as i64 {
-            return Err(Error::invalid_arg(format!(
-                "{lr}inference request batch-size must be <= {} for '{model}'",
-                config.max_batch_size
-            )));
-        }
-        batch = b as usize;
-    }
-    for t in &inputs {
-        let spec = config
-            .input
-            .iter()
-            .find(|i| i.name == t.name)
-            .expect("checked above");
-        let expected = DataType::from_config(spec.data_type);
-        if expected != Some(t.datatype) {
-            return Err(Error::invalid_arg(format!(
-                "{lr}inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
-                t.name,
-                t.datatype.name(),
-                expected.map(|d| d.name()).unwrap_or("INVALID")
-            )));
-        }
-        if t.shape.iter().any(|&d| d < 0) {
-            return Err(Error::invalid_arg(format!(
-                "{lr}All input dimensions should be specified for input '{}' for model '{model}', got {}",
-                t.name,
-                dims_string(&t.shape)
-            )));
-        }
-        let dims = &spec.dims;
-        let rest = if batching {
-            &t.shape[1..]
-        } else {
-            &t.shape[..]
-        };
-        let matches =
-            rest.len() == dims.len() && rest.iter().zip(dims).all(|(&s, &d)| d == -1 || s == d);
-        if !matches {
-            let full: Vec<i64> = if batching {
-                std::iter::once(-1).chain(dims.iter().copied()).collect()
-            } else {
-                dims.clone()
-            };
-            let note = if batching {
-                ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be \
-                 prepended to each input shape. If you want to specify the full shape including the batch dim in \
-                 your input dims config, try setting max_batch_size to zero. See the model configuration docs for \
-                 more info on max_batch_size."
-            } else {
-                ""
-            };
-            return Err(Error::invalid_arg(format!(
-                "{lr}unexpected shape for input '{}' for model '{model}'. Expected {}, got {}{note}",
-                t.name,
-                dims_string(&full),
-                dims_string(&t.shape)
-            )));
-        }
-    }
-    for t in &inputs {
-        let count = element_count(&t.shape).ok_or_else(|| {
-            Error::invalid_arg(format!("{lr}shape of input '{}' is too large", t.name))
-        })?;
-        match t.datatype.size() {
-            Some(size) => {
-                let expected = count.saturating_mul(size);
-                if t.data.len() != expected {
-                    return Err(Error::invalid_arg(format!(
-                        "{lr}input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",
-                        t.name,
-                        t.data.len()
-                    )));
-                }
-            }
-            None => {
-                let n = Tensor::bytes_elements(&t.data)
-                    .map_err(|e| {
-                        Error::invalid_arg(format!("{lr}input '{}': {}", t.name, e.message))
-                    })?
-                    .len();
-                if n != count {
-                    return Err(Error::invalid_arg(format!(
-                        "{lr}expected {count} string elements for inference input '{}' for model '{model}', got {n}",
-                        t.name
-                    )));
-                }
-            }
-        }
-    }
-    for o in requested {
-        if !config.output.iter().any(|spec| spec.name == o.name) {
-            return Err(Error::invalid_arg(format!(
-                "unexpected inference output '{}' for model '{model}'",
-                o.name
-            )));
-        }
-    }
-    let outputs = if requested.is_empty() {
-        config
-            .output
-            .iter()
-            .map(|o| RequestedOutput {
-                name: o.name.clone(),
-                classification: None,
-                shm: None,
-            })
-            .collect()
-    } else {
-        requested.to_vec()
-    };
-    inputs.sort_by_key(|t| config.input.iter().position(|i| i.name == t.name));
-    Ok((inputs, outputs, batch))
-}
-
-/// Replaces outputs asked for as classifications by their top-N
-/// `"<value>:<index>[:<label>]"` strings (a BYTES tensor `[batch, N]`).
-fn classify(
-    model: &LoadedModel,
-    outputs: &[RequestedOutput],
-    tensors: Vec<Tensor>,
-    batch: usize,
-) -> Result<Vec<Tensor>> {
-    let batching = model.config.max_batch_size > 0;
-    tensors
-        .into_iter()
-        .zip(outputs)
-        .map(|(t, req)| {
-            let Some(n) = req.classification else {
-                return Ok(t);
-            };
-            let values = as_f64(&t)?;
-            let rows = if batching { batch.max(1) } else { 1 };
-            let per_row = values.len() / rows.max(1);
-            let labels = model.labels.get(&t.name);
-            let mut elements: Vec<Vec<u8>> = Vec::new();
-            let k = n.min(per_row);
-            for row in values.chunks(per_row.max(1)).take(rows) {
-                let mut idx: Vec<usize> = (0..row.len()).collect();
-                idx.sort_by(|&a, &b| {
-                    row[b]
-                        .partial_cmp(&row[a])
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                        .then(a.cmp(&b))
-                });
-                for &i in idx.iter().take(k) {
-                    let mut s = format!("{}:{}", fmt_value(row[i], t.datatype), i);
-                    if let Some(label) = labels.and_then(|l| l.get(i)) {
-                        s.push(':');
-                        s.push_str(label);
-                    }
-                    elements.push(s.into_bytes());
-                }
-            }
-            let shape = if batching {
-                vec![rows as i64, k as i64]
-            } else {
-                vec![k as i64]
-            };
-            Ok(Tensor {
-                name: t.name,
-                datatype: DataType::Bytes,
-                shape,
-                data: Tensor::serialize_bytes(elements.iter().map(|e| e.as_slice())),
-            })
-        })
-        .collect()
-}
-
-fn fmt_value(v: f64, dt: DataType) -> String {
-    match dt {
-        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16 => format!("{v:.6}"),
-        _ => format!("{v}"),
-    }
-}
-
-/// The elements of a numeric tensor as f64, for ranking.
-fn as_f64(t: &Tensor) -> Result<Vec<f64>> {
-    macro_rules! conv {
-        ($t:ty) => {
-            t.data
-                .chunks_exact(std::mem::size_of::<$t>())
-                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as f64)
-                .collect()
-        };
-    }
-    Ok(match t.datatype {
-        DataType::Bool | DataType::Uint8 => t.data.iter().map(|&b| b as f64).collect(),
-        DataType::Int8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
-        DataType::Uint16 => conv!(u16),
-        DataType::Int16 => conv!(i16),
-        DataType::Uint32 => conv!(u32),
-        DataType::Int32 => conv!(i32),
-        DataType::Uint64 => conv!(u64),
-        DataType::Int64 => conv!(i64),
-        DataType::Fp32 => conv!(f32),
-        DataType::Fp64 => conv!(f64),
-        DataType::Fp16 => t
-            .data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-        DataType::Bf16 => t
-            .data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-        DataType::Bytes => {
-            return Err(Error::new(
-                ErrorKind::InvalidArg,
-                format!("class result not available for output due to unsupported type 'BYTES' of output '{}'", t.name),
-            ))
-        }
-    })
 }

@@ -72,3 +72,11 @@ pub fn os_reason(e: &std::io::Error) -> String {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Triton's prefix for messages about a request (`LogRequest()`).
+pub fn request_prefix(id: &str) -> String {
+    format!(
+        "[request id: {}] ",
+        if id.is_empty() { "<id_unknown>" } else { id }
+    )
+}

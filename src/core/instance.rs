@@ -10,8 +10,9 @@
 //! backend fails that request, not the server.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -88,7 +89,7 @@ pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
 pub struct InstancePool {
     /// The shared queue, or one per instance (`dedicated`); empty once
     /// shutting down, which lets the threads exit.
-    work_tx: Vec<SyncSender<Work>>,
+    work_tx: Vec<Sender<Work>>,
     /// Joined on drop.
     threads: Vec<JoinHandle<()>>,
     label: String,
@@ -108,15 +109,15 @@ impl InstancePool {
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
         for _ in 0..if dedicated { loaders.len() } else { 1 } {
-            let (tx, rx) = mpsc::sync_channel::<Work>(queue_capacity.max(1));
+            let (tx, rx) = crossbeam_channel::bounded::<Work>(queue_capacity.max(1));
             senders.push(tx);
-            receivers.push(Arc::new(Mutex::new(rx)));
+            receivers.push(rx);
         }
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
         for (i, loader) in loaders.into_iter().enumerate() {
-            let rx = Arc::clone(&receivers[if dedicated { i } else { 0 }]);
+            let rx = receivers[if dedicated { i } else { 0 }].clone();
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
             let handle = std::thread::Builder::new()
@@ -178,11 +179,7 @@ impl Drop for InstancePool {
     }
 }
 
-fn run_instance(
-    loader: Loader,
-    work_rx: Arc<Mutex<Receiver<Work>>>,
-    ready: mpsc::Sender<Result<()>>,
-) {
+fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Result<()>>) {
     let loaded = catch_unwind(AssertUnwindSafe(loader))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while loading")));
     let mut instance = match loaded {
@@ -197,11 +194,7 @@ fn run_instance(
     };
     drop(ready);
     loop {
-        let next = {
-            let Ok(rx) = work_rx.lock() else { return };
-            rx.recv()
-        };
-        let Ok(work) = next else { return };
+        let Ok(work) = work_rx.recv() else { return };
         if let Some((pending, n)) = &work.pending {
             pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
         }

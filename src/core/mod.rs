@@ -3,10 +3,11 @@
 //! wire protocols and the frontends.
 
 pub mod backend;
+pub mod batch_io;
+pub mod classify;
 pub mod config;
 pub mod device;
 pub mod engine;
-pub mod ensemble;
 pub mod error;
 pub mod frontend;
 pub mod instance;
@@ -14,6 +15,7 @@ pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod repository;
+pub mod request;
 pub mod scheduler;
 pub mod shm;
 pub mod stats;

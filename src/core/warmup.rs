@@ -221,7 +221,7 @@ pub fn run(
     instance_name: &str,
     samples: &[Sample],
     sequence: Option<&crate::core::scheduler::sequence_batcher::SeqSettings>,
-    io: &crate::core::scheduler::batch_io::BatchIo,
+    io: &crate::core::batch_io::BatchIo,
 ) -> Result<()> {
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
     for s in samples {
@@ -247,7 +247,7 @@ pub fn run(
                     None => (Vec::new(), inputs.clone()),
                 };
                 let checked =
-                    crate::core::engine::check_inputs(config, inputs).map(|mut inputs| {
+                    crate::core::request::check_inputs(config, inputs).map(|mut inputs| {
                         if let Some(seq) = sequence {
                             let rows = inputs
                                 .first()

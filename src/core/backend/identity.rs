@@ -44,7 +44,7 @@ impl IdentityInstance {
         };
         // Batch inputs follow the config's inputs too.
         let supplied = supplied
-            + crate::core::scheduler::batch_io::BatchIo::from_config(config)
+            + crate::core::batch_io::BatchIo::from_config(config)
                 .input_names()
                 .count();
         if config.output.len() > config.input.len() + supplied {

@@ -73,7 +73,7 @@ pub struct LoadedModel {
     pub labels: BTreeMap<String, Vec<String>>,
     /// Batch inputs, scattered outputs and ragged inputs, for requests
     /// that reach an instance without a batcher.
-    pub batch_io: crate::core::scheduler::batch_io::BatchIo,
+    pub batch_io: crate::core::batch_io::BatchIo,
 }
 
 impl LoadedModel {
@@ -366,7 +366,7 @@ impl ModelManager {
             crate::core::config::normalize::instance_count(config),
             model_dir,
         )?;
-        let io = crate::core::scheduler::batch_io::BatchIo::from_config(config);
+        let io = crate::core::batch_io::BatchIo::from_config(config);
         let mut loaders: Vec<Loader> = Vec::new();
         for group in &config.instance_group {
             for i in 0..group.count.max(1) {

@@ -6,17 +6,32 @@
 //! does not wait for unrelated ones); a tensor whose last reader this is
 //! moves into it, others are copied. The first failing step fails the
 //! request with its error at once.
+//!
+//! It knows the server only through `StepRunner` ("run this request on
+//! model M"), which the engine implements: no cycle back to the engine.
 
 use std::collections::HashMap;
 
+use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_ensembling::Step;
-use crate::core::engine::Engine;
+use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
-use crate::core::repository::LoadedModel;
-use crate::core::types::{InferRequest, RequestedOutput, SequenceParams, Tensor};
+use crate::core::types::{InferRequest, InferResponse, RequestedOutput, SequenceParams, Tensor};
+
+/// What an ensemble needs of the server: one step's request run on a
+/// composing model, through that model's own scheduler (boxed, because a
+/// step may itself be an ensemble).
+pub trait StepRunner: Sync {
+    fn run_step<'a>(
+        &'a self,
+        model: &'a str,
+        version: &'a str,
+        request: InferRequest,
+    ) -> BoxFuture<'a, Result<InferResponse>>;
+}
 
 /// A step's model version for the engine: "" (the latest) for -1.
 pub fn step_version(step: &Step) -> String {
@@ -30,19 +45,18 @@ pub fn step_version(step: &Step) -> String {
 /// Runs an ensemble request (already validated against the ensemble's
 /// config); returns the requested outputs, in the requested order.
 pub async fn run(
-    engine: &Engine,
-    model: &LoadedModel,
+    runner: &dyn StepRunner,
+    config: &ModelConfig,
     // The request's id, priority, timeout and sequence parameters, passed
     // to every step (stateful composing models get the sequence).
     (id, priority, timeout_us, sequence): (&str, u64, u64, &SequenceParams),
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
 ) -> Result<Vec<Tensor>> {
-    let Some(SchedulingChoice::EnsembleScheduling(ensembling)) = &model.config.scheduling_choice
-    else {
+    let name = &config.name;
+    let Some(SchedulingChoice::EnsembleScheduling(ensembling)) = &config.scheduling_choice else {
         return Err(Error::internal(format!(
-            "ensemble '{}' has no ensemble_scheduling",
-            model.name
+            "ensemble '{name}' has no ensemble_scheduling"
         )));
     };
     let mut tensors: HashMap<String, Tensor> =
@@ -100,8 +114,8 @@ pub async fn run(
             };
             let version = step_version(step);
             running.push(async move {
-                let result = engine
-                    .infer_boxed(&step.model_name, &version, step_request)
+                let result = runner
+                    .run_step(&step.model_name, &version, step_request)
                     .await;
                 (step, result)
             });
@@ -131,18 +145,15 @@ pub async fn run(
             .cloned()
             .unwrap_or_default();
         return Err(Error::internal(format!(
-            "in ensemble '{}', the step of model '{}' waits for tensor '{missing}', which no step produced",
-            model.name, step.model_name
+            "in ensemble '{name}', the step of model '{}' waits for tensor '{missing}', which no step produced",
+            step.model_name
         )));
     }
     outputs
         .iter()
         .map(|o| {
             tensors.remove(&o.name).ok_or_else(|| {
-                Error::internal(format!(
-                    "ensemble '{}' produced no tensor '{}'",
-                    model.name, o.name
-                ))
+                Error::internal(format!("ensemble '{name}' produced no tensor '{}'", o.name))
             })
         })
         .collect()

@@ -12,14 +12,16 @@
 //! which split the outputs among its requests; with `preserve_ordering`
 //! the answers are released in arrival order.
 
-pub mod batch_io;
+pub mod ensemble;
 pub mod queue;
 pub mod sequence;
 pub mod sequence_batcher;
+mod worker;
+
+use worker::{Batcher, Worker};
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -28,8 +30,12 @@ use crate::core::error::{Error, Result};
 use crate::core::instance::{Done, InstancePool, Reply, Work};
 use crate::core::types::Tensor;
 
-use queue::Queue;
-pub use queue::{decide, BatchConfig, Decision, QueuePolicy, Request, TimeoutAction};
+pub use queue::{decide, BatchConfig, Decision, QueuePolicy, TimeoutAction};
+
+/// A request in the dynamic batcher's queue: its answer goes back on a
+/// oneshot channel.
+pub type Request = queue::Request<oneshot::Sender<Done>>;
+type Queue = queue::Queue<oneshot::Sender<Done>>;
 
 /// The most requests waiting in one batcher, whatever the policies say.
 const HARD_LIMIT_MESSAGE: &str = "inference request queue is full";
@@ -39,19 +45,46 @@ struct State {
     queue: Queue,
     /// Instances free to take a batch.
     free: usize,
-    /// False once the batcher is shutting down.
-    open: bool,
     next_seq: u64,
 }
 
-struct Shared {
+/// What the batcher's thread works with, beside its state.
+struct Dyn {
+    label: String,
     /// The model's statistics: each batch's execution is counted here.
     stats: Arc<crate::core::stats::ModelStats>,
-    state: Mutex<State>,
-    cv: Condvar,
     config: BatchConfig,
     capacity: usize,
     delivery: Delivery,
+}
+
+type Shared = worker::Shared<Dyn>;
+
+impl Batcher for Dyn {
+    type State = State;
+    type Context = Arc<InstancePool>;
+
+    fn thread_name(&self) -> String {
+        format!("trtis:batch:{}", self.label)
+    }
+
+    fn run(shared: &Arc<Shared>, pool: &Arc<InstancePool>) {
+        run_batcher(shared, pool)
+    }
+
+    fn fail_queued(&self, state: &mut State, error: &Error) {
+        let n = state.queue.len();
+        for r in state.queue.pop(n) {
+            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            let done = Done {
+                result: Err(error.clone()),
+                queue: r.enqueued.elapsed(),
+                compute: Duration::ZERO,
+                rejected: false,
+            };
+            self.delivery.deliver(r.seq, Some((r.reply, done)));
+        }
+    }
 }
 
 /// How answers reach the callers: at once, or in arrival order.
@@ -96,10 +129,7 @@ impl Delivery {
 
 /// The batcher of one model version.
 pub struct DynamicBatcher {
-    shared: Arc<Shared>,
-    /// Joined on drop.
-    thread: Option<JoinHandle<()>>,
-    label: String,
+    worker: Worker<Dyn>,
 }
 
 impl DynamicBatcher {
@@ -116,60 +146,48 @@ impl DynamicBatcher {
         } else {
             Delivery::Direct
         };
-        let shared = Arc::new(Shared {
-            stats,
-            state: Mutex::new(State {
-                queue: Queue::new(&config),
-                free: instances.max(1),
-                open: true,
-                next_seq: 0,
-            }),
-            cv: Condvar::new(),
-            config,
-            capacity: capacity.max(1),
-            delivery,
-        });
-        let name = crate::core::instance::thread_name(&format!("trtis:batch:{label}"));
-        let thread_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run_batcher(thread_shared, pool))
-            .map_err(|e| Error::internal(format!("failed to start the batcher thread: {e}")))?;
-        Ok(DynamicBatcher {
-            shared,
-            thread: Some(thread),
-            label: label.to_string(),
-        })
+        let state = State {
+            queue: Queue::new(&config),
+            free: instances.max(1),
+            next_seq: 0,
+        };
+        let worker = Worker::start(
+            Dyn {
+                label: label.to_string(),
+                stats,
+                capacity: capacity.max(1),
+                config,
+                delivery,
+            },
+            state,
+            pool,
+        )?;
+        Ok(DynamicBatcher { worker })
     }
 
     /// Queues a request, or refuses it at once (unloading, or its
     /// priority level's queue is full). `id` is the request's id, for
     /// Triton's message prefix.
     pub fn submit(&self, request: Request, id: &str) -> Result<()> {
-        let mut state = self.shared.state.lock().unwrap();
-        if !state.open {
-            return Err(Error::unavailable(format!(
-                "model '{}' is unloading",
-                self.label
-            )));
-        }
+        let shared = self.worker.shared();
+        let mut state = self.worker.lock_open(&shared.label)?;
         // Requests whose callers went away must not hold places that a
         // live request needs (the batcher only sweeps when it wakes): a
         // request about to be refused sweeps them first.
-        if state.queue.len() >= self.shared.capacity {
-            sweep_abandoned(&self.shared, &mut state.queue);
-            if state.queue.len() >= self.shared.capacity {
+        if state.queue.len() >= shared.capacity {
+            sweep_abandoned(shared, &mut state.queue);
+            if state.queue.len() >= shared.capacity {
                 return Err(Error::unavailable(format!(
                     "{HARD_LIMIT_MESSAGE} for model '{}'",
-                    self.label
+                    shared.label
                 )));
             }
         }
         let mut request = request;
         request.seq = state.next_seq;
-        let config = &self.shared.config;
+        let config = &shared.config;
         let pushed = match state.queue.push(config, request) {
-            Err((_, request)) if sweep_abandoned(&self.shared, &mut state.queue) > 0 => {
+            Err((_, request)) if sweep_abandoned(shared, &mut state.queue) > 0 => {
                 state.queue.push(config, request)
             }
             other => other,
@@ -177,29 +195,19 @@ impl DynamicBatcher {
         pushed.map_err(|(e, _)| {
             Error::new(
                 e.kind,
-                format!("{}{}", crate::core::engine::request_prefix(id), e.message),
+                format!("{}{}", crate::core::error::request_prefix(id), e.message),
             )
         })?;
         state.next_seq += 1;
         drop(state);
-        self.shared.cv.notify_all();
+        self.worker.notify();
         Ok(())
     }
 
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
-        self.shared.state.lock().unwrap().open = false;
-        self.shared.cv.notify_all();
-    }
-}
-
-impl Drop for DynamicBatcher {
-    fn drop(&mut self) {
-        self.close();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.close();
     }
 }
 
@@ -226,14 +234,14 @@ fn fail(shared: &Shared, r: Request, error: Error) {
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
 }
 
-fn run_batcher(shared: Arc<Shared>, pool: Arc<InstancePool>) {
+fn run_batcher(shared: &Arc<Shared>, pool: &InstancePool) {
     let config = &shared.config;
     let mut state = shared.state.lock().unwrap();
     loop {
         let now = Instant::now();
-        sweep_abandoned(&shared, &mut state.queue);
+        sweep_abandoned(shared, &mut state.queue);
         for r in state.queue.expire(now) {
-            fail(&shared, r, Error::unavailable("Request timeout expired"));
+            fail(shared, r, Error::unavailable("Request timeout expired"));
         }
         if state.queue.is_empty() {
             if !state.open {
@@ -257,7 +265,7 @@ fn run_batcher(shared: Arc<Shared>, pool: Arc<InstancePool>) {
                 state.free -= 1;
                 let batch = state.queue.pop(n.max(1));
                 drop(state);
-                dispatch(batch, &pool, &shared);
+                dispatch(batch, pool, shared);
                 state = shared.state.lock().unwrap();
                 continue;
             }
@@ -374,7 +382,7 @@ fn split(
     let mut parts: Vec<Result<Vec<Tensor>>> = sizes.iter().map(|_| Ok(Vec::new())).collect();
     for t in tensors {
         if let Some((_, shapes)) = scatter.iter().find(|(name, _)| name == &t.name) {
-            match batch_io::scatter(t, shapes) {
+            match crate::core::batch_io::scatter(t, shapes) {
                 Ok(pieces) => {
                     for (part, piece) in parts.iter_mut().zip(pieces) {
                         if let Ok(list) = part {

@@ -21,7 +21,6 @@ use crate::core::config::pb::model_queue_policy::TimeoutAction as PbTimeoutActio
 use crate::core::config::pb::ModelQueuePolicy;
 use crate::core::config::ModelConfig;
 use crate::core::error::Error;
-use crate::core::instance::Done;
 use crate::core::types::Tensor;
 
 /// A config's `preferred_batch_size` list: positive, ascending, distinct.
@@ -108,7 +107,7 @@ pub struct BatchConfig {
     /// The level of requests without a (valid) priority, 1-based.
     pub default_level: usize,
     /// Ragged inputs, batch inputs and scattered outputs.
-    pub io: super::batch_io::BatchIo,
+    pub io: crate::core::batch_io::BatchIo,
 }
 
 impl BatchConfig {
@@ -146,7 +145,7 @@ impl BatchConfig {
             preserve_ordering: db.preserve_ordering,
             levels,
             default_level,
-            io: super::batch_io::BatchIo::from_config(c),
+            io: crate::core::batch_io::BatchIo::from_config(c),
         })
     }
 
@@ -160,15 +159,28 @@ impl BatchConfig {
     }
 }
 
-/// One request waiting to be batched.
-pub struct Request {
+/// Where a queued request's answer goes: the queue only needs to know
+/// whether the caller still waits (so the module stays free of the instance
+/// layer; the batcher chooses the payload).
+pub trait Caller {
+    fn gone(&self) -> bool;
+}
+
+impl<T> Caller for oneshot::Sender<T> {
+    fn gone(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+/// One request waiting to be batched; `R` is where its answer goes.
+pub struct Request<R> {
     /// Inputs in config order, each with the request's batch as dim 0.
     pub inputs: Vec<Tensor>,
     pub outputs: Vec<String>,
     /// The request's own batch size.
     pub batch: usize,
     pub enqueued: Instant,
-    pub reply: oneshot::Sender<Done>,
+    pub reply: R,
     /// The model's pending-request gauge (decremented when dispatched).
     pub pending: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// The `priority` parameter (0: none).
@@ -181,32 +193,32 @@ pub struct Request {
     pub seq: u64,
 }
 
-impl Request {
+impl<R: Caller> Request<R> {
     /// Whether the caller stopped waiting.
     pub fn abandoned(&self) -> bool {
-        self.reply.is_closed()
+        self.reply.gone()
     }
 }
 
-struct Level {
+struct Level<R> {
     policy: QueuePolicy,
-    main: VecDeque<Request>,
+    main: VecDeque<Request<R>>,
     /// Requests whose timeout expired under DELAY.
-    delayed: VecDeque<Request>,
+    delayed: VecDeque<Request<R>>,
 }
 
-impl Level {
+impl<R> Level<R> {
     fn len(&self) -> usize {
         self.main.len() + self.delayed.len()
     }
 }
 
 /// The queue of one model version's dynamic batcher.
-pub struct Queue {
-    levels: Vec<Level>,
+pub struct Queue<R> {
+    levels: Vec<Level<R>>,
 }
 
-impl Queue {
+impl<R: Caller> Queue<R> {
     pub fn new(config: &BatchConfig) -> Self {
         Queue {
             levels: config
@@ -235,8 +247,8 @@ impl Queue {
     pub fn push(
         &mut self,
         config: &BatchConfig,
-        mut request: Request,
-    ) -> Result<(), (Error, Request)> {
+        mut request: Request<R>,
+    ) -> Result<(), (Error, Request<R>)> {
         let level = &mut self.levels[config.level_of(request.priority)];
         if level.policy.max_queue_size != 0 && level.len() >= level.policy.max_queue_size {
             return Err((Error::unavailable("Exceeds maximum queue size"), request));
@@ -250,14 +262,14 @@ impl Queue {
     }
 
     /// The requests in the order batches take them.
-    pub fn iter(&self) -> impl Iterator<Item = &Request> {
+    pub fn iter(&self) -> impl Iterator<Item = &Request<R>> {
         self.levels
             .iter()
             .flat_map(|l| l.main.iter().chain(l.delayed.iter()))
     }
 
     /// Takes the first `n` requests in batching order.
-    pub fn pop(&mut self, mut n: usize) -> Vec<Request> {
+    pub fn pop(&mut self, mut n: usize) -> Vec<Request<R>> {
         let mut out = Vec::with_capacity(n);
         for level in &mut self.levels {
             for q in [&mut level.main, &mut level.delayed] {
@@ -272,7 +284,7 @@ impl Queue {
     /// Applies the timeouts: a request whose timeout has passed is
     /// returned (REJECT) or moved behind its level (DELAY; it does not
     /// time out again).
-    pub fn expire(&mut self, now: Instant) -> Vec<Request> {
+    pub fn expire(&mut self, now: Instant) -> Vec<Request<R>> {
         let mut rejected = Vec::new();
         for level in &mut self.levels {
             if !level
@@ -300,11 +312,11 @@ impl Queue {
     }
 
     /// Removes the requests whose callers went away.
-    pub fn remove_abandoned(&mut self) -> Vec<Request> {
+    pub fn remove_abandoned(&mut self) -> Vec<Request<R>> {
         let mut gone = Vec::new();
         for level in &mut self.levels {
             for q in [&mut level.main, &mut level.delayed] {
-                if q.iter().any(Request::abandoned) {
+                if q.iter().any(Request::<R>::abandoned) {
                     let (keep, drop): (VecDeque<_>, VecDeque<_>) =
                         q.drain(..).partition(|r| !r.abandoned());
                     *q = keep;
@@ -325,7 +337,7 @@ impl Queue {
     }
 
     /// Every request, in batching order (shutdown).
-    pub fn drain(&mut self) -> Vec<Request> {
+    pub fn drain(&mut self) -> Vec<Request<R>> {
         let n = self.len();
         self.pop(n)
     }
@@ -343,7 +355,7 @@ pub enum Decision {
 /// Whether two requests can share a batch: the same inputs with the same
 /// shapes past the batch dimension (any shapes for ragged inputs), and the
 /// same outputs.
-pub fn compatible(a: &Request, b: &Request, io: &super::batch_io::BatchIo) -> bool {
+pub fn compatible<R>(a: &Request<R>, b: &Request<R>, io: &crate::core::batch_io::BatchIo) -> bool {
     a.outputs == b.outputs
         && a.inputs.len() == b.inputs.len()
         && a.inputs.iter().zip(&b.inputs).all(|(x, y)| {
@@ -362,7 +374,7 @@ pub fn compatible(a: &Request, b: &Request, io: &super::batch_io::BatchIo) -> bo
 /// pass the largest preferred size. Otherwise the batch waits until its
 /// oldest request has waited `max_queue_delay` (0: no waiting), then goes
 /// out whole.
-pub fn decide(queue: &Queue, config: &BatchConfig, now: Instant) -> Decision {
+pub fn decide<R: Caller>(queue: &Queue<R>, config: &BatchConfig, now: Instant) -> Decision {
     let max_preferred_default = [config.max_batch_size];
     let preferred: &[usize] = if config.preferred.is_empty() {
         &max_preferred_default
@@ -414,6 +426,9 @@ pub fn decide(queue: &Queue, config: &BatchConfig, now: Instant) -> Decision {
 mod tests {
     use super::*;
     use crate::core::types::DataType;
+
+    type Request = super::Request<oneshot::Sender<()>>;
+    type Queue = super::Queue<oneshot::Sender<()>>;
 
     fn request(batch: usize, width: i64, enqueued: Instant) -> Request {
         prio(batch, width, enqueued, 0, 0)
@@ -547,7 +562,7 @@ mod tests {
     fn ragged_inputs_batch_across_shapes() {
         let now = Instant::now();
         let mut c = config(8, &[], 1000);
-        c.io = super::super::batch_io::BatchIo::from_config(
+        c.io = crate::core::batch_io::BatchIo::from_config(
             &crate::core::config::parse_config(
                 br#"name: "m" backend: "identity" max_batch_size: 8
                     input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true } ]

@@ -13,14 +13,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use super::sequence::{Next, Refusal, Row, SeqConfig, Sequences, Strategy};
 use super::split;
+use super::worker::{self, Batcher, Worker};
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_sequence_batching::control::Kind as PbKind;
 use crate::core::config::pb::model_sequence_batching::initial_state::StateData;
@@ -318,10 +318,6 @@ struct State {
     seqs: Sequences<SequenceId, SeqRequest>,
     /// Implicit state of each sequence (by serial), per state spec.
     states: HashMap<u64, Vec<Tensor>>,
-    open: bool,
-    /// Why the batcher thread stopped, if it failed (a bug): requests are
-    /// refused with this instead of waiting forever.
-    broken: Option<String>,
 }
 
 /// The most sequences that may wait for a place (the backlog) in one model
@@ -334,18 +330,38 @@ pub const MAX_BACKLOG: usize = 16384;
 /// backlog together.
 pub const MAX_QUEUED: usize = 65536;
 
-struct Shared {
+/// What the batcher's thread works with, beside its state.
+struct Seq {
     label: String,
     stats: Arc<crate::core::stats::ModelStats>,
-    state: Mutex<State>,
-    cv: Condvar,
     settings: SeqSettings,
+}
+
+type Shared = worker::Shared<Seq>;
+
+impl Batcher for Seq {
+    type State = State;
+    type Context = Arc<InstancePool>;
+
+    fn thread_name(&self) -> String {
+        format!("trtis:seq:{}", self.label)
+    }
+
+    fn run(shared: &Arc<Shared>, pool: &Arc<InstancePool>) {
+        run(shared, pool)
+    }
+
+    fn fail_queued(&self, state: &mut State, error: &Error) {
+        state.states.clear();
+        for r in state.seqs.drain() {
+            fail(r, error.clone(), false);
+        }
+    }
 }
 
 /// The sequence batcher of one model version.
 pub struct SequenceBatcher {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<Seq>,
 }
 
 /// A shape key for the states a sequence carries (sequences batch together
@@ -371,51 +387,34 @@ impl SequenceBatcher {
             .map(|s| s.initial_shape.as_slice())
             .collect();
         seqs.set_start_key(shape_key(&initial));
-        let shared = Arc::new(Shared {
-            label: label.to_string(),
-            stats,
-            state: Mutex::new(State {
+        let worker = Worker::start(
+            Seq {
+                label: label.to_string(),
+                stats,
+                settings,
+            },
+            State {
                 seqs,
                 states: HashMap::new(),
-                open: true,
-                broken: None,
-            }),
-            cv: Condvar::new(),
-            settings,
-        });
-        let name = crate::core::instance::thread_name(&format!("trtis:seq:{label}"));
-        let thread_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run_guarded(thread_shared, pool))
-            .map_err(|e| Error::internal(format!("failed to start the sequence batcher: {e}")))?;
-        Ok(SequenceBatcher {
-            shared,
-            thread: Some(thread),
-        })
+            },
+            pool,
+        )?;
+        Ok(SequenceBatcher { worker })
     }
 
     pub fn settings(&self) -> &SeqSettings {
-        &self.shared.settings
+        &self.worker.shared().settings
     }
 
     /// Queues a request of a sequence, or refuses it with Triton's message
     /// (`prefix` is the request id prefix).
     pub fn submit(&self, request: SeqRequest, start: bool, end: bool, prefix: &str) -> Result<()> {
-        let mut state = self.shared.state.lock().unwrap();
-        if let Some(why) = &state.broken {
-            return Err(Error::internal(why.clone()));
-        }
-        if !state.open {
-            return Err(Error::unavailable(format!(
-                "model '{}' is unloading",
-                self.shared.label
-            )));
-        }
+        let shared = self.worker.shared();
+        let mut state = self.worker.lock_open(&shared.label)?;
         if state.seqs.queued() >= MAX_QUEUED {
             return Err(Error::unavailable(format!(
                 "{prefix}inference request queue is full for model '{}': {MAX_QUEUED} requests are queued",
-                self.shared.label
+                shared.label
             )));
         }
         let key = request.id.clone();
@@ -423,7 +422,7 @@ impl SequenceBatcher {
         {
             return Err(Error::unavailable(format!(
                 "{prefix}sequence backlog is full for model '{}': {MAX_BACKLOG} sequences are waiting for a slot",
-                self.shared.label
+                shared.label
             )));
         }
         if start && state.seqs.serial_of(&key).is_some() {
@@ -431,7 +430,7 @@ impl SequenceBatcher {
                 'W',
                 &format!(
                     "sequence {key} for model '{}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.",
-                    self.shared.label
+                    shared.label
                 ),
             );
         }
@@ -447,29 +446,19 @@ impl SequenceBatcher {
             Err((Refusal::NoStart, r)) => {
                 return Err(Error::invalid_arg(format!(
                     "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
-                    r.id, self.shared.label
+                    r.id, shared.label
                 )))
             }
         }
         drop(state);
-        self.shared.cv.notify_all();
+        self.worker.notify();
         Ok(())
     }
 
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
-        self.shared.state.lock().unwrap().open = false;
-        self.shared.cv.notify_all();
-    }
-}
-
-impl Drop for SequenceBatcher {
-    fn drop(&mut self) {
-        self.close();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.close();
     }
 }
 
@@ -485,31 +474,6 @@ fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
             .all(|(x, y)| x.name == y.name && x.shape == y.shape)
 }
 
-/// Runs the batcher; if it panics (a bug), every queued request is failed
-/// and later ones are refused, instead of callers waiting forever.
-fn run_guarded(shared: Arc<Shared>, pool: Arc<InstancePool>) {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(Arc::clone(&shared), pool)
-    }));
-    if outcome.is_err() {
-        shared.state.clear_poison();
-        let why = format!(
-            "the sequence batcher of model '{}' stopped unexpectedly",
-            shared.label
-        );
-        crate::core::logging::log('E', &why);
-        let queued = {
-            let mut state = shared.state.lock().unwrap();
-            state.broken = Some(why.clone());
-            state.states.clear();
-            state.seqs.drain()
-        };
-        for r in queued {
-            fail(r, Error::internal(why.clone()), false);
-        }
-    }
-}
-
 /// Answers a request that never reached an instance.
 fn fail(r: SeqRequest, error: Error, rejected: bool) {
     r.pending.fetch_sub(1, Ordering::Relaxed);
@@ -521,7 +485,7 @@ fn fail(r: SeqRequest, error: Error, rejected: bool) {
     });
 }
 
-fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
+fn run(shared: &Arc<Shared>, pool: &InstancePool) {
     let mut state = shared.state.lock().unwrap();
     loop {
         let open = state.open;
@@ -578,7 +542,7 @@ fn run(shared: Arc<Shared>, pool: Arc<InstancePool>) {
         if !batches.is_empty() {
             drop(state);
             for (instance, rows) in batches {
-                let work = build(&shared, instance, rows);
+                let work = build(shared, instance, rows);
                 if let Err((e, work)) = pool.submit_to(instance, work) {
                     work.reply.send(Done {
                         result: Err(e),

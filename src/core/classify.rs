@@ -1,0 +1,78 @@
+//! The classification extension: outputs asked for as classifications
+//! become their top-N `"<value>:<index>[:<label>]"` strings.
+
+use std::collections::BTreeMap;
+
+use crate::core::error::{Error, ErrorKind, Result};
+use crate::core::types::{DataType, RequestedOutput, Tensor};
+
+/// Replaces outputs asked for as classifications by their top-N
+/// `"<value>:<index>[:<label>]"` strings (a BYTES tensor `[batch, N]`).
+pub(crate) fn classify(
+    labels: &BTreeMap<String, Vec<String>>,
+    batching: bool,
+    outputs: &[RequestedOutput],
+    tensors: Vec<Tensor>,
+    batch: usize,
+) -> Result<Vec<Tensor>> {
+    tensors
+        .into_iter()
+        .zip(outputs)
+        .map(|(t, req)| {
+            let Some(n) = req.classification else {
+                return Ok(t);
+            };
+            let values = as_f64(&t)?;
+            let rows = if batching { batch.max(1) } else { 1 };
+            let per_row = values.len() / rows.max(1);
+            let labels = labels.get(&t.name);
+            let mut elements: Vec<Vec<u8>> = Vec::new();
+            let k = n.min(per_row);
+            for row in values.chunks(per_row.max(1)).take(rows) {
+                let mut idx: Vec<usize> = (0..row.len()).collect();
+                idx.sort_by(|&a, &b| {
+                    row[b]
+                        .partial_cmp(&row[a])
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(a.cmp(&b))
+                });
+                for &i in idx.iter().take(k) {
+                    let mut s = format!("{}:{}", fmt_value(row[i], t.datatype), i);
+                    if let Some(label) = labels.and_then(|l| l.get(i)) {
+                        s.push(':');
+                        s.push_str(label);
+                    }
+                    elements.push(s.into_bytes());
+                }
+            }
+            let shape = if batching {
+                vec![rows as i64, k as i64]
+            } else {
+                vec![k as i64]
+            };
+            Ok(Tensor {
+                name: t.name,
+                datatype: DataType::Bytes,
+                shape,
+                data: Tensor::serialize_bytes(elements.iter().map(|e| e.as_slice())),
+            })
+        })
+        .collect()
+}
+
+fn fmt_value(v: f64, dt: DataType) -> String {
+    match dt {
+        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16 => format!("{v:.6}"),
+        _ => format!("{v}"),
+    }
+}
+
+/// The elements of a numeric tensor as f64, for ranking.
+fn as_f64(t: &Tensor) -> Result<Vec<f64>> {
+    crate::core::types::element::to_f64s(t.datatype, &t.data).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidArg,
+            format!("class result not available for output due to unsupported type 'BYTES' of output '{}'", t.name),
+        )
+    })
+}

@@ -1,0 +1,239 @@
+//! The one skeleton both batchers run on: a named thread that owns the
+//! batching decisions, the state it shares with submitters under one mutex
+//! and condition variable, the open flag (closed on unload: new requests
+//! refused, queued ones sent at once), join on drop, and a panic guard.
+//!
+//! If a batcher's thread panics (a bug), the guard marks the batcher
+//! broken, answers every queued request with an error and makes later
+//! submissions fail at once, so no caller waits forever and the lock is not
+//! left poisoned.
+
+use std::ops::{Deref, DerefMut};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crate::core::error::{Error, Result};
+
+/// What a batcher brings to the skeleton: its state under the lock, its
+/// thread's loop and how to fail what is queued.
+pub(crate) trait Batcher: Send + Sync + Sized + 'static {
+    /// The state submitters and the thread share (queues, free instances).
+    type State: Send;
+
+    /// What only the thread holds (the instance pool it submits to). Kept
+    /// out of `Shared`, which completion callbacks hold on the instance
+    /// threads: a callback must never drop the last handle of the pool
+    /// whose thread it runs on.
+    type Context: Send + 'static;
+
+    /// What the thread is called (`trtis:batch:<model>`, cut to 15 bytes).
+    fn thread_name(&self) -> String;
+
+    /// The thread's loop; returns once the batcher is closed and drained.
+    fn run(shared: &Arc<Shared<Self>>, context: &Self::Context);
+
+    /// After the loop panicked: takes every queued request out of `state`
+    /// and answers it with `error`.
+    fn fail_queued(&self, state: &mut Self::State, error: &Error);
+}
+
+/// The state under the lock: the batcher's own, and the lifecycle.
+pub(crate) struct Locked<S> {
+    state: S,
+    /// False once closed (unloading).
+    pub open: bool,
+    /// Why the thread stopped, if it panicked.
+    pub broken: Option<String>,
+}
+
+impl<S> Deref for Locked<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<S> DerefMut for Locked<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.state
+    }
+}
+
+/// What the submitters and the thread share.
+pub(crate) struct Shared<B: Batcher> {
+    batcher: B,
+    pub state: Mutex<Locked<B::State>>,
+    pub cv: Condvar,
+}
+
+impl<B: Batcher> Deref for Shared<B> {
+    type Target = B;
+    fn deref(&self) -> &B {
+        &self.batcher
+    }
+}
+
+/// A running batcher: its thread and what it shares.
+pub(crate) struct Worker<B: Batcher> {
+    shared: Arc<Shared<B>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<B: Batcher> Worker<B> {
+    /// Starts the thread.
+    pub fn start(batcher: B, state: B::State, context: B::Context) -> Result<Self> {
+        let name = crate::core::instance::thread_name(&batcher.thread_name());
+        let shared = Arc::new(Shared {
+            batcher,
+            state: Mutex::new(Locked {
+                state,
+                open: true,
+                broken: None,
+            }),
+            cv: Condvar::new(),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || guarded(&thread_shared, &context))
+            .map_err(|e| Error::internal(format!("failed to start thread {name}: {e}")))?;
+        Ok(Worker {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared<B>> {
+        &self.shared
+    }
+
+    /// Locks the state for a submission: refused when the batcher is
+    /// closed (`unloading`, the model's name in Triton's message) or broken.
+    pub fn lock_open(&self, label: &str) -> Result<MutexGuard<'_, Locked<B::State>>> {
+        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &state.broken {
+            return Err(Error::internal(why.clone()));
+        }
+        if !state.open {
+            return Err(Error::unavailable(format!("model '{label}' is unloading")));
+        }
+        Ok(state)
+    }
+
+    /// Wakes the thread (after a submission, once the lock is released).
+    pub fn notify(&self) {
+        self.shared.cv.notify_all();
+    }
+
+    /// Stops taking requests; the queued ones are sent without waiting for
+    /// fuller batches.
+    pub fn close(&self) {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open = false;
+        self.shared.cv.notify_all();
+    }
+}
+
+impl<B: Batcher> Drop for Worker<B> {
+    fn drop(&mut self) {
+        self.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the batcher's loop; if it panics, every queued request is failed
+/// and later ones are refused.
+fn guarded<B: Batcher>(shared: &Arc<Shared<B>>, context: &B::Context) {
+    if catch_unwind(AssertUnwindSafe(|| B::run(shared, context))).is_ok() {
+        return;
+    }
+    shared.state.clear_poison();
+    let why = format!(
+        "the batcher thread {} stopped unexpectedly",
+        shared.batcher.thread_name()
+    );
+    crate::core::logging::log('E', &why);
+    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    state.broken = Some(why.clone());
+    let error = Error::internal(why);
+    shared.batcher.fail_queued(&mut state.state, &error);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A batcher whose loop panics when it sees a request marked so.
+    struct Toy;
+
+    impl Batcher for Toy {
+        type State = Vec<(bool, mpsc::Sender<Result<()>>)>;
+        type Context = ();
+
+        fn thread_name(&self) -> String {
+            "trtis:toy".to_string()
+        }
+
+        fn run(shared: &Arc<Shared<Self>>, _: &()) {
+            let mut state = shared.state.lock().unwrap();
+            loop {
+                if state.iter().any(|(boom, _)| *boom) {
+                    panic!("a bug in the batcher");
+                }
+                if !state.open && state.is_empty() {
+                    return;
+                }
+                state = shared.cv.wait(state).unwrap();
+            }
+        }
+
+        fn fail_queued(&self, state: &mut Self::State, error: &Error) {
+            for (_, tx) in state.drain(..) {
+                let _ = tx.send(Err(error.clone()));
+            }
+        }
+    }
+
+    fn submit(w: &Worker<Toy>, boom: bool) -> Result<mpsc::Receiver<Result<()>>> {
+        let (tx, rx) = mpsc::channel();
+        w.lock_open("toy")?.push((boom, tx));
+        w.notify();
+        Ok(rx)
+    }
+
+    #[test]
+    fn a_panicking_batcher_answers_its_queued_callers_and_refuses_later_ones() {
+        let w = Worker::start(Toy, Vec::new(), ()).unwrap();
+        let queued: Vec<_> = (0..3).map(|_| submit(&w, false).unwrap()).collect();
+        let boom = submit(&w, true).unwrap();
+        for rx in queued.iter().chain([&boom]) {
+            let answer = rx.recv_timeout(Duration::from_secs(10)).expect("answered");
+            let e = answer.unwrap_err();
+            assert!(e.message.contains("stopped unexpectedly"), "{e:?}");
+        }
+        // Later submissions fail at once; the lock is not poisoned.
+        let e = submit(&w, false).map(|_| ()).unwrap_err();
+        assert!(
+            e.message.contains("trtis:toy stopped unexpectedly"),
+            "{e:?}"
+        );
+        drop(w); // joins without hanging
+    }
+
+    #[test]
+    fn a_closed_batcher_refuses_as_unloading_and_its_thread_ends() {
+        let w = Worker::start(Toy, Vec::new(), ()).unwrap();
+        w.close();
+        let e = submit(&w, false).map(|_| ()).unwrap_err();
+        assert_eq!(e.message, "model 'toy' is unloading");
+        drop(w);
+    }
+}

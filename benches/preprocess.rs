@@ -3,7 +3,7 @@
 //! scaling into an NCHW FP32 tensor, for each example image; against the
 //! reference of merely reading the file, in the same run.
 //!
-//! Run: `cargo bench --bench preprocess` (or scripts/bench-infer.sh, which
+//! Run: `cargo bench --bench preprocess` (or `scripts/bench.sh infer`, which
 //! also times `trtis infer` end to end).
 
 use std::time::{Duration, Instant};

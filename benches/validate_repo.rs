@@ -6,7 +6,7 @@
 //! - the reference: reading every `config.pbtxt` (bare file I/O);
 //! - `check_repository`: parse, normalize, validate, file and ensemble checks.
 //!
-//! Run: `cargo bench --bench validate_repo` (or scripts/bench-validate.sh,
+//! Run: `cargo bench --bench validate_repo` (or `scripts/bench.sh validate`,
 //! which also times the release binary end to end).
 
 use std::path::Path;

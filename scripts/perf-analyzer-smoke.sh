@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI check: Triton's own perf_analyzer completes runs against `trtis serve`
 # over HTTP and gRPC, with and without system shared memory, and reports a
-# throughput. (Speed is measured by scripts/bench-serve.sh, not here.)
+# throughput. (Speed is measured by `scripts/bench.sh serve`, not here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib="$(./scripts/setup-perf-analyzer.sh)"

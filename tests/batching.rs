@@ -7,8 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::http::TestServer;
-use crate::util::{recorded, write_model};
+use crate::util::{recorded, write_model, TestServer};
 
 fn repo(delay_us: u64, preferred: &str, execute_delay_ms: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -7,8 +7,7 @@ use std::time::Duration;
 use trtis::client::{Client, ClientError, Protocol};
 use trtis::core::types::{DataType, RequestedOutput, Tensor};
 
-use crate::serve::Serve;
-use crate::util::{stdout, trtis};
+use crate::util::{stdout, trtis, Serve};
 
 fn repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::http::TestServer;
+use crate::util::TestServer;
 
 fn write(dir: &std::path::Path, name: &str, config: &str) {
     let m = dir.join(name);

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::serve::Serve;
-use crate::util::{onnx_available, stdout};
+use crate::util::{onnx_available, stdout, Serve};
 
 /// A built example binary: `cargo test` builds examples into
 /// `target/<profile>/examples/`, next to the `trtis` binary's directory.

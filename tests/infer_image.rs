@@ -11,8 +11,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::serve::Serve;
-use crate::util::onnx_available;
+use crate::util::{onnx_available, Serve};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()

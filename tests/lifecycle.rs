@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::http::TestServer;
+use crate::util::TestServer;
 
 fn identity_model(repo: &Path, name: &str, max_batch: i32, delay_ms: u64) {
     let dir = repo.join(name);

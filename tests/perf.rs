@@ -6,7 +6,7 @@
 
 use std::process::{Command, Output};
 
-use crate::serve::Serve;
+use crate::util::Serve;
 
 fn repo() -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
@@ -231,19 +231,8 @@ fn system_shared_memory_runs_and_leaves_no_region_behind() {
         assert!(doc["steps"][0]["request_count"].as_u64().unwrap() > 0);
         assert_eq!(doc["steps"][0]["failed_count"], 0);
     }
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    std::io::Write::write_all(
-        &mut s,
-        b"GET /v2/systemsharedmemory/status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-    )
-    .unwrap();
-    let mut raw = String::new();
-    std::io::Read::read_to_string(&mut s, &mut raw).unwrap();
-    assert_eq!(
-        raw.split("\r\n\r\n").nth(1).unwrap_or("").trim(),
-        "[]",
-        "{raw}"
-    );
+    let (_, body) = server.get("/v2/systemsharedmemory/status");
+    assert_eq!(body.trim(), "[]", "{body}");
     let pid_prefix = "trtis_perf_";
     let left: Vec<String> = std::fs::read_dir("/dev/shm")
         .unwrap()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::http::TestServer;
+use crate::util::TestServer;
 
 /// An identity model with every control: output i echoes input i (INPUT,
 /// then START, END, READY, CORRID); INPUT's value is extra execution

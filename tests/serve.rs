@@ -3,136 +3,15 @@
 //! a model that fails to load, and a disconnected client's queued request
 //! being dropped rather than computed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
-/// A running `trtis serve` and the port it printed.
-pub struct Serve {
-    child: Child,
-    pub port: u16,
-    pub grpc_port: u16,
-    pub metrics_port: u16,
-}
-
-impl Serve {
-    pub fn start(repo: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_trtis"));
-        cmd.arg("serve").arg("--model-store").arg(repo).args(args);
-        if !envs.iter().any(|(k, _)| *k == "TRTIS_HTTP_PORT") {
-            cmd.args(["--http-port", "0"]);
-        }
-        cmd.args([
-            "--http-address",
-            "127.0.0.1",
-            "--grpc-port",
-            "0",
-            "--grpc-address",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-        ]);
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        // Both listeners announce themselves (gRPC first); take what comes.
-        let (mut port, mut grpc_port, mut metrics_port) = (None, None, None);
-        while port.is_none()
-            || (grpc_port.is_none() && !args.contains(&"--allow-grpc=false"))
-            || (metrics_port.is_none() && !args.contains(&"--allow-metrics=false"))
-        {
-            assert!(Instant::now() < deadline, "no 'Started HTTPService' line");
-            let line = lines.next().expect("serve exited before starting").unwrap();
-            let port_of = |addr: &str| {
-                addr.rsplit(':')
-                    .next()
-                    .unwrap()
-                    .trim()
-                    .parse::<u16>()
-                    .unwrap()
-            };
-            if let Some(addr) = line.split("Started HTTPService at ").nth(1) {
-                port = Some(port_of(addr));
-            }
-            if let Some(addr) = line.split("Started GRPCInferenceService at ").nth(1) {
-                grpc_port = Some(port_of(addr));
-            }
-            if let Some(addr) = line.split("Started Metrics Service at ").nth(1) {
-                metrics_port = Some(port_of(addr));
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        Serve {
-            child,
-            port: port.unwrap(),
-            grpc_port: grpc_port.unwrap_or(0),
-            metrics_port: metrics_port.unwrap_or(0),
-        }
-    }
-
-    fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        post(self.port, path, body)
-    }
-
-    pub fn interrupt(&self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-    }
-
-    pub fn wait(mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// A server a test did not stop is killed when the test ends, so no
-/// process outlives the test run.
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// One POST with `Connection: close`; the status and the JSON body.
-fn post(port: u16, path: &str, body: &str) -> (u16, Value) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
+use crate::util::http::{get, post};
+use crate::util::Serve;
 
 fn slow_repo(delay_ms: u64) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
@@ -158,8 +37,8 @@ const BODY: &str = r#"{"inputs":[{"name":"IN","datatype":"INT32","shape":[1,1],"
 fn sigint_lets_the_request_in_flight_finish_then_exits_0() {
     let repo = slow_repo(400);
     let server = Serve::start(repo.path(), &[], &[]);
-    let port = server.port;
-    let request = std::thread::spawn(move || post(port, "/v2/models/slow/infer", BODY));
+    let addr = server.addr();
+    let request = std::thread::spawn(move || post(addr, "/v2/models/slow/infer", BODY));
     std::thread::sleep(Duration::from_millis(100));
     server.interrupt();
     let (status, out) = request.join().unwrap();
@@ -176,15 +55,8 @@ fn flags_can_come_from_trtis_environment_variables() {
         &[],
         &[("TRTIS_HTTP_PORT", "0"), ("TRTIS_ID", "from-env")],
     );
-    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    write!(
-        s,
-        "GET /v2 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    assert!(raw.contains("\"name\":\"from-env\""), "{raw}");
+    let (_, body) = server.get("/v2");
+    assert!(body.contains("\"name\":\"from-env\""), "{body}");
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }
@@ -226,18 +98,8 @@ fn a_model_that_fails_to_load_stops_the_server_unless_told_otherwise() {
             &["--exit-on-error=false", "--strict-readiness", strict],
             &[],
         );
-        let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-        write!(
-            s,
-            "GET /v2/health/ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).unwrap();
-        assert!(
-            raw.starts_with(&format!("HTTP/1.1 {ready}")),
-            "strict={strict}: {raw}"
-        );
+        let (status, body) = server.get("/v2/health/ready");
+        assert_eq!(status, ready, "strict={strict}: {body}");
         let (status, _) = server.post("/v2/models/slow/infer", BODY);
         assert_eq!(status, 200);
         server.interrupt();
@@ -249,12 +111,13 @@ fn a_model_that_fails_to_load_stops_the_server_unless_told_otherwise() {
 fn a_client_that_disconnects_has_its_queued_request_dropped() {
     let repo = slow_repo(300);
     let server = Serve::start(repo.path(), &[], &[]);
-    let port = server.port;
-    // A occupies the only instance; B queues behind it, then hangs up.
-    let a = std::thread::spawn(move || post(port, "/v2/models/slow/infer", BODY));
+    let addr = server.addr();
+    // A occupies the only instance; B queues behind it, then hangs up (a
+    // raw socket: a real client does not abandon a request it sent).
+    let a = std::thread::spawn(move || post(addr, "/v2/models/slow/infer", BODY));
     std::thread::sleep(Duration::from_millis(50));
     {
-        let mut b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut b = TcpStream::connect(addr).unwrap();
         write!(
             b,
             "POST /v2/models/slow/infer HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{BODY}",
@@ -266,15 +129,8 @@ fn a_client_that_disconnects_has_its_queued_request_dropped() {
     }
     assert_eq!(a.join().unwrap().0, 200);
     std::thread::sleep(Duration::from_millis(500));
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /v2/models/slow/stats HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let stats: Value = serde_json::from_str(raw.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let (_, body) = get(addr, "/v2/models/slow/stats");
+    let stats: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         stats["model_stats"][0]["execution_count"], 1,
         "the abandoned request was computed: {stats}"
@@ -301,15 +157,8 @@ fn metrics_count_requests_in_tritons_names() {
     }
     let bad = r#"{"inputs":[{"name":"NOPE","datatype":"INT32","shape":[1,1],"data":[7]}]}"#;
     assert_eq!(server.post("/v2/models/slow/infer", bad).0, 400);
-    let mut s = TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let page = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    let (_, page) = get(server.metrics_addr(), "/metrics");
+    let page = page.as_str();
     let labels = r#"{model="slow",version="1"}"#;
     assert_eq!(
         sample(page, &format!("nv_inference_request_success{labels}")),

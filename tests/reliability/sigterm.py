@@ -1,10 +1,10 @@
 """sigterm: SIGTERM with requests in flight on a batching, compute-bound
 model must answer every one of them and exit 0.
 
-The model is bench/make_mlp.py's (8 dense 1024x1024 FP32 layers; generated
-into target/bench/mlp.onnx if missing), served as `mlp_batched` with
-`dynamic_batching { }` and max_batch_size 32, the config of
-bench/batching_bench.py. Each request carries [32, 1024] (a full batch), so
+The model is benches/drivers/make_mlp.py's (8 dense 1024x1024 FP32 layers;
+generated into target/bench/mlp.onnx if missing), served as `mlp_batched`
+with `dynamic_batching { }` and max_batch_size 32, the config of
+benches/drivers/batching.py. Each request carries [32, 1024] (a full batch), so
 --requests requests (default 200; half over HTTP, each on its own
 connection, half over gRPC on one channel) keep the instances busy for
 seconds. Once all are sent and the server has taken them in (0.1 s), the
@@ -56,7 +56,7 @@ TRANSPORT_HINTS = ("Socket closed", "Connection reset", "failed to connect", "Br
 def mlp_path() -> Path:
     path = ROOT / "target" / "bench" / "mlp.onnx"
     if not path.exists():
-        sys.path.insert(0, str(ROOT / "bench"))
+        sys.path.insert(0, str(ROOT / "benches" / "drivers"))
         from make_mlp import make
 
         path.parent.mkdir(parents=True, exist_ok=True)

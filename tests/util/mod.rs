@@ -1,7 +1,14 @@
-//! Shared helpers: the fixture directory, copying trees, running the binary.
+//! Shared helpers: the fixture directory, copying trees, running the binary;
+//! the test servers (`server`: in-process `TestServer`, `trtis serve` as a
+//! process `Serve`) and the HTTP client every test reaches them with (`http`).
+
+pub mod http;
+pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+pub use server::{Serve, TestServer};
 
 /// `tests/fixtures` in the source tree.
 pub fn fixtures() -> PathBuf {

@@ -4,7 +4,7 @@ client calling the two models one after the other, with the same client
 concurrency, in one run against `trtis serve` on the example repository;
 plus perf_analyzer on the ensemble over gRPC for reference.
 
-Run it with scripts/bench-ensemble.sh. Results: target/bench/ensemble-bench.md.
+Run it with scripts/bench.sh ensemble. Results: target/bench/ensemble-bench.md.
 """
 import csv
 import os
@@ -17,7 +17,7 @@ import numpy as np
 import tritonclient.http as httpclient
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_bench import OUT, PA, ROOT, Server  # noqa: E402
+from serve import OUT, PA, ROOT, Server  # noqa: E402
 
 SECONDS = 6.0
 

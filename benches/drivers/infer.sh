@@ -4,8 +4,9 @@
 # end to end (process start to printed classes) against the example
 # repository served in release mode, next to the time to start the binary
 # for nothing (`trtis --version`). Results: target/bench/infer-bench.md.
+# Run it with scripts/bench.sh infer.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ./scripts/setup.sh >/dev/null
 cargo build --release --locked --bin trtis
 mkdir -p target/bench

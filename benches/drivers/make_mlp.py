@@ -4,7 +4,7 @@ INPUT0 [batch, 1024], output OUTPUT0 [batch, 1024]. Weights come from a
 seeded generator (scaled so activations stay finite), so the file is the
 same on every run. 32 MiB; generated, not committed.
 
-    .venv/bin/python bench/make_mlp.py OUT.onnx
+    .venv/bin/python benches/drivers/make_mlp.py OUT.onnx
 """
 import sys
 

@@ -12,7 +12,7 @@
   - trtis perf on simple_sequence with the same settings, next to
     perf_analyzer.
 
-Run it with scripts/bench-sequence.sh. Results: target/bench/sequence-bench.md.
+Run it with scripts/bench.sh sequence. Results: target/bench/sequence-bench.md.
 """
 import csv
 import json
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_bench import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get  # noqa: E402
+from serve import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get  # noqa: E402
 
 EXAMPLES = os.path.join(ROOT, "examples", "model_repository")
 CONCURRENCY = (4, 16)

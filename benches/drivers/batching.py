@@ -1,7 +1,7 @@
 """Benchmark of the dynamic batcher on a compute-bound model.
 
-The model (bench/make_mlp.py): 8 dense layers of 1024x1024 FP32, input
-[batch, 1024]. In one run on this machine it measures:
+The model (benches/drivers/make_mlp.py): 8 dense layers of 1024x1024 FP32,
+input [batch, 1024]. In one run on this machine it measures:
   - the ceiling: ONNX Runtime called directly from Python at batch 1, 16 and
     32 with its default threads, one and two intra-op threads (the best
     setting is the reference);
@@ -18,7 +18,7 @@ The model (bench/make_mlp.py): 8 dense layers of 1024x1024 FP32, input
     ONNX Runtime in-process, of perf_analyzer and of the server (its
     instance threads apart from the rest).
 
-Run it with scripts/bench-batching.sh. Results: target/bench/batching-bench.md.
+Run it with scripts/bench.sh batching. Results: target/bench/batching-bench.md.
 """
 import csv
 import json
@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_bench import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds  # noqa: E402
+from serve import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds  # noqa: E402
 from make_mlp import make  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 32)
@@ -146,7 +146,7 @@ def main():
             f'backend: "onnxruntime"\nmax_batch_size: 32\n{io}{body}')
 
     lines = ["# Dynamic batching benchmark", "",
-             f"Model: 8 x dense 1024x1024 FP32 (bench/make_mlp.py); {os.cpu_count()} CPUs. "
+             f"Model: 8 x dense 1024x1024 FP32 (benches/drivers/make_mlp.py); {os.cpu_count()} CPUs. "
              "Ceiling: ONNX Runtime called directly from Python, same model, same run.", ""]
     lines += ["| direct ONNX Runtime | intra-op threads | infer/s | CPU µs/inf |", "| --- | --- | --- | --- |"]
     ceiling, ort_cpu = {}, {}

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark: validate-config on a generated repository of 100 models, in
-# process (against bare file reading) and end to end with the release binary.
+# process (benches/validate_repo.rs, against bare file reading) and end to
+# end with the release binary (against spawning /bin/true). The repository
+# is generated into $TRTIS_BENCH_REPO (default target/bench-repo). Results
+# on stdout. Run it with scripts/bench.sh validate.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export TRTIS_BENCH_REPO=${TRTIS_BENCH_REPO:-$PWD/target/bench-repo}
 cargo bench --locked --bench validate_repo
 cargo build --release --locked

@@ -3,7 +3,7 @@ concurrency and measurement window, in the same run: throughput (their
 ratio should be within 5%) and the client's CPU time per request (from the
 child's rusage).
 
-Run it with scripts/bench-perf.sh. Results: target/bench/perf-compare.md.
+Run it with scripts/bench.sh perf. Results: target/bench/perf-compare.md.
 """
 import csv
 import os
@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_bench import OUT, PA, ROOT, TRTIS, Server  # noqa: E402
+from serve import OUT, PA, ROOT, TRTIS, Server  # noqa: E402
 
 WINDOW_MS = "2000"
 

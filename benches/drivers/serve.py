@@ -11,7 +11,7 @@ Measures, in one run on this machine:
     Python with the same batch size and threads;
   - start-to-ready time and idle RSS with the example repository loaded.
 
-Run it with scripts/bench-serve.sh (which sets up perf_analyzer).
+Run it with scripts/bench.sh serve (which sets up perf_analyzer).
 """
 import csv
 import json
@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRTIS = os.environ.get("TRTIS_BIN", os.path.join(ROOT, "target/release/trtis"))
 PA = os.environ.get("PERF_ANALYZER", os.path.join(ROOT, "target/bench/perf_analyzer"))
 OUT = os.path.join(ROOT, "target/bench")

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The one entry point for the end-to-end benchmarks:
+#   scripts/bench.sh                 lists them, one line each
+#   scripts/bench.sh NAME            runs one; results go to target/bench/
+#   scripts/bench.sh NAME --help     describes one (its driver's own text)
+# Each NAME's driver is benches/drivers/NAME.py or NAME.sh. The Python
+# drivers get Triton's perf_analyzer set up (scripts/setup-perf-analyzer.sh,
+# with the LD_LIBRARY_PATH it needs) and a release build of trtis first.
+# The cargo benches (benches/*.rs) also run alone: cargo bench --bench NAME.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# NAME, then what it measures. Results: target/bench/NAME-bench.md (perf:
+# perf-compare.md; validate prints them).
+benches=(
+  "serve     perf_analyzer on trtis serve (identity, simple, the classifier vs ONNX Runtime)"
+  "batching  the dynamic batcher on a compute-bound MLP vs ONNX Runtime called directly"
+  "perf      trtis perf vs perf_analyzer: same server and flags, throughput and client CPU"
+  "infer     trtis infer IMAGE end to end, and the image preprocessing alone"
+  "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
+  "ensemble  the example ensemble vs the client calling both models itself"
+  "validate  validate-config on a generated 100-model repository (prints to stdout)"
+)
+
+list() {
+  echo "usage: scripts/bench.sh NAME [--help]   (results in target/bench/)"
+  echo
+  printf '  %s\n' "${benches[@]}"
+  echo
+  echo "cargo benches alone: cargo bench --bench validate_repo|preprocess|sequence_bookkeeping"
+}
+
+# The driver's description: a Python module's docstring, a script's
+# leading comment block.
+describe() {
+  case "$1" in
+    *.py) python3 - "$1" <<'PY' ;;
+import ast, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+print(ast.get_docstring(ast.parse(open(sys.argv[1]).read())))
+PY
+    *.sh) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$1" ;;
+  esac
+}
+
+if [ $# -eq 0 ]; then
+  list
+  exit 0
+fi
+name=$1
+shift
+driver=
+for line in "${benches[@]}"; do
+  if [ "${line%% *}" = "$name" ]; then
+    for f in "benches/drivers/$name.py" "benches/drivers/$name.sh"; do
+      [ -f "$f" ] && driver=$f
+    done
+  fi
+done
+if [ -z "$driver" ]; then
+  echo "scripts/bench.sh: no benchmark named '$name'" >&2
+  list >&2
+  exit 2
+fi
+case "${1:-}" in
+  -h | --help)
+    describe "$driver"
+    exit 0
+    ;;
+esac
+if [ $# -gt 0 ]; then
+  echo "scripts/bench.sh: '$name' takes no arguments (scripts/bench.sh $name --help)" >&2
+  exit 2
+fi
+
+case "$driver" in
+  *.py)
+    lib="$(./scripts/setup-perf-analyzer.sh)"
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    cargo build --release --locked --bin trtis
+    .venv/bin/python "$driver"
+    ;;
+  *.sh)
+    bash "$driver"
+    ;;
+esac

@@ -26,7 +26,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve a Triton model repository over the KServe v2 HTTP/REST API.
+    /// Serve a Triton model repository over KServe v2 HTTP/REST and gRPC (and
+    /// Prometheus metrics).
     Serve(serve::Args),
     /// Run one inference against a Triton-protocol server (HTTP or gRPC).
     Infer(infer::Args),

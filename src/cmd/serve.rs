@@ -1,5 +1,6 @@
 //! `trtis serve`: loads a Triton model repository and serves it over the
-//! KServe v2 HTTP/REST API, with Triton's flag names and defaults. Every
+//! KServe v2 HTTP/REST API and Triton's gRPC service (and Prometheus
+//! metrics), with Triton's flag names and defaults. Every
 //! flag can also be set from a `TRTIS_` environment variable.
 
 use std::path::PathBuf;

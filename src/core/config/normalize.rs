@@ -24,7 +24,8 @@ pub const KNOWN_FORMATS: &[(&str, &str, &str)] = &[
     ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
     ("", "python", "model.py"),
     ("", "openvino", "model.xml"),
-    // The legacy TRTIS custom backend API (custom.h), served by trtis.
+    // The legacy TRTIS custom backend API (custom.h): recognised here; the
+    // backend itself is not built yet (a model using it fails its load).
     ("custom", "custom", "libcustom.so"),
 ];
 

@@ -166,6 +166,9 @@ enum SharedMemory {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    if args.plot.is_some() && !plot::AVAILABLE {
+        return fail(plot::UNAVAILABLE, 2);
+    }
     let plan = match setup::plan(&LoadFlags {
         concurrency: args.concurrency,
         dynamic: args.dynamic,

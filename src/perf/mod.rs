@@ -8,6 +8,10 @@
 
 pub mod driver;
 pub mod load;
+#[cfg(feature = "plot")]
+pub mod plot;
+#[cfg(not(feature = "plot"))]
+#[path = "plot_disabled.rs"]
 pub mod plot;
 pub mod report;
 pub mod setup;

@@ -5,6 +5,12 @@ use plotters::prelude::*;
 
 use super::load::{Load, Step};
 
+/// Whether this build can draw the chart.
+pub const AVAILABLE: bool = true;
+
+/// The reason `--plot` would be refused (never, in this build).
+pub const UNAVAILABLE: &str = "";
+
 /// Writes the chart of the steps to `path`.
 pub fn write_svg(path: &std::path::Path, title: &str, steps: &[Step]) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());

@@ -6,6 +6,10 @@
 //! Runtime through `ort`, the shared library loaded at run time).
 
 pub mod identity;
+#[cfg(feature = "onnx")]
+pub mod onnx;
+#[cfg(not(feature = "onnx"))]
+#[path = "onnx_disabled.rs"]
 pub mod onnx;
 
 use std::path::{Path, PathBuf};

@@ -172,11 +172,13 @@ pub(crate) fn elements<T: Element>(data: &[u8]) -> impl ExactSizeIterator<Item =
 }
 
 /// Little-endian tensor data → its elements.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))] // the ONNX backend
 pub(crate) fn decode<T: Element>(data: &[u8]) -> Vec<T> {
     elements(data).collect()
 }
 
 /// Elements → little-endian tensor data.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))] // the ONNX backend
 pub(crate) fn encode<'a, T: Element>(values: impl IntoIterator<Item = &'a T>) -> Vec<u8> {
     let values = values.into_iter();
     let mut out = Vec::with_capacity(values.size_hint().0 * T::SIZE);

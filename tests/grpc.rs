@@ -12,7 +12,6 @@ use trtis::core::protocol::pb::inference::{
     ModelReadyRequest, ModelStatisticsRequest, ServerLiveRequest,
 };
 use trtis::core::repository::ControlMode;
-use trtis::core::{Engine, ServerConfig};
 
 struct GrpcServer {
     runtime: tokio::runtime::Runtime,
@@ -21,18 +20,8 @@ struct GrpcServer {
 
 impl GrpcServer {
     fn start(repo: &Path) -> GrpcServer {
-        let mut config = ServerConfig::new(repo);
-        config.control_mode = ControlMode::None;
-        let (engine, errors) = Engine::start(config).unwrap();
-        assert!(errors.is_empty(), "{errors:?}");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
+        let (engine, runtime, listener) =
+            crate::util::server::engine_on_a_port(repo, ControlMode::None, &[]);
         let url = format!("http://{}", listener.local_addr().unwrap());
         let service = GrpcService::new(engine);
         runtime.spawn(async move {

@@ -56,8 +56,8 @@ pub struct SharedMemoryManager {
 
 /// Opens the shared memory object a key names, refusing anything that is
 /// not one: a key with a `/` past the leading one, `.`/`..`, a symlink, or
-/// a file that is not on `/dev/shm`'s file system.
-fn open_object(key: &str) -> Result<File> {
+/// a file that is not on `/dev/shm`'s file system. Returns it with its size.
+fn open_object(key: &str) -> Result<(File, u64)> {
     let unable = || Error::invalid_arg(format!("Unable to open shared memory region: '{key}'"));
     let file_name = key.strip_prefix('/').unwrap_or(key);
     if file_name.is_empty()
@@ -79,7 +79,7 @@ fn open_object(key: &str) -> Result<File> {
     if !meta.file_type().is_file() || meta.dev() != shm_dev {
         return Err(unable());
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// The object's current size (it can shrink at any moment).
@@ -111,16 +111,7 @@ impl SharedMemoryManager {
                 "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
             )));
         }
-        let file = open_object(key)?;
-        let size = file
-            .metadata()
-            .map_err(|e| {
-                Error::internal(format!(
-                    "Unable to stat shared memory region '{key}': {}",
-                    crate::core::error::os_reason(&e)
-                ))
-            })?
-            .len();
+        let (file, size) = open_object(key)?;
         let end = offset.checked_add(byte_size);
         if end.is_none_or(|end| end > size) || usize::try_from(end.unwrap_or(0)).is_err() {
             return Err(Error::invalid_arg(format!(

@@ -16,6 +16,30 @@ use trtis::core::{Engine, ServerConfig};
 
 use super::http;
 
+/// An in-process engine on `repo` (every model loaded without error), the
+/// runtime to serve it on and a listener on 127.0.0.1:0: what the HTTP and
+/// the gRPC test servers start from.
+pub fn engine_on_a_port(
+    repo: &Path,
+    mode: ControlMode,
+    load: &[&str],
+) -> (Engine, tokio::runtime::Runtime, tokio::net::TcpListener) {
+    let mut config = ServerConfig::new(repo);
+    config.control_mode = mode;
+    config.load_models = load.iter().map(|s| s.to_string()).collect();
+    let (engine, errors) = Engine::start(config).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    (engine, runtime, listener)
+}
+
 /// A server on an ephemeral port, stopped on drop.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -30,19 +54,7 @@ impl TestServer {
         load: &[&str],
         max_input_size: usize,
     ) -> TestServer {
-        let mut config = ServerConfig::new(repo);
-        config.control_mode = mode;
-        config.load_models = load.iter().map(|s| s.to_string()).collect();
-        let (engine, errors) = Engine::start(config).unwrap();
-        assert!(errors.is_empty(), "{errors:?}");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
+        let (engine, runtime, listener) = engine_on_a_port(repo, mode, load);
         let addr = listener.local_addr().unwrap();
         let app = router(AppState {
             engine: engine.clone(),

@@ -130,7 +130,7 @@ fn rule_cases_fail_and_seed_cases_pass() {
 }
 
 /// Rules 1 to 29 each have at least one failing case (rules 1 and 5 can only
-/// fail before normalization; they are unit-tested in `validate.rs`, as
+/// fail before normalization; they are unit-tested in `config/validate/`, as
 /// Triton's normalization makes them unreachable from a file).
 #[test]
 fn every_rule_has_a_case() {

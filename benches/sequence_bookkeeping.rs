@@ -1,4 +1,4 @@
-//! What the sequence batcher's bookkeeping (`core::scheduler::sequence`)
+//! What the sequence batcher's bookkeeping (`core::scheduler::sequence::places`)
 //! costs per request as sequences grow: Triton's `simple_dyna_sequence`
 //! keeps up to 1024 candidate sequences per instance. Each request of a
 //! random live sequence goes through submit, the idle and reap checks the

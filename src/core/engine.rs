@@ -8,23 +8,20 @@
 //! the queued request.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
-use std::time::Instant;
-
-use tokio::sync::oneshot;
+use std::time::{Instant, SystemTime};
 
 use crate::core::classify::classify;
-use crate::core::error::{request_prefix, Error, Result};
-use crate::core::instance::{Reply, Work};
+use crate::core::error::{request_prefix, Error, ErrorKind, Result};
 use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
 use crate::core::request::validate;
-use crate::core::scheduler::sequence_batcher::{SeqRequest, SequenceBatcher};
-use crate::core::scheduler::Request as BatchRequest;
+use crate::core::scheduler::{StepRunner, Submission};
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
+use crate::core::stats::ModelStats;
 use crate::core::trace::{TraceSettings, Tracer};
-use crate::core::types::{
-    DataType, InferRequest, InferResponse, RequestedOutput, SequenceId, Tensor,
-};
+use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, Tensor};
 
 /// Server settings the engine needs (the frontends have their own).
 #[derive(Debug, Clone)]
@@ -93,20 +90,20 @@ struct Inner {
     manager: ModelManager,
     shm: SharedMemoryManager,
     /// Inference requests being handled (shutdown waits for 0).
-    inflight: std::sync::atomic::AtomicUsize,
+    inflight: AtomicUsize,
     /// Shutdown has begun: the server reports not ready.
-    draining: std::sync::atomic::AtomicBool,
+    draining: AtomicBool,
     /// Shutdown refuses new client requests.
-    refusing: std::sync::atomic::AtomicBool,
+    refusing: AtomicBool,
     tracer: Tracer,
 }
 
 /// Counts a request in flight until dropped (also when the caller goes away).
-struct InflightGuard<'a>(&'a std::sync::atomic::AtomicUsize);
+struct InflightGuard<'a>(&'a AtomicUsize);
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.fetch_sub(1, SeqCst);
     }
 }
 
@@ -139,7 +136,7 @@ impl Engine {
                 config,
                 manager,
                 shm: SharedMemoryManager::default(),
-                inflight: std::sync::atomic::AtomicUsize::new(0),
+                inflight: AtomicUsize::new(0),
                 draining: Default::default(),
                 refusing: Default::default(),
                 tracer,
@@ -161,28 +158,21 @@ impl Engine {
     }
 
     pub fn ready(&self) -> bool {
-        !self
-            .inner
-            .draining
-            .load(std::sync::atomic::Ordering::SeqCst)
+        !self.inner.draining.load(SeqCst)
             && (!self.inner.config.strict_readiness || self.inner.manager.all_ready())
     }
 
     /// Shutdown, first step: the server reports not ready (so health checks
     /// and load balancers turn away) but still serves every request.
     pub fn begin_drain(&self) {
-        self.inner
-            .draining
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.draining.store(true, SeqCst);
     }
 
     /// Shutdown, second step: new client requests are refused
     /// (UNAVAILABLE); those already in flight run to the end.
     pub fn refuse_new(&self) {
         self.begin_drain();
-        self.inner
-            .refusing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.refusing.store(true, SeqCst);
     }
 
     /// Whether a client's inference request may start: the frontends ask
@@ -191,12 +181,7 @@ impl Engine {
     /// sequences under way can end.
     pub fn admit(&self, request: &InferRequest) -> Result<()> {
         let continues = !request.sequence.id.is_none() && !request.sequence.start;
-        if self
-            .inner
-            .refusing
-            .load(std::sync::atomic::Ordering::SeqCst)
-            && !continues
-        {
+        if self.inner.refusing.load(SeqCst) && !continues {
             return Err(Error::unavailable(
                 "Server is stopping, scheduler for model has stopped accepting new inference requests",
             ));
@@ -439,9 +424,7 @@ impl Engine {
 
     /// Inference requests being handled right now.
     pub fn inflight(&self) -> usize {
-        self.inner
-            .inflight
-            .load(std::sync::atomic::Ordering::SeqCst)
+        self.inner.inflight.load(SeqCst)
     }
 
     /// Runs one inference request.
@@ -456,223 +439,92 @@ impl Engine {
     }
 
     /// Runs one inference request on a model version the caller already
-    /// looked up (the HTTP frontend needs its config to parse the body).
+    /// looked up (the HTTP frontend needs its config to parse the body):
+    /// validate, submit to the model's scheduler, await the answer,
+    /// classify, write shared-memory outputs, record statistics.
     pub async fn infer_on(
         &self,
         model: Arc<LoadedModel>,
         request: InferRequest,
     ) -> Result<InferResponse> {
         let start = Instant::now();
-        let wall_start = std::time::SystemTime::now();
+        let wall_start = SystemTime::now();
         let sampled = self.inner.tracer.sample(&model.name);
-        self.inner
-            .inflight
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.inflight.fetch_add(1, SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
+        let stats = &model.stats;
+        let fail = |e: Error| {
+            stats.record_failure(start.elapsed());
+            e
+        };
         let mut request = request;
         for (i, r) in std::mem::take(&mut request.shm_inputs) {
-            match self.inner.shm.read(&r) {
-                Ok(data) => request.inputs[i].data = data,
-                Err(e) => {
-                    model.stats.record_failure(start.elapsed());
-                    return Err(e);
-                }
-            }
+            request.inputs[i].data = self.inner.shm.read(&r).map_err(fail)?;
         }
         let (inputs, outputs, batch) =
-            match validate(&model.config, &request.id, request.inputs, &request.outputs) {
-                Ok(v) => v,
-                Err(e) => {
-                    model.stats.record_failure(start.elapsed());
-                    return Err(e);
-                }
-            };
-        if let Err(e) = model.batch_io.check(&inputs) {
-            model.stats.record_failure(start.elapsed());
-            return Err(Error::new(
+            validate(&model.config, &request.id, request.inputs, &request.outputs).map_err(fail)?;
+        model.batch_io.check(&inputs).map_err(|e| {
+            fail(Error::new(
                 e.kind,
                 format!("{}{}", request_prefix(&request.id), e.message),
-            ));
+            ))
+        })?;
+        if let Some(why) = self.ensemble_unready(&model, 0) {
+            return Err(fail(Error::unavailable(format!(
+                "ensemble '{}' is not ready: {why}",
+                model.name
+            ))));
         }
-        let Some(pool) = model.pool.as_ref() else {
-            // An ensemble: its steps run on the composing models.
-            if let Some(why) = self.ensemble_unready(&model, 0) {
-                model.stats.record_failure(start.elapsed());
-                return Err(Error::unavailable(format!(
-                    "ensemble '{}' is not ready: {why}",
-                    model.name
-                )));
-            }
-            let result = crate::core::scheduler::ensemble::run(
-                self,
-                &model.config,
-                (
-                    &request.id,
-                    request.priority,
-                    request.timeout_us,
-                    &request.sequence,
-                ),
-                inputs,
-                &outputs,
-            )
-            .await
-            .and_then(|t| {
-                classify(
-                    &model.labels,
-                    model.config.max_batch_size > 0,
-                    &outputs,
-                    t,
-                    batch,
-                )
-            })
-            .and_then(|t| self.write_shm_outputs(&outputs, t));
-            return match result {
-                Ok(tensors) => {
-                    let total = start.elapsed();
-                    model.stats.record_success(
-                        batch,
-                        Some(batch),
-                        total,
-                        std::time::Duration::ZERO,
-                        total,
-                    );
-                    Ok(InferResponse {
-                        model_name: model.name.clone(),
-                        model_version: model.version.to_string(),
-                        id: request.id,
-                        outputs: tensors,
-                    })
-                }
-                Err(e) => {
-                    model.stats.record_backend_failure(start.elapsed());
-                    Err(e)
-                }
-            };
+        let enqueued = Instant::now();
+        let submission = Submission {
+            id: &request.id,
+            inputs,
+            outputs: &outputs,
+            batch,
+            priority: request.priority,
+            timeout_us: request.timeout_us,
+            sequence: &request.sequence,
+            enqueued,
         };
-        if let Some(sequencer) = &model.sequencer {
-            if let Err(e) = check_sequence(&model, sequencer, &request.id, &request.sequence, batch)
-            {
-                model.stats.record_failure(start.elapsed());
+        let mut completion = match model.scheduler.submit(submission, self) {
+            Ok(c) => c,
+            // A request the scheduler found wrong is a failed request; any
+            // other refusal (a full queue, unloading) a rejected one.
+            Err(e) if e.kind == ErrorKind::InvalidArg => return Err(fail(e)),
+            Err(e) => {
+                stats.record_rejected(start.elapsed());
                 return Err(e);
             }
-        }
-        let (reply, done_rx) = oneshot::channel();
-        let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
-        // Without a batcher the request is a batch of one: its scattered
-        // outputs take their shapes from its own inputs.
-        let scatter = if model.batcher.is_none() && model.sequencer.is_none() {
-            model.batch_io.scatter_shapes(&[&inputs])
-        } else {
-            Vec::new()
         };
-        let enqueued = Instant::now();
-        model
-            .stats
-            .pending
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let submitted = match (&model.batcher, &model.sequencer) {
-            (_, Some(sequencer)) => sequencer.submit(
-                SeqRequest {
-                    inputs,
-                    outputs: names,
-                    enqueued,
-                    reply,
-                    pending: std::sync::Arc::clone(&model.stats.pending),
-                    id: request.sequence.id.clone(),
-                    timeout_us: request.timeout_us,
-                },
-                request.sequence.start,
-                request.sequence.end,
-                &request_prefix(&request.id),
-            ),
-            (Some(batcher), None) => batcher.submit(
-                BatchRequest {
-                    inputs,
-                    outputs: names,
-                    batch,
-                    enqueued,
-                    reply,
-                    pending: std::sync::Arc::clone(&model.stats.pending),
-                    priority: request.priority,
-                    timeout_us: request.timeout_us,
-                    deadline: None,
-                    seq: 0,
-                },
-                &request.id,
-            ),
-            (None, None) => model
-                .batch_io
-                .model_inputs(vec![inputs])
-                .and_then(|inputs| {
-                    pool.submit(Work {
-                        inputs,
-                        outputs: names,
-                        enqueued,
-                        reply: Reply::Caller(reply),
-                        pending: Some((std::sync::Arc::clone(&model.stats.pending), 1)),
-                    })
-                    .map_err(|(e, _)| e)
-                }),
-        };
-        if let Err(e) = submitted {
-            model
-                .stats
-                .pending
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            model.stats.record_rejected(start.elapsed());
-            return Err(e);
-        }
         // A caller that goes away while its request waits (a closed
         // connection, a client timeout) counts as a canceled request.
-        let canceled = CancelGuard {
-            stats: &model.stats,
+        let mut canceled = CancelGuard {
+            stats,
             start,
             armed: true,
         };
-        let done = done_rx.await;
-        let mut canceled = canceled;
+        let done = completion.next().await;
         canceled.armed = false;
-        let done =
-            done.map_err(|_| Error::internal("the model instance stopped before answering"))?;
+        drop(completion);
+        let done = done.ok_or_else(|| {
+            stats.record_backend_failure(start.elapsed());
+            Error::internal(format!("model '{}' sent no response", model.name))
+        })?;
         if done.rejected {
-            model.stats.record_rejected(start.elapsed());
+            stats.record_rejected(start.elapsed());
             return Err(done
                 .result
                 .err()
                 .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
         }
-        // The batcher counts its batches' executions itself.
-        let execution = if model.batcher.is_some() || model.sequencer.is_some() {
-            None
-        } else {
-            Some(batch)
-        };
-        let tensors = match done
+        let labels = &model.labels;
+        let batching = model.config.max_batch_size > 0;
+        let tensors = done
             .result
-            .and_then(|mut t| {
-                crate::core::batch_io::BatchIo::apply_scatter(&scatter, &mut t)?;
-                Ok(t)
-            })
-            .and_then(|t| {
-                classify(
-                    &model.labels,
-                    model.config.max_batch_size > 0,
-                    &outputs,
-                    t,
-                    batch,
-                )
-            })
+            .and_then(|t| classify(labels, batching, &outputs, t, batch))
             .and_then(|t| self.write_shm_outputs(&outputs, t))
-        {
-            Ok(t) => t,
-            Err(e) => {
-                model.stats.record_backend_failure(start.elapsed());
-                return Err(e);
-            }
-        };
-        model
-            .stats
-            .record_success(batch, execution, start.elapsed(), done.queue, done.compute);
+            .inspect_err(|_| stats.record_backend_failure(start.elapsed()))?;
+        stats.record_success(batch, None, start.elapsed(), done.queue, done.compute);
         if let Some(sampled) = sampled {
             let queue_start = wall_start + (enqueued - start);
             let compute_start = queue_start + done.queue;
@@ -683,9 +535,10 @@ impl Engine {
                 ("COMPUTE_END", compute_start + done.compute),
                 ("REQUEST_END", wall_start + start.elapsed()),
             ];
+            let version = model.version.to_string();
             self.inner
                 .tracer
-                .record(sampled, &model.name, &model.version.to_string(), &stamps);
+                .record(sampled, &model.name, &version, &stamps);
         }
         Ok(InferResponse {
             model_name: model.name.clone(),
@@ -696,7 +549,7 @@ impl Engine {
     }
 }
 
-impl crate::core::scheduler::ensemble::StepRunner for Engine {
+impl StepRunner for Engine {
     fn run_step<'a>(
         &'a self,
         model: &'a str,
@@ -710,7 +563,7 @@ impl crate::core::scheduler::ensemble::StepRunner for Engine {
 /// Records a canceled request when dropped armed (the caller's future was
 /// dropped while the request waited).
 struct CancelGuard<'a> {
-    stats: &'a crate::core::stats::ModelStats,
+    stats: &'a ModelStats,
     start: Instant,
     armed: bool,
 }
@@ -756,47 +609,4 @@ pub fn parse_version(version: &str) -> Result<Option<i64>> {
             "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
         ))),
     }
-}
-
-/// The sequence batcher's request checks, in Triton's order and with its
-/// messages: the CORRID type (a request check), batch size 1, a sequence
-/// id.
-fn check_sequence(
-    model: &LoadedModel,
-    sequencer: &SequenceBatcher,
-    request_id: &str,
-    sequence: &crate::core::types::SequenceParams,
-    batch: usize,
-) -> Result<()> {
-    let name = &model.name;
-    let id = &sequence.id;
-    if let Some(control) = sequencer.settings().corrid_control() {
-        let given = match id {
-            SequenceId::Text(_) => Some("BYTES"),
-            SequenceId::Number(_) => Some("UINT64"),
-            SequenceId::None => None,
-        };
-        let text_control = control.datatype == DataType::Bytes;
-        if let Some(given) = given {
-            if (given == "BYTES") != text_control {
-                return Err(Error::invalid_arg(format!(
-                    "{}sequence batching control '{}' data-type is '{given}', but model '{name}' expects '{}'",
-                    request_prefix(request_id),
-                    control.name,
-                    control.datatype.name()
-                )));
-            }
-        }
-    }
-    if model.config.max_batch_size > 0 && batch > 1 {
-        return Err(Error::invalid_arg(format!(
-            "inference request to model '{name}' must specify batch-size 1 due to requirements of sequence batcher"
-        )));
-    }
-    if id.is_none() {
-        return Err(Error::invalid_arg(format!(
-            "inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
-        )));
-    }
-    Ok(())
 }

@@ -142,6 +142,11 @@ impl InstancePool {
         Ok(pool)
     }
 
+    /// How many instances the pool runs.
+    pub fn instances(&self) -> usize {
+        self.threads.len()
+    }
+
     /// Queues work for the next free instance; refused work comes back
     /// with the reason.
     #[allow(clippy::result_large_err)] // the work comes back whole, by design

@@ -220,7 +220,7 @@ pub fn run(
     instance: &mut dyn InstanceExec,
     instance_name: &str,
     samples: &[Sample],
-    sequence: Option<&crate::core::scheduler::sequence_batcher::SeqSettings>,
+    sequence: Option<&crate::core::scheduler::SeqSettings>,
     io: &crate::core::batch_io::BatchIo,
 ) -> Result<()> {
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();

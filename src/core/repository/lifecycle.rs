@@ -12,13 +12,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use crate::core::backend::{load_instance, LoadContext};
-use crate::core::config::autocomplete;
-use crate::core::config::validate::{validate, ValidateContext};
+use super::loader::{auto_complete, load_version, read_labels, LoadedModel};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
-use crate::core::instance::{InstancePool, Loader};
-use crate::core::stats::ModelStats;
 
 use super::check::{check_completed, check_repository, CheckOptions};
 
@@ -49,42 +45,6 @@ impl ModelState {
             ModelState::Ready => "READY",
             ModelState::Unloading => "UNLOADING",
             ModelState::Unavailable => "UNAVAILABLE",
-        }
-    }
-}
-
-/// A model version that is loaded and serving.
-pub struct LoadedModel {
-    pub name: String,
-    pub version: i64,
-    /// The normalized config.
-    pub config: ModelConfig,
-    /// The instances; `None` for an ensemble, which runs its steps on
-    /// the composing models.
-    pub pool: Option<std::sync::Arc<InstancePool>>,
-    /// The dynamic batcher, when the config asks for one (in front of `pool`).
-    pub batcher: Option<crate::core::scheduler::DynamicBatcher>,
-    /// The sequence batcher, when the config asks for one (in front of
-    /// `pool`, whose instances then each have their own queue).
-    pub sequencer: Option<crate::core::scheduler::sequence_batcher::SequenceBatcher>,
-    /// Shared with the batchers, which count executions.
-    pub stats: Arc<ModelStats>,
-    /// Output name → labels from its `label_filename`.
-    pub labels: BTreeMap<String, Vec<String>>,
-    /// Batch inputs, scattered outputs and ragged inputs, for requests
-    /// that reach an instance without a batcher.
-    pub batch_io: crate::core::batch_io::BatchIo,
-}
-
-impl LoadedModel {
-    /// Closes the version's schedulers: new requests are refused as
-    /// unloading, queued ones run at once.
-    pub fn close(&self) {
-        if let Some(b) = &self.batcher {
-            b.close();
-        }
-        if let Some(s) = &self.sequencer {
-            s.close();
         }
     }
 }
@@ -229,7 +189,7 @@ impl ModelManager {
             .find(|f| f.severity == Severity::Error)
             .map(|f| f.message.clone());
         let config = match (first_error, model.config.clone()) {
-            (None, Some(config)) => self.auto_complete(config, &model)?,
+            (None, Some(config)) => auto_complete(&self.opts, config, &model)?,
             (error, _) => {
                 let reason = error.unwrap_or_else(|| {
                     format!("model configuration is not provided for model '{name}'")
@@ -246,7 +206,7 @@ impl ModelManager {
         let mut loaded = BTreeMap::new();
         for &version in &model.versions {
             self.set_state(name, version, ModelState::Loading, "");
-            match self.load_version(name, version, &model.dir.path, &config, &labels) {
+            match load_version(&self.opts, name, version, &model.dir.path, &config, &labels) {
                 Ok(m) => {
                     loaded.insert(version, Arc::new(m));
                 }
@@ -286,162 +246,6 @@ impl ModelManager {
                 failures.join("\n")
             )))
         }
-    }
-
-    /// Fills inputs, outputs and batching from the model file when the
-    /// config leaves them out (ONNX models), then validates the result.
-    fn auto_complete(
-        &self,
-        mut config: ModelConfig,
-        model: &super::CheckedModel,
-    ) -> Result<ModelConfig> {
-        let needs = config.input.is_empty() || config.output.is_empty();
-        if !self.opts.auto_complete || !needs || config.backend != "onnxruntime" {
-            return Ok(config);
-        }
-        let Some(version_dir) = model
-            .versions
-            .last()
-            .map(|v| model.dir.path.join(v.to_string()))
-        else {
-            return Ok(config);
-        };
-        let (inputs, outputs) = crate::core::backend::onnx::model_io(
-            &version_dir.join(&config.default_model_filename),
-        )?;
-        let name = config.name.clone();
-        let fail = |e: String| Error::invalid_arg(format!("load failed for model '{name}': {e}"));
-        let unset =
-            config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
-        autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
-        let vctx = ValidateContext {
-            gpu_count: self.opts.gpu_count,
-            missing_gpu: Severity::Error,
-        };
-        if let Some(issue) = validate(&config, &vctx)
-            .into_iter()
-            .find(|i| i.severity == Severity::Error)
-        {
-            return Err(fail(issue.message));
-        }
-        Ok(config)
-    }
-
-    fn load_version(
-        &self,
-        name: &str,
-        version: i64,
-        model_dir: &std::path::Path,
-        config: &ModelConfig,
-        labels: &BTreeMap<String, Vec<String>>,
-    ) -> Result<LoadedModel> {
-        if config.platform == crate::core::config::normalize::ENSEMBLE_PLATFORM {
-            return Ok(LoadedModel {
-                name: name.to_string(),
-                version,
-                config: config.clone(),
-                pool: None,
-                batcher: None,
-                sequencer: None,
-                stats: Arc::default(),
-                labels: labels.clone(),
-                batch_io: Default::default(),
-            });
-        }
-        let version_dir = model_dir.join(version.to_string());
-        let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
-        if config.scheduling_choice.as_ref().is_some_and(|s| {
-            matches!(
-                s,
-                crate::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)
-            )
-        }) && (!config.batch_input.is_empty() || !config.batch_output.is_empty())
-        {
-            return Err(Error::unsupported(format!(
-                "model '{name}': batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"
-            )));
-        }
-        let sequencing = crate::core::scheduler::sequence_batcher::SeqSettings::from_config(
-            config,
-            crate::core::config::normalize::instance_count(config),
-            model_dir,
-        )?;
-        let io = crate::core::batch_io::BatchIo::from_config(config);
-        let mut loaders: Vec<Loader> = Vec::new();
-        for group in &config.instance_group {
-            for i in 0..group.count.max(1) {
-                let ctx_config = config.clone();
-                let model_dir = model_dir.to_path_buf();
-                let version_dir = version_dir.clone();
-                let instance_name = format!("{}_{}", group.name, i);
-                let samples = Arc::clone(&samples);
-                let sequence = sequencing.clone();
-                let io = io.clone();
-                loaders.push(Box::new(move || {
-                    let mut instance = load_instance(&LoadContext {
-                        config: &ctx_config,
-                        model_dir: &model_dir,
-                        version_dir,
-                        instance_name: instance_name.clone(),
-                    })?;
-                    crate::core::warmup::run(
-                        &ctx_config,
-                        instance.as_mut(),
-                        &instance_name,
-                        &samples,
-                        sequence.as_ref(),
-                        &io,
-                    )?;
-                    Ok(instance)
-                }));
-            }
-        }
-        if loaders.is_empty() {
-            return Err(Error::invalid_arg(format!(
-                "model '{name}' has no instances"
-            )));
-        }
-        let instances = loaders.len();
-        let pool = Arc::new(InstancePool::start(
-            name,
-            loaders,
-            self.opts.queue_capacity,
-            sequencing.is_some(),
-        )?);
-        let stats: Arc<ModelStats> = Arc::default();
-        let batcher = match crate::core::scheduler::BatchConfig::from_config(config) {
-            Some(batching) => Some(crate::core::scheduler::DynamicBatcher::start(
-                name,
-                batching,
-                Arc::clone(&pool),
-                instances,
-                self.opts.queue_capacity,
-                Arc::clone(&stats),
-            )?),
-            None => None,
-        };
-        let sequencer = match sequencing {
-            Some(settings) => Some(
-                crate::core::scheduler::sequence_batcher::SequenceBatcher::start(
-                    name,
-                    settings,
-                    Arc::clone(&pool),
-                    Arc::clone(&stats),
-                )?,
-            ),
-            None => None,
-        };
-        Ok(LoadedModel {
-            name: name.to_string(),
-            version,
-            config: config.clone(),
-            pool: Some(pool),
-            batcher,
-            sequencer,
-            stats,
-            labels: labels.clone(),
-            batch_io: io,
-        })
     }
 
     /// Unloads every version of a model. Requests in flight finish first.
@@ -682,29 +486,4 @@ fn fingerprint(dir: &std::path::Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     walk(dir, &mut h, 0);
     h.finish()
-}
-
-/// Labels of every output with a `label_filename`, one per line.
-fn read_labels(
-    model_dir: &std::path::Path,
-    config: &ModelConfig,
-) -> Result<BTreeMap<String, Vec<String>>> {
-    let mut labels = BTreeMap::new();
-    for output in &config.output {
-        if output.label_filename.is_empty() {
-            continue;
-        }
-        let path = model_dir.join(&output.label_filename);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::internal(format!(
-                "failed to open text file for read {}: {e}",
-                path.display()
-            ))
-        })?;
-        labels.insert(
-            output.name.clone(),
-            text.lines().map(str::to_string).collect(),
-        );
-    }
-    Ok(labels)
 }

@@ -3,7 +3,9 @@
 
 pub mod check;
 pub mod layout;
-pub mod manager;
+pub mod lifecycle;
+mod loader;
 
 pub use check::{check_completed, check_repository, CheckOptions, CheckedModel, Finding};
-pub use manager::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager, ModelState};
+pub use lifecycle::{ControlMode, IndexEntry, ManagerOptions, ModelManager, ModelState};
+pub use loader::LoadedModel;

@@ -11,14 +11,19 @@
 //! model M"), which the engine implements: no cycle back to the engine.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use super::{Completion, Submission};
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_ensembling::Step;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
+use crate::core::instance::Done;
+use crate::core::stats::ModelStats;
 use crate::core::types::{InferRequest, InferResponse, RequestedOutput, SequenceParams, Tensor};
 
 /// What an ensemble needs of the server: one step's request run on a
@@ -42,9 +47,53 @@ pub fn step_version(step: &Step) -> String {
     }
 }
 
+/// The ensemble scheduler of one ensemble version.
+pub struct EnsembleScheduler {
+    /// Boxed: a config is large, and the scheduler's other kinds are not.
+    config: Box<ModelConfig>,
+    /// The ensemble's statistics: each request that ran every step counts
+    /// as one execution.
+    stats: Arc<ModelStats>,
+}
+
+impl EnsembleScheduler {
+    pub fn new(config: ModelConfig, stats: Arc<ModelStats>) -> Self {
+        EnsembleScheduler {
+            config: Box::new(config),
+            stats,
+        }
+    }
+
+    /// Runs the request's steps through `steps` while the completion is
+    /// awaited (an ensemble has no queue of its own: its steps queue on
+    /// their composing models).
+    pub fn submit<'a>(
+        &'a self,
+        submission: Submission<'a>,
+        steps: &'a dyn StepRunner,
+    ) -> Completion<'a> {
+        Completion::running(Box::pin(async move {
+            let start = Instant::now();
+            let s = submission;
+            let request = (s.id, s.priority, s.timeout_us, s.sequence);
+            let result = run(steps, &self.config, request, s.inputs, s.outputs).await;
+            let compute = start.elapsed();
+            if result.is_ok() {
+                self.stats.record_execution(s.batch, compute);
+            }
+            Done {
+                result,
+                queue: Duration::ZERO,
+                compute,
+                rejected: false,
+            }
+        }))
+    }
+}
+
 /// Runs an ensemble request (already validated against the ensemble's
 /// config); returns the requested outputs, in the requested order.
-pub async fn run(
+async fn run(
     runner: &dyn StepRunner,
     config: &ModelConfig,
     // The request's id, priority, timeout and sequence parameters, passed

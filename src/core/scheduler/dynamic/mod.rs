@@ -12,15 +12,9 @@
 //! which split the outputs among its requests; with `preserve_ordering`
 //! the answers are released in arrival order.
 
-pub mod ensemble;
+mod delivery;
 pub mod queue;
-pub mod sequence;
-pub mod sequence_batcher;
-mod worker;
 
-use worker::{Batcher, Worker};
-
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +24,11 @@ use crate::core::error::{Error, Result};
 use crate::core::instance::{Done, InstancePool, Reply, Work};
 use crate::core::types::Tensor;
 
+use super::split::split;
+use super::worker::{self, Batcher, Worker};
+use super::{pending, Completion, Submission};
+use crate::core::error::request_prefix;
+use delivery::Delivery;
 pub use queue::{decide, BatchConfig, Decision, QueuePolicy, TimeoutAction};
 
 /// A request in the dynamic batcher's queue: its answer goes back on a
@@ -87,46 +86,6 @@ impl Batcher for Dyn {
     }
 }
 
-/// How answers reach the callers: at once, or in arrival order.
-enum Delivery {
-    Direct,
-    Ordered(Mutex<Ordered>),
-}
-
-#[derive(Default)]
-struct Ordered {
-    /// The next sequence number to release.
-    next: u64,
-    /// Answers waiting for earlier ones (`None`: nothing to send).
-    ready: BTreeMap<u64, Option<(oneshot::Sender<Done>, Done)>>,
-}
-
-impl Delivery {
-    fn deliver(&self, seq: u64, answer: Option<(oneshot::Sender<Done>, Done)>) {
-        match self {
-            Delivery::Direct => {
-                if let Some((tx, done)) = answer {
-                    let _ = tx.send(done);
-                }
-            }
-            Delivery::Ordered(ordered) => {
-                let mut o = ordered.lock().unwrap();
-                o.ready.insert(seq, answer);
-                loop {
-                    let next = o.next;
-                    let Some(answer) = o.ready.remove(&next) else {
-                        break;
-                    };
-                    o.next += 1;
-                    if let Some((tx, done)) = answer {
-                        let _ = tx.send(done);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The batcher of one model version.
 pub struct DynamicBatcher {
     worker: Worker<Dyn>,
@@ -166,9 +125,27 @@ impl DynamicBatcher {
     }
 
     /// Queues a request, or refuses it at once (unloading, or its
-    /// priority level's queue is full). `id` is the request's id, for
-    /// Triton's message prefix.
-    pub fn submit(&self, request: Request, id: &str) -> Result<()> {
+    /// priority level's queue is full).
+    pub fn submit<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
+        let shared = self.worker.shared();
+        let (reply, rx) = oneshot::channel();
+        let request = Request {
+            outputs: submission.output_names(),
+            inputs: submission.inputs,
+            batch: submission.batch,
+            enqueued: submission.enqueued,
+            reply,
+            pending: Arc::clone(&shared.stats.pending),
+            priority: submission.priority,
+            timeout_us: submission.timeout_us,
+            deadline: None,
+            seq: 0,
+        };
+        pending(&shared.stats.pending, || self.push(request, submission.id))?;
+        Ok(Completion::one(rx))
+    }
+
+    fn push(&self, request: Request, id: &str) -> Result<()> {
         let shared = self.worker.shared();
         let mut state = self.worker.lock_open(&shared.label)?;
         // Requests whose callers went away must not hold places that a
@@ -192,12 +169,8 @@ impl DynamicBatcher {
             }
             other => other,
         };
-        pushed.map_err(|(e, _)| {
-            Error::new(
-                e.kind,
-                format!("{}{}", crate::core::error::request_prefix(id), e.message),
-            )
-        })?;
+        pushed
+            .map_err(|(e, _)| Error::new(e.kind, format!("{}{}", request_prefix(id), e.message)))?;
         state.next_seq += 1;
         drop(state);
         self.worker.notify();
@@ -368,147 +341,5 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             compute: Duration::ZERO,
             rejected: false,
         });
-    }
-}
-
-/// Splits batched outputs along dim 0 into the requests' parts; a
-/// scattered output (`batch_output`) by the requests' shapes of it.
-fn split(
-    tensors: &[Tensor],
-    sizes: &[usize],
-    scatter: &[(String, Vec<Vec<i64>>)],
-) -> Vec<Result<Vec<Tensor>>> {
-    let total: usize = sizes.iter().sum();
-    let mut parts: Vec<Result<Vec<Tensor>>> = sizes.iter().map(|_| Ok(Vec::new())).collect();
-    for t in tensors {
-        if let Some((_, shapes)) = scatter.iter().find(|(name, _)| name == &t.name) {
-            match crate::core::batch_io::scatter(t, shapes) {
-                Ok(pieces) => {
-                    for (part, piece) in parts.iter_mut().zip(pieces) {
-                        if let Ok(list) = part {
-                            list.push(piece);
-                        }
-                    }
-                }
-                Err(e) => return sizes.iter().map(|_| Err(e.clone())).collect(),
-            }
-            continue;
-        }
-        let rows = t.shape.first().copied().unwrap_or(0) as usize;
-        if rows != total {
-            let e = Error::internal(format!(
-                "output '{}' has {rows} rows for a batch of {total}",
-                t.name
-            ));
-            return sizes.iter().map(|_| Err(e.clone())).collect();
-        }
-        let pieces: Vec<Vec<u8>> = match t.datatype.size() {
-            Some(_) => {
-                let row = t.data.len().checked_div(total).unwrap_or(0);
-                let mut at = 0;
-                sizes
-                    .iter()
-                    .map(|&n| {
-                        let piece = t.data[at..at + n * row].to_vec();
-                        at += n * row;
-                        piece
-                    })
-                    .collect()
-            }
-            None => {
-                let elements = Tensor::bytes_elements(&t.data).unwrap_or_default();
-                let per_row = elements.len().checked_div(total).unwrap_or(0);
-                let mut at = 0;
-                sizes
-                    .iter()
-                    .map(|&n| {
-                        let piece =
-                            Tensor::serialize_bytes(elements[at..at + n * per_row].iter().copied());
-                        at += n * per_row;
-                        piece
-                    })
-                    .collect()
-            }
-        };
-        for ((part, piece), &n) in parts.iter_mut().zip(pieces).zip(sizes) {
-            if let Ok(list) = part {
-                let mut shape = t.shape.clone();
-                shape[0] = n as i64;
-                list.push(Tensor {
-                    name: t.name.clone(),
-                    datatype: t.datatype,
-                    shape,
-                    data: piece,
-                });
-            }
-        }
-    }
-    parts
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::types::DataType;
-
-    fn done(n: i32) -> Done {
-        Done {
-            result: Ok(vec![Tensor {
-                name: "OUT".into(),
-                datatype: DataType::Int32,
-                shape: vec![1],
-                data: n.to_le_bytes().to_vec(),
-            }]),
-            queue: Duration::ZERO,
-            compute: Duration::ZERO,
-            rejected: false,
-        }
-    }
-
-    #[test]
-    fn ordered_delivery_waits_for_earlier_answers_and_skips_gone_ones() {
-        let d = Delivery::Ordered(Mutex::default());
-        let (tx0, mut rx0) = oneshot::channel();
-        let (tx2, mut rx2) = oneshot::channel();
-        let (tx3, mut rx3) = oneshot::channel();
-        d.deliver(2, Some((tx2, done(2))));
-        d.deliver(3, Some((tx3, done(3))));
-        assert!(rx2.try_recv().is_err(), "2 waits for 0 and 1");
-        d.deliver(0, Some((tx0, done(0))));
-        assert!(rx0.try_recv().is_ok());
-        assert!(rx2.try_recv().is_err(), "2 still waits for 1");
-        d.deliver(1, None); // 1's caller went away
-        assert!(rx2.try_recv().is_ok());
-        assert!(rx3.try_recv().is_ok());
-    }
-
-    #[test]
-    fn split_gives_each_request_its_rows() {
-        let t = Tensor {
-            name: "OUT".into(),
-            datatype: DataType::Int32,
-            shape: vec![3, 2],
-            data: (0..6i32).flat_map(|x| x.to_le_bytes()).collect(),
-        };
-        let parts = split(&[t], &[1, 2], &[]);
-        let a = parts[0].as_ref().unwrap();
-        let b = parts[1].as_ref().unwrap();
-        assert_eq!(a[0].shape, vec![1, 2]);
-        assert_eq!(b[0].shape, vec![2, 2]);
-        assert_eq!(
-            b[0].data,
-            (2..6i32).flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()
-        );
-        let strings = Tensor {
-            name: "S".into(),
-            datatype: DataType::Bytes,
-            shape: vec![2, 1],
-            data: Tensor::serialize_bytes([b"a".as_slice(), b"bc".as_slice()]),
-        };
-        let parts = split(&[strings], &[1, 1], &[]);
-        assert_eq!(
-            parts[1].as_ref().unwrap()[0].data,
-            Tensor::serialize_bytes([b"bc".as_slice()])
-        );
     }
 }

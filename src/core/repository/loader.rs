@@ -1,0 +1,206 @@
+//! Loading one model version: the config completed from the model file,
+//! its labels read, its instances started (each loads its backend and runs
+//! its warmup on its own thread) and its scheduler put in front of them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::lifecycle::ManagerOptions;
+use super::CheckedModel;
+use crate::core::backend::{load_instance, LoadContext};
+use crate::core::batch_io::BatchIo;
+use crate::core::config::autocomplete;
+use crate::core::config::normalize::{instance_count, ENSEMBLE_PLATFORM};
+use crate::core::config::validate::{validate, ValidateContext};
+use crate::core::config::{ModelConfig, Severity};
+use crate::core::error::{Error, Result};
+use crate::core::instance::{InstancePool, Loader};
+use crate::core::scheduler::{EnsembleScheduler, Scheduler, SeqSettings};
+use crate::core::stats::ModelStats;
+
+/// A model version that is loaded and serving.
+pub struct LoadedModel {
+    pub name: String,
+    pub version: i64,
+    /// The normalized config.
+    pub config: ModelConfig,
+    /// How requests reach the instances (it owns them; an ensemble has
+    /// none and runs its steps on the composing models).
+    pub scheduler: Scheduler,
+    /// Shared with the scheduler, which counts executions.
+    pub stats: Arc<ModelStats>,
+    /// Output name → labels from its `label_filename`.
+    pub labels: BTreeMap<String, Vec<String>>,
+    /// Batch inputs, scattered outputs and ragged inputs (the engine
+    /// checks requests against them).
+    pub batch_io: BatchIo,
+}
+
+impl LoadedModel {
+    /// Closes the version's schedulers: new requests are refused as
+    /// unloading, queued ones run at once.
+    pub fn close(&self) {
+        self.scheduler.close();
+    }
+}
+
+/// Fills inputs, outputs and batching from the model file when the
+/// config leaves them out (ONNX models), then validates the result.
+pub(super) fn auto_complete(
+    opts: &ManagerOptions,
+    mut config: ModelConfig,
+    model: &CheckedModel,
+) -> Result<ModelConfig> {
+    let needs = config.input.is_empty() || config.output.is_empty();
+    if !opts.auto_complete || !needs || config.backend != "onnxruntime" {
+        return Ok(config);
+    }
+    let Some(version_dir) = model
+        .versions
+        .last()
+        .map(|v| model.dir.path.join(v.to_string()))
+    else {
+        return Ok(config);
+    };
+    let (inputs, outputs) =
+        crate::core::backend::onnx::model_io(&version_dir.join(&config.default_model_filename))?;
+    let name = config.name.clone();
+    let fail = |e: String| Error::invalid_arg(format!("load failed for model '{name}': {e}"));
+    let unset = config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
+    autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
+    let vctx = ValidateContext {
+        gpu_count: opts.gpu_count,
+        missing_gpu: Severity::Error,
+    };
+    if let Some(issue) = validate(&config, &vctx)
+        .into_iter()
+        .find(|i| i.severity == Severity::Error)
+    {
+        return Err(fail(issue.message));
+    }
+    Ok(config)
+}
+
+pub(super) fn load_version(
+    opts: &ManagerOptions,
+    name: &str,
+    version: i64,
+    model_dir: &Path,
+    config: &ModelConfig,
+    labels: &BTreeMap<String, Vec<String>>,
+) -> Result<LoadedModel> {
+    if config.platform == ENSEMBLE_PLATFORM {
+        let stats: Arc<ModelStats> = Arc::default();
+        return Ok(LoadedModel {
+            name: name.to_string(),
+            version,
+            config: config.clone(),
+            scheduler: Scheduler::Ensemble(EnsembleScheduler::new(
+                config.clone(),
+                Arc::clone(&stats),
+            )),
+            stats,
+            labels: labels.clone(),
+            batch_io: Default::default(),
+        });
+    }
+    let version_dir = model_dir.join(version.to_string());
+    let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
+    if config.scheduling_choice.as_ref().is_some_and(|s| {
+        matches!(
+            s,
+            crate::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)
+        )
+    }) && (!config.batch_input.is_empty() || !config.batch_output.is_empty())
+    {
+        return Err(Error::unsupported(format!(
+            "model '{name}': batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"
+        )));
+    }
+    let sequencing = SeqSettings::from_config(config, instance_count(config), model_dir)?;
+    let io = BatchIo::from_config(config);
+    let mut loaders: Vec<Loader> = Vec::new();
+    for group in &config.instance_group {
+        for i in 0..group.count.max(1) {
+            let ctx_config = config.clone();
+            let model_dir = model_dir.to_path_buf();
+            let version_dir = version_dir.clone();
+            let instance_name = format!("{}_{}", group.name, i);
+            let samples = Arc::clone(&samples);
+            let sequence = sequencing.clone();
+            let io = io.clone();
+            loaders.push(Box::new(move || {
+                let mut instance = load_instance(&LoadContext {
+                    config: &ctx_config,
+                    model_dir: &model_dir,
+                    version_dir,
+                    instance_name: instance_name.clone(),
+                })?;
+                crate::core::warmup::run(
+                    &ctx_config,
+                    instance.as_mut(),
+                    &instance_name,
+                    &samples,
+                    sequence.as_ref(),
+                    &io,
+                )?;
+                Ok(instance)
+            }));
+        }
+    }
+    if loaders.is_empty() {
+        return Err(Error::invalid_arg(format!(
+            "model '{name}' has no instances"
+        )));
+    }
+    let pool = Arc::new(InstancePool::start(
+        name,
+        loaders,
+        opts.queue_capacity,
+        sequencing.is_some(),
+    )?);
+    let stats: Arc<ModelStats> = Arc::default();
+    let scheduler = Scheduler::start(
+        config,
+        pool,
+        sequencing,
+        io.clone(),
+        opts.queue_capacity,
+        Arc::clone(&stats),
+    )?;
+    Ok(LoadedModel {
+        name: name.to_string(),
+        version,
+        config: config.clone(),
+        scheduler,
+        stats,
+        labels: labels.clone(),
+        batch_io: io,
+    })
+}
+
+/// Labels of every output with a `label_filename`, one per line.
+pub(super) fn read_labels(
+    model_dir: &Path,
+    config: &ModelConfig,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut labels = BTreeMap::new();
+    for output in &config.output {
+        if output.label_filename.is_empty() {
+            continue;
+        }
+        let path = model_dir.join(&output.label_filename);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::internal(format!(
+                "failed to open text file for read {}: {e}",
+                path.display()
+            ))
+        })?;
+        labels.insert(
+            output.name.clone(),
+            text.lines().map(str::to_string).collect(),
+        );
+    }
+    Ok(labels)
+}

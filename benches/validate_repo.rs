@@ -141,6 +141,7 @@ fn main() {
     let opts = CheckOptions {
         gpu_count: 0,
         missing_gpu: Severity::Warning,
+        server_support: true,
     };
     let rounds = 30;
     let mut read = Vec::new();

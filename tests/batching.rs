@@ -634,7 +634,7 @@ sequence_batching { }
     let (engine, errors) = trtis::core::engine::Engine::start(config).unwrap();
     let all = format!("{errors:?}");
     assert!(
-        all.contains("batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"),
+        all.contains("batch inputs are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"),
         "{all}"
     );
     engine.shutdown();

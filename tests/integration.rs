@@ -7,6 +7,7 @@ mod batching;
 mod cli;
 mod client;
 mod config_cases;
+mod config_support;
 mod ensemble;
 mod examples;
 mod fuzz;

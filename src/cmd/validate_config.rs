@@ -36,6 +36,7 @@ pub fn run(args: Args) -> ExitCode {
     let opts = CheckOptions {
         gpu_count: device::gpu_count(),
         missing_gpu: Severity::Warning,
+        server_support: true,
     };
     let mut models: Vec<CheckedModel> = Vec::new();
     for path in &args.paths {

@@ -10,6 +10,7 @@ pub mod diagnostic;
 mod lexer;
 pub mod normalize;
 pub mod pbtxt;
+pub mod support;
 pub mod validate;
 
 use std::sync::LazyLock;

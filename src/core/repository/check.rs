@@ -18,7 +18,7 @@ use crate::core::config::pb::{
     model_warmup::input::InputDataType, DataType, ModelConfig, ModelEnsembling,
 };
 use crate::core::config::validate::{data_type_name, is_contained_path, validate, ValidateContext};
-use crate::core::config::{parse_config, Issue, Severity, SourceMap};
+use crate::core::config::{parse_config, support, Issue, Severity, SourceMap};
 
 use super::layout::{self, ModelDir};
 
@@ -55,6 +55,10 @@ pub struct CheckOptions {
     pub gpu_count: usize,
     /// Severity of a KIND_GPU group on a machine without that GPU.
     pub missing_gpu: Severity,
+    /// Also report what this server refuses of a config (`config::support`):
+    /// on for `validate-config` and `serve`; off to check Triton's own rules
+    /// alone (the `config_cases` corpus).
+    pub server_support: bool,
 }
 
 /// One checked model.
@@ -227,6 +231,26 @@ pub fn check_completed(dir: ModelDir, config: ModelConfig, opts: &CheckOptions) 
     check_config(m, config, opts)
 }
 
+/// Checks a config given in place of a model's file (a load request's
+/// `config`), with its directory `dir`: the same checks as a file, an
+/// ensemble's steps resolved against the repository at `root`.
+pub fn check_given(
+    root: &Path,
+    dir: ModelDir,
+    config: ModelConfig,
+    opts: &CheckOptions,
+) -> std::io::Result<CheckedModel> {
+    let name = dir.name.clone();
+    let model = check_completed(dir, config, opts);
+    let mut cache = BTreeMap::new();
+    cache.insert(name.clone(), Some(model));
+    check_ensemble(root, &name, opts, &mut cache)?;
+    Ok(cache
+        .remove(&name)
+        .flatten()
+        .expect("the given model stays in the cache"))
+}
+
 /// Normalize, validate and check the files of a parsed config.
 fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOptions) -> CheckedModel {
     let given_name = config.name.clone();
@@ -256,6 +280,11 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
     };
     for issue in validate(&config, &vctx) {
         m.push(issue);
+    }
+    if opts.server_support {
+        for issue in support::check(&config) {
+            m.push(issue);
+        }
     }
     check_files(&mut m, &config);
     m.config = Some(config);

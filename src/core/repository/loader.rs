@@ -107,17 +107,6 @@ pub(super) fn load_version(
     }
     let version_dir = model_dir.join(version.to_string());
     let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
-    if config.scheduling_choice.as_ref().is_some_and(|s| {
-        matches!(
-            s,
-            crate::core::config::pb::model_config::SchedulingChoice::SequenceBatching(_)
-        )
-    }) && (!config.batch_input.is_empty() || !config.batch_output.is_empty())
-    {
-        return Err(Error::unsupported(format!(
-            "model '{name}': batch_input and batch_output are supported with the default scheduler and the dynamic batcher, not with the sequence batcher"
-        )));
-    }
     let sequencing = SeqSettings::from_config(config, instance_count(config), model_dir)?;
     let io = BatchIo::from_config(config);
     let mut loaders: Vec<Loader> = Vec::new();

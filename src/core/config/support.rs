@@ -1,0 +1,490 @@
+//! What trtis does with each part of a model configuration, in one place.
+//!
+//! Every field of `ModelConfig` is one of:
+//! - honoured: it does what Triton does (most of the schema);
+//! - honoured because there is nothing to do: settings that only act on a
+//!   GPU instance or GPU memory (`optimization.cuda`, pinned memory,
+//!   `gather_kernel_buffer_threshold`, `cc_model_filenames`, a state's
+//!   buffer hints) do nothing for a CPU instance, in Triton as here, and a
+//!   GPU instance is refused elsewhere when there is no GPU;
+//! - refused: the model does not load, and the finding says why (an error);
+//! - a warning: serving stays correct, but a setting that only tunes speed
+//!   has no effect here.
+//!
+//! `check` turns a normalized config into those findings. `validate-config`
+//! and `serve` both run it through `repository::check`, so what one passes
+//! the other loads. README's "Model configuration: what is honoured" is the
+//! same table in prose; keep the two together.
+
+use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::config::pb::model_instance_group::Kind;
+use crate::core::config::pb::model_optimization_policy::ModelPriority;
+use crate::core::config::{Issue, ModelConfig};
+
+use super::normalize::ENSEMBLE_PLATFORM;
+
+/// The backends built into this executable (what `backend::load_instance`
+/// can load; a unit test there holds the two together).
+pub fn built_backends() -> &'static [&'static str] {
+    if cfg!(feature = "onnx") {
+        &["identity", "onnxruntime"]
+    } else {
+        &["identity"]
+    }
+}
+
+/// The `parameters` each built-in backend reads.
+fn backend_parameters(backend: &str) -> &'static [&'static str] {
+    match backend {
+        "identity" => &["execute_delay_ms", "delay_input", "record_inputs"],
+        "onnxruntime" => &[
+            "intra_op_thread_count",
+            "inter_op_thread_count",
+            "allow_spinning",
+        ],
+        _ => &[],
+    }
+}
+
+/// The findings about what this server does not do of `config` (already
+/// normalized: the backend is known).
+pub fn check(config: &ModelConfig) -> Vec<Issue> {
+    let mut out = Vec::new();
+    let ensemble = config.platform == ENSEMBLE_PLATFORM;
+    let refuse = |out: &mut Vec<Issue>, field: String, why: &str| {
+        out.push(Issue::error(
+            field,
+            format!("not supported by trtis: {why}"),
+        ));
+    };
+    let hint = |out: &mut Vec<Issue>, field: String, why: &str| {
+        out.push(Issue::warning(
+            field,
+            format!("has no effect in trtis: {why}"),
+        ));
+    };
+
+    if !ensemble && !built_backends().contains(&config.backend.as_str()) {
+        // Triton's message for a backend it cannot find.
+        let why = if config.backend == "onnxruntime" {
+            ": this trtis was built without the 'onnx' feature".to_string()
+        } else {
+            ", try specifying runtime on the model configuration.".to_string()
+        };
+        out.push(Issue::error(
+            "backend",
+            format!(
+                "unable to find backend library for backend '{}'{why}",
+                config.backend
+            ),
+        ));
+    }
+    let default_runtime = format!("libtriton_{}.so", config.backend);
+    if !config.runtime.is_empty() && config.runtime != default_runtime {
+        refuse(
+            &mut out,
+            "runtime".into(),
+            "backends are built into the server; a backend's runtime can only be its default",
+        );
+    }
+
+    for (i, input) in config.input.iter().enumerate() {
+        let field = format!("input[{i}]");
+        if input.reshape.is_some() && input.allow_ragged_batch {
+            refuse(
+                &mut out,
+                format!("{field}.reshape"),
+                "a ragged input reaches the model flattened, so it cannot also be reshaped",
+            );
+        }
+        if input.is_shape_tensor {
+            refuse(
+                &mut out,
+                format!("{field}.is_shape_tensor"),
+                "shape tensors are a TensorRT feature",
+            );
+        }
+        if input.is_non_linear_format_io {
+            refuse(
+                &mut out,
+                format!("{field}.is_non_linear_format_io"),
+                "non-linear formats are a TensorRT feature",
+            );
+        }
+    }
+    for (i, output) in config.output.iter().enumerate() {
+        let field = format!("output[{i}]");
+        let scattered = config
+            .batch_output
+            .iter()
+            .any(|b| b.target_name.contains(&output.name));
+        if output.reshape.is_some() && scattered {
+            refuse(
+                &mut out,
+                format!("{field}.reshape"),
+                "an output scattered by batch_output cannot also be reshaped",
+            );
+        }
+        if output.is_shape_tensor {
+            refuse(
+                &mut out,
+                format!("{field}.is_shape_tensor"),
+                "shape tensors are a TensorRT feature",
+            );
+        }
+        if output.is_non_linear_format_io {
+            refuse(
+                &mut out,
+                format!("{field}.is_non_linear_format_io"),
+                "non-linear formats are a TensorRT feature",
+            );
+        }
+    }
+
+    let sequence = matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::SequenceBatching(_))
+    );
+    if sequence && !config.batch_input.is_empty() {
+        refuse(
+            &mut out,
+            "batch_input".into(),
+            "batch inputs are supported with the default scheduler and the dynamic batcher, not with the sequence batcher",
+        );
+    }
+    if sequence && !config.batch_output.is_empty() {
+        refuse(
+            &mut out,
+            "batch_output".into(),
+            "batch outputs are supported with the default scheduler and the dynamic batcher, not with the sequence batcher",
+        );
+    }
+
+    if let Some(o) = &config.optimization {
+        if o.graph.as_ref().is_some_and(|g| g.level != 0) {
+            hint(
+                &mut out,
+                "optimization.graph.level".into(),
+                "ONNX Runtime runs with all graph optimizations",
+            );
+        }
+        if o.priority != ModelPriority::PriorityDefault as i32 {
+            hint(
+                &mut out,
+                "optimization.priority".into(),
+                "it orders GPU work, and there is no GPU work here",
+            );
+        }
+        if o.eager_batching {
+            hint(
+                &mut out,
+                "optimization.eager_batching".into(),
+                "the dynamic batcher forms a batch whenever an instance is free",
+            );
+        }
+        if let Some(accel) = &o.execution_accelerators {
+            for (j, a) in accel.gpu_execution_accelerator.iter().enumerate() {
+                refuse(
+                    &mut out,
+                    format!("optimization.execution_accelerators.gpu_execution_accelerator[{j}]"),
+                    &format!(
+                        "GPU execution accelerator '{}' (GPU execution is not built yet)",
+                        a.name
+                    ),
+                );
+            }
+            for (j, a) in accel.cpu_execution_accelerator.iter().enumerate() {
+                refuse(
+                    &mut out,
+                    format!(
+                        "optimization.execution_accelerators.cpu_execution_accelerator[{j}]"
+                    ),
+                    &format!(
+                        "CPU execution accelerator '{}': the ONNX Runtime library from PyPI has no such execution provider",
+                        a.name
+                    ),
+                );
+            }
+        }
+    }
+
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::SequenceBatching(s)) if s.iterative_sequence => refuse(
+            &mut out,
+            "sequence_batching.iterative_sequence".into(),
+            "iterative sequences need a decoupled backend that reschedules its requests",
+        ),
+        Some(SchedulingChoice::EnsembleScheduling(e)) => {
+            for (j, step) in e.step.iter().enumerate() {
+                if !step.model_namespace.is_empty() {
+                    refuse(
+                        &mut out,
+                        format!("ensemble_scheduling.step[{j}].model_namespace"),
+                        "model namespacing is not supported: model names are global",
+                    );
+                }
+            }
+            if e.max_inflight_requests > 0 {
+                hint(
+                    &mut out,
+                    "ensemble_scheduling.max_inflight_requests".into(),
+                    "an ensemble's steps are not limited in flight; each composing model's queue bounds them",
+                );
+            }
+        }
+        _ => {}
+    }
+
+    for (i, group) in config.instance_group.iter().enumerate() {
+        let field = format!("instance_group[{i}]");
+        if group.kind == Kind::Model as i32 {
+            refuse(
+                &mut out,
+                format!("{field}.kind"),
+                "KIND_MODEL: no backend here places its own instances",
+            );
+        }
+        if group.rate_limiter.is_some() {
+            hint(
+                &mut out,
+                format!("{field}.rate_limiter"),
+                "there is no rate limiter yet (Triton too ignores it unless started with --rate-limit=execution_count)",
+            );
+        }
+        if !group.secondary_devices.is_empty() {
+            refuse(
+                &mut out,
+                format!("{field}.secondary_devices"),
+                "secondary devices (NVDLA) are a TensorRT feature",
+            );
+        }
+        if !group.profile.is_empty() {
+            refuse(
+                &mut out,
+                format!("{field}.profile"),
+                "optimization profiles are a TensorRT feature",
+            );
+        }
+        if group.passive {
+            refuse(
+                &mut out,
+                format!("{field}.passive"),
+                "passive instances are not built yet",
+            );
+        }
+        if !group.host_policy.is_empty() {
+            refuse(
+                &mut out,
+                format!("{field}.host_policy"),
+                "host policies (--host-policy) are not supported",
+            );
+        }
+    }
+
+    if !config.metric_tags.is_empty() {
+        hint(
+            &mut out,
+            "metric_tags".into(),
+            "Triton does not use them either; metrics carry the model and version labels",
+        );
+    }
+    if !ensemble {
+        let known = backend_parameters(&config.backend);
+        for key in config.parameters.keys() {
+            if !known.contains(&key.as_str()) {
+                hint(
+                    &mut out,
+                    format!("parameters[\"{key}\"]"),
+                    &format!("the '{}' backend does not read it", config.backend),
+                );
+            }
+        }
+    }
+    if config
+        .model_operations
+        .as_ref()
+        .is_some_and(|o| !o.op_library_filename.is_empty())
+    {
+        refuse(
+            &mut out,
+            "model_operations.op_library_filename".into(),
+            "custom operation libraries are a TensorFlow feature",
+        );
+    }
+    if config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+    {
+        refuse(
+            &mut out,
+            "model_transaction_policy.decoupled".into(),
+            "no backend here answers a request more than once yet",
+        );
+    }
+    if config
+        .model_repository_agents
+        .as_ref()
+        .is_some_and(|a| !a.agents.is_empty())
+    {
+        refuse(
+            &mut out,
+            "model_repository_agents".into(),
+            "repository agents are not supported",
+        );
+    }
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        hint(
+            &mut out,
+            "response_cache.enable".into(),
+            "there is no response cache yet: every request runs the model (Triton too, unless started with --cache-config)",
+        );
+    }
+    if config
+        .model_metrics
+        .as_ref()
+        .is_some_and(|m| !m.metric_control.is_empty())
+    {
+        hint(
+            &mut out,
+            "model_metrics.metric_control".into(),
+            "per-model metric options are not applied; the histograms keep their buckets",
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::pb;
+    use crate::core::config::Severity;
+
+    fn onnx() -> ModelConfig {
+        ModelConfig {
+            name: "m".into(),
+            platform: "onnxruntime_onnx".into(),
+            backend: "onnxruntime".into(),
+            ..Default::default()
+        }
+    }
+
+    fn fields(issues: &[Issue], severity: Severity) -> Vec<String> {
+        issues
+            .iter()
+            .filter(|i| i.severity == severity)
+            .map(|i| i.field.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_plain_model_is_fully_honoured() {
+        assert!(check(&onnx()).is_empty());
+        let ensemble = ModelConfig {
+            platform: ENSEMBLE_PLATFORM.into(),
+            ..Default::default()
+        };
+        assert!(check(&ensemble).is_empty());
+    }
+
+    #[test]
+    fn unknown_backends_and_runtimes_are_refused_with_tritons_message() {
+        let mut c = onnx();
+        c.backend = "pytorch".into();
+        let issues = check(&c);
+        assert_eq!(fields(&issues, Severity::Error), ["backend"]);
+        assert!(issues[0]
+            .message
+            .starts_with("unable to find backend library for backend 'pytorch'"));
+        let mut c = onnx();
+        c.runtime = "libtriton_onnxruntime.so".into();
+        assert!(check(&c).is_empty(), "the default runtime is fine");
+        c.runtime = "model.py".into();
+        assert_eq!(fields(&check(&c), Severity::Error), ["runtime"]);
+    }
+
+    #[test]
+    fn each_unsupported_section_is_refused_at_its_field() {
+        let mut c = onnx();
+        c.model_transaction_policy = Some(pb::ModelTransactionPolicy { decoupled: true });
+        c.instance_group = vec![pb::ModelInstanceGroup {
+            passive: true,
+            ..Default::default()
+        }];
+        c.input = vec![pb::ModelInput {
+            is_shape_tensor: true,
+            ..Default::default()
+        }];
+        assert_eq!(
+            fields(&check(&c), Severity::Error),
+            [
+                "input[0].is_shape_tensor",
+                "instance_group[0].passive",
+                "model_transaction_policy.decoupled",
+            ]
+        );
+    }
+
+    #[test]
+    fn speed_hints_and_unread_parameters_are_warnings() {
+        let mut c = onnx();
+        c.parameters.insert(
+            "intra_op_thread_count".into(),
+            pb::ModelParameter {
+                string_value: "1".into(),
+            },
+        );
+        c.parameters.insert(
+            "enable_mem_arena".into(),
+            pb::ModelParameter {
+                string_value: "1".into(),
+            },
+        );
+        c.optimization = Some(pb::ModelOptimizationPolicy {
+            eager_batching: true,
+            ..Default::default()
+        });
+        // Triton too serves these without acting on them by default.
+        c.response_cache = Some(pb::ModelResponseCache { enable: true });
+        c.instance_group = vec![pb::ModelInstanceGroup {
+            rate_limiter: Some(Default::default()),
+            ..Default::default()
+        }];
+        let issues = check(&c);
+        assert!(fields(&issues, Severity::Error).is_empty());
+        assert_eq!(
+            fields(&issues, Severity::Warning),
+            [
+                "optimization.eager_batching",
+                "instance_group[0].rate_limiter",
+                "parameters[\"enable_mem_arena\"]",
+                "response_cache.enable",
+            ]
+        );
+    }
+
+    #[test]
+    fn reshape_is_refused_where_the_tensor_is_ragged_or_scattered() {
+        let mut c = onnx();
+        let reshape = Some(pb::ModelTensorReshape { shape: vec![4] });
+        c.input = vec![pb::ModelInput {
+            name: "IN".into(),
+            allow_ragged_batch: true,
+            reshape: reshape.clone(),
+            ..Default::default()
+        }];
+        c.output = vec![pb::ModelOutput {
+            name: "OUT".into(),
+            reshape,
+            ..Default::default()
+        }];
+        c.batch_output = vec![pb::BatchOutput {
+            target_name: vec!["OUT".into()],
+            ..Default::default()
+        }];
+        assert_eq!(
+            fields(&check(&c), Severity::Error),
+            ["input[0].reshape", "output[0].reshape"]
+        );
+    }
+}

@@ -199,7 +199,7 @@ fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Res
     };
     drop(ready);
     loop {
-        let Ok(work) = work_rx.recv() else { return };
+        let Ok(mut work) = work_rx.recv() else { return };
         if let Some((pending, n)) = &work.pending {
             pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
         }
@@ -208,7 +208,7 @@ fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Res
         }
         let taken = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            instance.execute(&work.inputs, &work.outputs)
+            instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
         }))
         .unwrap_or_else(|_| {
             Err(Error::internal(

@@ -267,7 +267,7 @@ pub fn run(
                 let result = checked
                     // A sample is one request, as the model takes it alone.
                     .and_then(|inputs| io.model_inputs(vec![inputs]))
-                    .and_then(|inputs| instance.execute(&inputs, &outputs));
+                    .and_then(|inputs| instance.execute(inputs, &outputs));
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(
                         "failed to run warmup sample '{}': {}; ",

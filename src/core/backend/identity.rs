@@ -94,7 +94,7 @@ impl IdentityInstance {
 }
 
 impl super::InstanceExec for IdentityInstance {
-    fn execute(&mut self, inputs: &[Tensor], outputs: &[String]) -> Result<Vec<Tensor>> {
+    fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let mut delay = self.delay;
         if let Some(t) = self.delay_input.and_then(|i| inputs.get(i)) {
             let most = t
@@ -109,18 +109,15 @@ impl super::InstanceExec for IdentityInstance {
             std::thread::sleep(delay);
         }
         if let Some(path) = &self.record {
-            record(path, inputs)?;
+            record(path, &inputs)?;
         }
-        outputs
+        // Each output's input, by position.
+        let sources = outputs
             .iter()
             .map(|name| {
                 if let Some((_, input)) = self.states.iter().find(|(o, _)| o == name) {
-                    let t = inputs.iter().find(|t| &t.name == input).ok_or_else(|| {
+                    return inputs.iter().position(|t| &t.name == input).ok_or_else(|| {
                         Error::internal(format!("identity state '{input}' was not given"))
-                    })?;
-                    return Ok(Tensor {
-                        name: name.clone(),
-                        ..t.clone()
                     });
                 }
                 let i = self
@@ -128,15 +125,33 @@ impl super::InstanceExec for IdentityInstance {
                     .iter()
                     .position(|o| o == name)
                     .ok_or_else(|| Error::internal(format!("unknown output '{name}'")))?;
-                let input = inputs.get(i).ok_or_else(|| {
-                    Error::internal(format!("identity output '{name}' has no input {i}"))
-                })?;
-                Ok(Tensor {
-                    name: name.clone(),
-                    ..input.clone()
-                })
+                if i < inputs.len() {
+                    Ok(i)
+                } else {
+                    Err(Error::internal(format!(
+                        "identity output '{name}' has no input {i}"
+                    )))
+                }
             })
-            .collect()
+            .collect::<Result<Vec<usize>>>()?;
+        // An input read by one output moves into it; one read by several
+        // is copied for all but the last.
+        let mut inputs: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
+        let mut out = Vec::with_capacity(outputs.len());
+        for (k, (name, &i)) in outputs.iter().zip(&sources).enumerate() {
+            let again = sources[k + 1..].contains(&i);
+            let t = if again {
+                inputs[i].clone()
+            } else {
+                inputs[i].take()
+            }
+            .ok_or_else(|| Error::internal(format!("identity input {i} was used up")))?;
+            out.push(Tensor {
+                name: name.clone(),
+                ..t
+            });
+        }
+        Ok(out)
     }
 }
 

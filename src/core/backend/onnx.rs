@@ -363,7 +363,7 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
 }
 
 impl super::InstanceExec for OnnxInstance {
-    fn execute(&mut self, inputs: &[Tensor], outputs: &[String]) -> Result<Vec<Tensor>> {
+    fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let values = inputs
             .iter()
             .map(|t| Ok((t.name.as_str(), to_value(t)?)))

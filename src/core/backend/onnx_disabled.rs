@@ -32,7 +32,7 @@ impl OnnxInstance {
 }
 
 impl super::InstanceExec for OnnxInstance {
-    fn execute(&mut self, _inputs: &[Tensor], _outputs: &[String]) -> Result<Vec<Tensor>> {
+    fn execute(&mut self, _inputs: Vec<Tensor>, _outputs: &[String]) -> Result<Vec<Tensor>> {
         Err(not_built())
     }
 }

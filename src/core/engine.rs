@@ -15,7 +15,9 @@ use std::time::{Instant, SystemTime};
 
 use crate::core::classify::classify;
 use crate::core::error::{request_prefix, Error, ErrorKind, Result};
-use crate::core::repository::{ControlMode, IndexEntry, LoadedModel, ManagerOptions, ModelManager};
+use crate::core::repository::{
+    ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
+};
 use crate::core::request::validate;
 use crate::core::scheduler::{StepRunner, Submission};
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
@@ -69,6 +71,7 @@ pub const EXTENSIONS: &[&str] = &[
     "classification",
     "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
     "model_configuration",
     "binary_tensor_data",
     "statistics",
@@ -142,9 +145,18 @@ impl Engine {
                 tracer,
             }),
         };
+        // In explicit mode an ensemble named by --load-model brings its
+        // composing models (in the other modes every model loads anyway).
+        let explicit = engine.inner.config.control_mode == ControlMode::Explicit;
         let errors = names
             .iter()
-            .filter_map(|n| engine.inner.manager.load(n).err())
+            .filter_map(|n| {
+                if explicit {
+                    engine.load_blocking(n, None).err()
+                } else {
+                    engine.inner.manager.load(n).err()
+                }
+            })
             .collect();
         Ok((engine, errors))
     }
@@ -343,19 +355,73 @@ impl Engine {
     }
 
     pub async fn load(&self, name: &str) -> Result<()> {
+        self.load_with(name, None).await
+    }
+
+    /// Loads a model, with a load request's `config` and `file:`
+    /// parameters in place of the repository's files when given.
+    pub async fn load_with(&self, name: &str, over: Option<LoadOverride>) -> Result<()> {
         self.check_control()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || engine.inner.manager.load(&name))
+        tokio::task::spawn_blocking(move || engine.load_blocking(&name, over.as_ref()))
             .await
             .map_err(|e| Error::internal(format!("model load task failed: {e}")))?
     }
 
+    /// Loads a model and, for an ensemble, every composing model not
+    /// loaded yet (at any depth), as Triton's explicit mode does; if one of
+    /// them fails, the ensemble is unloaded again and the load fails.
+    fn load_blocking(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
+        use crate::core::config::pb::model_config::SchedulingChoice;
+        let manager = &self.inner.manager;
+        manager.load_with(name, over)?;
+        let mut todo = vec![name.to_string()];
+        let mut seen = vec![name.to_string()];
+        while let Some(next) = todo.pop() {
+            let Ok(model) = manager.get(&next, None) else {
+                continue;
+            };
+            let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice
+            else {
+                continue;
+            };
+            for step in &e.step {
+                let composing = &step.model_name;
+                if seen.contains(composing) {
+                    continue;
+                }
+                seen.push(composing.clone());
+                if manager.ready_versions(composing).is_empty() {
+                    if let Err(err) = manager.load(composing) {
+                        let _ = manager.unload_with(name, true);
+                        return Err(Error::new(
+                            err.kind,
+                            format!(
+                                "failed to load '{name}': composing model '{composing}': {}",
+                                err.message
+                            ),
+                        ));
+                    }
+                    manager.mark_implicit(composing);
+                }
+                todo.push(composing.clone());
+            }
+        }
+        Ok(())
+    }
+
     pub async fn unload(&self, name: &str) -> Result<()> {
+        self.unload_with(name, false).await
+    }
+
+    /// Unloads a model; with `dependents`, an ensemble's composing models
+    /// too (`unload_dependents`).
+    pub async fn unload_with(&self, name: &str, dependents: bool) -> Result<()> {
         self.check_control()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || engine.inner.manager.unload(&name))
+        tokio::task::spawn_blocking(move || engine.inner.manager.unload_with(&name, dependents))
             .await
             .map_err(|e| Error::internal(format!("model unload task failed: {e}")))?
     }

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use futures_util::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::load_override;
 use crate::core::engine::{parse_version, Engine, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::logging::{self, Setting};
@@ -274,25 +275,36 @@ impl GrpcInferenceService for GrpcService {
     ) -> GrpcResult<RepositoryModelLoadResponse> {
         let r = req.into_inner();
         no_repository_name(&r.repository_name)?;
-        if let Some((key, value)) = r.parameters.iter().next() {
-            let kind = value.parameter_choice.as_ref();
-            let message = match key.as_str() {
-                "config" if !matches!(kind, Some(RepoParam::StringParam(_))) => {
-                    format!("invalid value type for load parameter '{key}', expected string_param.")
-                }
-                k if k.starts_with("file:") && !matches!(kind, Some(RepoParam::BytesParam(_))) => {
-                    format!("invalid value type for load parameter '{key}', expected bytes_param.")
-                }
-                k if k == "config" || k.starts_with("file:") => {
-                    return Err(Status::unimplemented(format!(
-                        "load parameter '{key}' is not supported by this server yet"
+        let mut config = None;
+        let mut files = Vec::new();
+        for (key, value) in r.parameters {
+            match (key.as_str(), value.parameter_choice) {
+                ("config", Some(RepoParam::StringParam(text))) => config = Some(text),
+                ("config", _) => {
+                    return Err(Status::invalid_argument(format!(
+                        "invalid value type for load parameter '{key}', expected string_param."
                     )))
                 }
-                _ => format!("unrecognized load parameter '{key}'."),
-            };
-            return Err(Status::invalid_argument(message));
+                (k, Some(RepoParam::BytesParam(bytes))) if k.starts_with("file:") => {
+                    files.push((k["file:".len()..].to_string(), bytes))
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(Status::invalid_argument(format!(
+                        "invalid value type for load parameter '{key}', expected bytes_param."
+                    )))
+                }
+                _ => {
+                    return Err(Status::invalid_argument(format!(
+                        "unrecognized load parameter '{key}'."
+                    )))
+                }
+            }
         }
-        self.engine.load(&r.model_name).await.map_err(status)?;
+        let over = load_override(&r.model_name, config, files).map_err(status)?;
+        self.engine
+            .load_with(&r.model_name, over)
+            .await
+            .map_err(status)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -302,20 +314,19 @@ impl GrpcInferenceService for GrpcService {
     ) -> GrpcResult<RepositoryModelUnloadResponse> {
         let r = req.into_inner();
         no_repository_name(&r.repository_name)?;
+        let mut dependents = false;
         if let Some(v) = r.parameters.get("unload_dependents") {
             match v.parameter_choice {
-                Some(RepoParam::BoolParam(false)) => {}
-                Some(RepoParam::BoolParam(true)) => {
-                    return Err(Status::unimplemented(
-                        "unload parameter 'unload_dependents' is not supported by this server yet",
-                    ))
-                }
+                Some(RepoParam::BoolParam(b)) => dependents = b,
                 _ => return Err(Status::invalid_argument(
                     "invalid value type for 'unload_dependents' parameter, expected bool_param.",
                 )),
             }
         }
-        self.engine.unload(&r.model_name).await.map_err(status)?;
+        self.engine
+            .unload_with(&r.model_name, dependents)
+            .await
+            .map_err(status)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 

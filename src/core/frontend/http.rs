@@ -11,8 +11,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use base64::Engine as _;
 use serde_json::{json, Value};
 
+use super::load_override;
 use crate::core::engine::{Engine, TensorMetadata, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::logging::{self, Setting};
@@ -408,18 +410,35 @@ async fn repository_load(
     ApiBody(body): ApiBody,
 ) -> ApiResult<StatusCode> {
     let req = optional_json(&body)?;
-    if let Some((key, _)) = parameters_of(&req)?.and_then(|m| m.iter().next()) {
-        if key == "config" || key.starts_with("file:") {
-            return Err(ApiError(Error::unsupported(format!(
-                "load parameter '{key}' is not supported by this server yet"
+    let (name, _) = model_and_version(&p);
+    let mut config = None;
+    let mut files = Vec::new();
+    for (key, value) in parameters_of(&req)?.into_iter().flatten() {
+        if key == "config" {
+            let text = value.as_str().ok_or_else(|| {
+                ApiError(Error::invalid_arg(
+                    "failed to parse the load parameter 'config': expected a string",
+                ))
+            })?;
+            config = Some(text.to_string());
+        } else if let Some(path) = key.strip_prefix("file:") {
+            let bytes = value
+                .as_str()
+                .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+                .ok_or_else(|| {
+                    ApiError(Error::invalid_arg(format!(
+                        "failed to parse the load parameter '{key}': expected base64-encoded file contents"
+                    )))
+                })?;
+            files.push((path.to_string(), bytes));
+        } else {
+            return Err(ApiError(Error::invalid_arg(format!(
+                "unrecognized load parameter '{key}'."
             ))));
         }
-        return Err(ApiError(Error::invalid_arg(format!(
-            "unrecognized load parameter '{key}'."
-        ))));
     }
-    let (name, _) = model_and_version(&p);
-    s.engine.load(&name).await?;
+    let over = load_override(&name, config, files)?;
+    s.engine.load_with(&name, over).await?;
     Ok(StatusCode::OK)
 }
 
@@ -429,12 +448,13 @@ async fn repository_unload(
     ApiBody(body): ApiBody,
 ) -> ApiResult<StatusCode> {
     let req = optional_json(&body)?;
+    let mut dependents = false;
     for (key, value) in parameters_of(&req)?.into_iter().flatten() {
         match (key.as_str(), value.as_bool()) {
-            ("unload_dependents", Some(false)) => {}
-            ("unload_dependents", Some(true)) => {
-                return Err(ApiError(Error::unsupported(
-                    "unload parameter 'unload_dependents' is not supported by this server yet",
+            ("unload_dependents", Some(b)) => dependents = b,
+            ("unload_dependents", None) => {
+                return Err(ApiError(Error::invalid_arg(
+                    "invalid value type for 'unload_dependents' parameter, expected boolean.",
                 )))
             }
             _ => {
@@ -445,7 +465,7 @@ async fn repository_unload(
         }
     }
     let (name, _) = model_and_version(&p);
-    s.engine.unload(&name).await?;
+    s.engine.unload_with(&name, dependents).await?;
     Ok(StatusCode::OK)
 }
 

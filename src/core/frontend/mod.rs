@@ -4,3 +4,22 @@
 
 pub mod grpc;
 pub mod http;
+
+use crate::core::error::{Error, Result};
+use crate::core::repository::LoadOverride;
+
+/// A load request's `config` and `file:` parameters as one override
+/// (`None`: load from the repository). Files need a config, as in Triton.
+fn load_override(
+    name: &str,
+    config: Option<String>,
+    files: Vec<(String, Vec<u8>)>,
+) -> Result<Option<LoadOverride>> {
+    match config {
+        Some(config) => Ok(Some(LoadOverride { config, files })),
+        None if files.is_empty() => Ok(None),
+        None => Err(Error::invalid_arg(format!(
+            "failed to load '{name}', load parameters 'file:' need the 'config' parameter too"
+        ))),
+    }
+}

@@ -16,7 +16,10 @@ use super::loader::{auto_complete, load_version, read_labels, LoadedModel};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
 
-use super::check::{check_completed, check_repository, CheckOptions};
+use super::check::{check_completed, check_given, check_repository, CheckOptions};
+use super::layout::scan_model_dir;
+use super::overrides::{self, LoadOverride};
+use crate::core::config::pb::model_config::SchedulingChoice;
 
 /// `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,12 @@ struct ModelEntry {
     reason: Option<String>,
     /// The model directory's files when last loaded, to see changes (poll).
     fingerprint: Option<u64>,
+    /// The directory a load's `file:` parameters were written to, while
+    /// the model is loaded from it.
+    scratch: Option<tempfile::TempDir>,
+    /// Loaded only as an ensemble's composing model, not asked for by
+    /// name (`unload_dependents` unloads such models with the ensemble).
+    implicit: bool,
 }
 
 /// Settings of the manager.
@@ -156,6 +165,12 @@ impl ModelManager {
     /// Loads (or reloads) a model: every version its policy selects.
     /// Blocking: call it off the async runtime.
     pub fn load(&self, name: &str) -> Result<()> {
+        self.load_with(name, None)
+    }
+
+    /// Loads (or reloads) a model, with a load request's `config` and
+    /// `file:` parameters in place of the repository's files when given.
+    pub fn load_with(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
         // A client mistake, not a server fault: a name that is not a plain
         // directory name (it would reach outside the repository) or one
         // that is not there answers 4xx, with Triton's message.
@@ -163,15 +178,41 @@ impl ModelManager {
         if !super::layout::is_contained_name(name) {
             return Err(Error::invalid_arg(not_there()));
         }
-        let fingerprint = fingerprint(&self.opts.repository.join(name));
         let opts = CheckOptions {
             gpu_count: self.opts.gpu_count,
             missing_gpu: Severity::Error,
+            server_support: true,
         };
-        let checked = check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
-            .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
-        let Some(mut model) = checked.into_iter().next() else {
-            return Err(Error::not_found(not_there()));
+        let (mut model, fingerprint, scratch) = match over {
+            None => {
+                let fingerprint = fingerprint(&self.opts.repository.join(name));
+                let checked =
+                    check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
+                        .map_err(|e| {
+                            Error::internal(format!("failed to poll model '{name}': {e}"))
+                        })?;
+                let Some(model) = checked.into_iter().next() else {
+                    return Err(Error::not_found(not_there()));
+                };
+                (model, fingerprint, None)
+            }
+            Some(over) => {
+                let config = overrides::parse_config(name, &over.config)?;
+                let scratch = overrides::write_files(name, over)?;
+                let path = match &scratch {
+                    Some(dir) => dir.path().join(name),
+                    None => self.opts.repository.join(name),
+                };
+                if !path.is_dir() {
+                    return Err(Error::not_found(not_there()));
+                }
+                let dir = scan_model_dir(&path)
+                    .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
+                let fingerprint = fingerprint(&path);
+                let checked = check_given(&self.opts.repository, dir, config, &opts)
+                    .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
+                (checked, fingerprint, scratch)
+            }
         };
         self.models
             .write()
@@ -220,10 +261,15 @@ impl ModelManager {
             }
         }
         // Swap in the new versions, then retire the ones no longer selected.
-        let retired: Vec<Arc<LoadedModel>> = {
+        let (retired, old_scratch) = {
             let mut models = self.models.write().unwrap();
             let entry = models.entry(name.to_string()).or_default();
             entry.reason = None;
+            entry.implicit = false;
+            // The files of an earlier override go once nothing loads from
+            // them (versions still serving already hold their backends),
+            // removed after the lock is released.
+            let old_scratch = std::mem::replace(&mut entry.scratch, scratch);
             for (version, m) in loaded {
                 entry
                     .versions
@@ -235,9 +281,10 @@ impl ModelManager {
                     retired.extend(slot.retire());
                 }
             }
-            retired
+            (retired, old_scratch)
         };
         drop(retired);
+        drop(old_scratch);
         if failures.is_empty() {
             Ok(())
         } else {
@@ -250,7 +297,86 @@ impl ModelManager {
 
     /// Unloads every version of a model. Requests in flight finish first.
     pub fn unload(&self, name: &str) -> Result<()> {
-        let retired: Vec<Arc<LoadedModel>> = {
+        self.unload_with(name, false)
+    }
+
+    /// Unloads a model and, with `dependents`, the models that were
+    /// loaded along with it (the `unload_dependents` parameter): an
+    /// ensemble's composing models, at any depth, that were not loaded by
+    /// name and that no other loaded ensemble uses.
+    pub fn unload_with(&self, name: &str, dependents: bool) -> Result<()> {
+        let dependents: Vec<String> = if dependents {
+            let implicit: Vec<String> = self
+                .composing_models(name)
+                .into_iter()
+                .filter(|m| {
+                    self.models
+                        .read()
+                        .unwrap()
+                        .get(m)
+                        .is_some_and(|e| e.implicit)
+                })
+                .collect();
+            let mut gone = implicit.clone();
+            gone.push(name.to_string());
+            let in_use: Vec<String> = self
+                .loaded_names()
+                .into_iter()
+                .filter(|m| !gone.contains(m))
+                .flat_map(|m| self.composing_models(&m))
+                .collect();
+            implicit
+                .into_iter()
+                .filter(|m| !in_use.contains(m))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.unload_one(name)?;
+        for m in dependents {
+            let _ = self.unload_one(&m);
+        }
+        Ok(())
+    }
+
+    /// Marks a model loaded only as a composing model (see `unload_with`).
+    pub fn mark_implicit(&self, name: &str) {
+        if let Some(e) = self.models.write().unwrap().get_mut(name) {
+            e.implicit = true;
+        }
+    }
+
+    /// Models with a ready version.
+    fn loaded_names(&self) -> Vec<String> {
+        let names: Vec<String> = self.models.read().unwrap().keys().cloned().collect();
+        names
+            .into_iter()
+            .filter(|n| !self.ready_versions(n).is_empty())
+            .collect()
+    }
+
+    /// The composing models of a loaded ensemble, at any depth.
+    fn composing_models(&self, name: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut todo = vec![name.to_string()];
+        while let Some(next) = todo.pop() {
+            let Ok(model) = self.get(&next, None) else {
+                continue;
+            };
+            if let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice {
+                for step in &e.step {
+                    if step.model_name != name && !out.contains(&step.model_name) {
+                        out.push(step.model_name.clone());
+                        todo.push(step.model_name.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn unload_one(&self, name: &str) -> Result<()> {
+        let (retired, scratch) = {
             let mut models = self.models.write().unwrap();
             let Some(entry) = models.get_mut(name) else {
                 return Err(Error::invalid_arg(format!(
@@ -261,10 +387,11 @@ impl ModelManager {
             for slot in entry.versions.values_mut() {
                 retired.extend(slot.retire());
             }
-            retired
+            (retired, entry.scratch.take())
         };
         // Dropping the last reference joins the instance threads.
         drop(retired);
+        drop(scratch);
         Ok(())
     }
 

@@ -1,29 +1,24 @@
 //! `Engine`: the one API the frontends, the CLI and tests call. A cheap
 //! `Clone` handle over the model manager.
 //!
-//! `infer` validates a request against the model's config (Triton's checks
-//! and messages), queues it on the model's instances, waits for the result
-//! without blocking the runtime, applies classification and records
-//! statistics. Dropping the returned future (a client that went away) drops
-//! the queued request.
+//! Here: starting the engine, readiness and shutdown, the models (lookup,
+//! metadata, the index, load and unload), shared memory and trace settings.
+//! The request path (`infer`) is in `infer`.
+
+mod infer;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
 
-use crate::core::classify::classify;
-use crate::core::error::{request_prefix, Error, ErrorKind, Result};
+use crate::core::error::{Error, Result};
 use crate::core::repository::{
     ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
 };
-use crate::core::request::validate;
-use crate::core::scheduler::{StepRunner, Submission};
 use crate::core::shm::{RegionStatus, SharedMemoryManager};
-use crate::core::stats::ModelStats;
 use crate::core::trace::{TraceSettings, Tracer};
-use crate::core::types::{DataType, InferRequest, InferResponse, RequestedOutput, Tensor};
+use crate::core::types::{DataType, InferRequest};
 
 /// Server settings the engine needs (the frontends have their own).
 #[derive(Debug, Clone)]
@@ -99,15 +94,6 @@ struct Inner {
     /// Shutdown refuses new client requests.
     refusing: AtomicBool,
     tracer: Tracer,
-}
-
-/// Counts a request in flight until dropped (also when the caller goes away).
-struct InflightGuard<'a>(&'a AtomicUsize);
-
-impl Drop for InflightGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
-    }
 }
 
 impl Engine {
@@ -486,177 +472,6 @@ impl Engine {
             )));
         }
         Ok(())
-    }
-
-    /// Inference requests being handled right now.
-    pub fn inflight(&self) -> usize {
-        self.inner.inflight.load(SeqCst)
-    }
-
-    /// Runs one inference request.
-    pub async fn infer(
-        &self,
-        name: &str,
-        version: &str,
-        request: InferRequest,
-    ) -> Result<InferResponse> {
-        let model = self.model(name, version)?;
-        self.infer_on(model, request).await
-    }
-
-    /// Runs one inference request on a model version the caller already
-    /// looked up (the HTTP frontend needs its config to parse the body):
-    /// validate, submit to the model's scheduler, await the answer,
-    /// classify, write shared-memory outputs, record statistics.
-    pub async fn infer_on(
-        &self,
-        model: Arc<LoadedModel>,
-        request: InferRequest,
-    ) -> Result<InferResponse> {
-        let start = Instant::now();
-        let wall_start = SystemTime::now();
-        let sampled = self.inner.tracer.sample(&model.name);
-        self.inner.inflight.fetch_add(1, SeqCst);
-        let _inflight = InflightGuard(&self.inner.inflight);
-        let stats = &model.stats;
-        let fail = |e: Error| {
-            stats.record_failure(start.elapsed());
-            e
-        };
-        let mut request = request;
-        for (i, r) in std::mem::take(&mut request.shm_inputs) {
-            request.inputs[i].data = self.inner.shm.read(&r).map_err(fail)?;
-        }
-        let (inputs, outputs, batch) =
-            validate(&model.config, &request.id, request.inputs, &request.outputs).map_err(fail)?;
-        model.batch_io.check(&inputs).map_err(|e| {
-            fail(Error::new(
-                e.kind,
-                format!("{}{}", request_prefix(&request.id), e.message),
-            ))
-        })?;
-        if let Some(why) = self.ensemble_unready(&model, 0) {
-            return Err(fail(Error::unavailable(format!(
-                "ensemble '{}' is not ready: {why}",
-                model.name
-            ))));
-        }
-        let enqueued = Instant::now();
-        let submission = Submission {
-            id: &request.id,
-            inputs,
-            outputs: &outputs,
-            batch,
-            priority: request.priority,
-            timeout_us: request.timeout_us,
-            sequence: &request.sequence,
-            enqueued,
-        };
-        let mut completion = match model.scheduler.submit(submission, self) {
-            Ok(c) => c,
-            // A request the scheduler found wrong is a failed request; any
-            // other refusal (a full queue, unloading) a rejected one.
-            Err(e) if e.kind == ErrorKind::InvalidArg => return Err(fail(e)),
-            Err(e) => {
-                stats.record_rejected(start.elapsed());
-                return Err(e);
-            }
-        };
-        // A caller that goes away while its request waits (a closed
-        // connection, a client timeout) counts as a canceled request.
-        let mut canceled = CancelGuard {
-            stats,
-            start,
-            armed: true,
-        };
-        let done = completion.next().await;
-        canceled.armed = false;
-        drop(completion);
-        let done = done.ok_or_else(|| {
-            stats.record_backend_failure(start.elapsed());
-            Error::internal(format!("model '{}' sent no response", model.name))
-        })?;
-        if done.rejected {
-            stats.record_rejected(start.elapsed());
-            return Err(done
-                .result
-                .err()
-                .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
-        }
-        let labels = &model.labels;
-        let batching = model.config.max_batch_size > 0;
-        let tensors = done
-            .result
-            .and_then(|t| classify(labels, batching, &outputs, t, batch))
-            .and_then(|t| self.write_shm_outputs(&outputs, t))
-            .inspect_err(|_| stats.record_backend_failure(start.elapsed()))?;
-        stats.record_success(batch, None, start.elapsed(), done.queue, done.compute);
-        if let Some(sampled) = sampled {
-            let queue_start = wall_start + (enqueued - start);
-            let compute_start = queue_start + done.queue;
-            let stamps = [
-                ("REQUEST_START", wall_start),
-                ("QUEUE_START", queue_start),
-                ("COMPUTE_START", compute_start),
-                ("COMPUTE_END", compute_start + done.compute),
-                ("REQUEST_END", wall_start + start.elapsed()),
-            ];
-            let version = model.version.to_string();
-            self.inner
-                .tracer
-                .record(sampled, &model.name, &version, &stamps);
-        }
-        Ok(InferResponse {
-            model_name: model.name.clone(),
-            model_version: model.version.to_string(),
-            id: request.id,
-            outputs: tensors,
-        })
-    }
-}
-
-impl StepRunner for Engine {
-    fn run_step<'a>(
-        &'a self,
-        model: &'a str,
-        version: &'a str,
-        request: InferRequest,
-    ) -> futures_util::future::BoxFuture<'a, Result<InferResponse>> {
-        Box::pin(self.infer(model, version, request))
-    }
-}
-
-/// Records a canceled request when dropped armed (the caller's future was
-/// dropped while the request waited).
-struct CancelGuard<'a> {
-    stats: &'a ModelStats,
-    start: Instant,
-    armed: bool,
-}
-
-impl Drop for CancelGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.stats.record_canceled(self.start.elapsed());
-        }
-    }
-}
-
-impl Engine {
-    /// Writes the outputs asked for in shared memory there; their tensors
-    /// keep shape and type but carry no data.
-    fn write_shm_outputs(
-        &self,
-        outputs: &[RequestedOutput],
-        mut tensors: Vec<Tensor>,
-    ) -> Result<Vec<Tensor>> {
-        for (t, req) in tensors.iter_mut().zip(outputs) {
-            if let Some(r) = &req.shm {
-                self.inner.shm.write(r, &t.name, &t.data)?;
-                t.data.clear();
-            }
-        }
-        Ok(tensors)
     }
 }
 

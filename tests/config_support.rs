@@ -147,8 +147,6 @@ fn validate_config_passes_exactly_the_models_serve_makes_ready() {
             .contains("not supported by trtis"),
         "{f}"
     );
-    let f = finding("cache", "response_cache.enable");
-    assert_eq!(f["severity"], "warning");
     let f = finding("torch", "backend");
     assert!(
         f["message"]

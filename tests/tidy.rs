@@ -92,6 +92,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("batch_io", &["config"]),
     ("request", &["config"]),
     ("classify", &[]),
+    ("cache", &[]),
     ("backend", &["config", "batch_io", "device", "logging"]),
     ("instance", &["backend", "logging"]),
     (
@@ -134,6 +135,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "batch_io",
             "request",
             "classify",
+            "cache",
             "device",
             "backend",
             "instance",

@@ -160,6 +160,8 @@ impl GrpcClient {
                         compute_input: pair(st.compute_input),
                         compute_infer: pair(st.compute_infer),
                         compute_output: pair(st.compute_output),
+                        cache_hit: pair(st.cache_hit),
+                        cache_miss: pair(st.cache_miss),
                         batches: Vec::new(),
                     },
                 }

@@ -109,6 +109,8 @@ pub(super) struct InferenceStatsJson {
     pub compute_input: DurationJson,
     pub compute_infer: DurationJson,
     pub compute_output: DurationJson,
+    pub cache_hit: DurationJson,
+    pub cache_miss: DurationJson,
 }
 
 /// A count and its total time.
@@ -141,6 +143,8 @@ impl From<ModelStatsJson> for ModelStats {
                 compute_input: st.compute_input.into(),
                 compute_infer: st.compute_infer.into(),
                 compute_output: st.compute_output.into(),
+                cache_hit: st.cache_hit.into(),
+                cache_miss: st.cache_miss.into(),
                 batches: Vec::new(),
             },
         }

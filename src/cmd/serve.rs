@@ -170,6 +170,20 @@ pub struct Args {
     )]
     trace_config: Vec<String>,
 
+    /// The response cache, as Triton's `<cache>,<key>=<value>`: `local,size=BYTES`
+    /// (repeatable). Models with `response_cache { enable: true }` answer
+    /// repeated requests from it.
+    #[arg(
+        long = "cache-config",
+        env = "TRTIS_CACHE_CONFIG",
+        value_name = "CACHE,KEY=VALUE"
+    )]
+    cache_config: Vec<String>,
+
+    /// Deprecated: --cache-config local,size=BYTES.
+    #[arg(long, value_name = "BYTES")]
+    response_cache_byte_size: Option<u64>,
+
     /// Deprecated: --trace-config triton,file=FILE.
     #[arg(long, value_name = "FILE")]
     trace_file: Option<String>,
@@ -245,6 +259,19 @@ pub fn run(args: Args) -> ExitCode {
     config.id = args.id.clone();
     config.allow_client_shm = args.allow_client_shm;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
+    let mut cache_flags: Vec<String> = args
+        .response_cache_byte_size
+        .iter()
+        .map(|n| format!("local,size={n}"))
+        .collect();
+    cache_flags.extend(args.cache_config.iter().cloned());
+    config.cache = match trtis::core::cache::CacheSettings::from_flags(&cache_flags) {
+        Ok(cache) => cache,
+        Err(e) => {
+            log('E', &e.message);
+            return ExitCode::from(2);
+        }
+    };
     config.trace = match trtis::core::trace::TraceSettings::from_config(&args.trace_settings()) {
         Ok(trace) => trace,
         Err(e) => {

@@ -29,6 +29,17 @@ const FAMILIES: &[Family] = &[
     ("nv_inference_compute_output_duration_us", "counter", "Cumulative inference compute output duration in microseconds (does not include cached requests)", |m| m.stats.compute_output.get().1 as f64 / 1000.0),
 ];
 
+/// Triton's per-model response cache counters.
+type CacheFamily = (&'static str, &'static str, fn(&LoadedModel) -> f64);
+
+#[rustfmt::skip]
+const CACHE_FAMILIES: &[CacheFamily] = &[
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", |m| m.stats.cache_hit.get().0 as f64),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", |m| m.stats.cache_miss.get().0 as f64),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", |m| m.stats.cache_hit.get().1 as f64 / 1000.0),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert + lookup) duration per model, in microseconds", |m| m.stats.cache_miss.get().1 as f64 / 1000.0),
+];
+
 /// Latency histograms per model (beyond Triton, which has cumulative
 /// counters only): buckets can be summed across replicas for percentiles.
 type HistogramFamily = (&'static str, &'static str, fn(&LoadedModel) -> &Histogram);
@@ -153,6 +164,20 @@ pub fn render(models: &[std::sync::Arc<LoadedModel>]) -> String {
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for m in models {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(m, &[]), value(m));
+        }
+    }
+    // The response cache's families, for the models that enable it.
+    let cached: Vec<&std::sync::Arc<LoadedModel>> = models
+        .iter()
+        .filter(|m| m.config.response_cache.as_ref().is_some_and(|c| c.enable))
+        .collect();
+    if !cached.is_empty() {
+        for (name, help, value) in CACHE_FAMILIES {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for m in &cached {
+                let _ = writeln!(out, "{name}{{{}}} {}", labels(m, &[]), value(m));
+            }
         }
     }
     for (name, help, pick) in HISTOGRAMS {

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod batch_io;
+pub mod cache;
 pub mod classify;
 pub mod config;
 pub mod device;

@@ -70,6 +70,10 @@ pub struct ModelStats {
     pub compute_input: Duration64,
     pub compute_infer: Duration64,
     pub compute_output: Duration64,
+    /// Response cache lookups that found an answer (their lookup time), and
+    /// that did not (lookup and insertion time).
+    pub cache_hit: Duration64,
+    pub cache_miss: Duration64,
     /// Batch elements inferred.
     pub inference_count: AtomicU64,
     /// Backend executions.
@@ -143,6 +147,16 @@ impl ModelStats {
         }
     }
 
+    /// A request answered from the response cache: a success that ran no
+    /// model (not in the inference or execution counts), `lookup` long.
+    pub fn record_cache_hit(&self, total: Duration, lookup: Duration) {
+        self.success.add(total);
+        self.request_histogram.observe(total);
+        self.queue.add(Duration::ZERO);
+        self.cache_hit.add(lookup);
+        self.touch();
+    }
+
     pub fn record_failure(&self, total: Duration) {
         self.fail.add(total);
         self.touch();
@@ -187,6 +201,8 @@ pub struct Snapshot {
     pub compute_input: (u64, u64),
     pub compute_infer: (u64, u64),
     pub compute_output: (u64, u64),
+    pub cache_hit: (u64, u64),
+    pub cache_miss: (u64, u64),
     /// (batch size, executions, compute ns), for sizes that ran.
     pub batches: Vec<(u64, u64, u64)>,
 }
@@ -203,6 +219,8 @@ impl ModelStats {
             compute_input: self.compute_input.get(),
             compute_infer: self.compute_infer.get(),
             compute_output: self.compute_output.get(),
+            cache_hit: self.cache_hit.get(),
+            cache_miss: self.cache_miss.get(),
             batches: self
                 .batch
                 .by_size

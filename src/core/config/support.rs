@@ -333,13 +333,6 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "repository agents are not supported",
         );
     }
-    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
-        hint(
-            &mut out,
-            "response_cache.enable".into(),
-            "there is no response cache yet: every request runs the model (Triton too, unless started with --cache-config)",
-        );
-    }
     if config
         .model_metrics
         .as_ref()
@@ -444,8 +437,7 @@ mod tests {
             eager_batching: true,
             ..Default::default()
         });
-        // Triton too serves these without acting on them by default.
-        c.response_cache = Some(pb::ModelResponseCache { enable: true });
+        // Triton too serves this without acting on it by default.
         c.instance_group = vec![pb::ModelInstanceGroup {
             rate_limiter: Some(Default::default()),
             ..Default::default()
@@ -458,7 +450,6 @@ mod tests {
                 "optimization.eager_batching",
                 "instance_group[0].rate_limiter",
                 "parameters[\"enable_mem_arena\"]",
-                "response_cache.enable",
             ]
         );
     }

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
+use crate::core::cache::{CacheSettings, ResponseCache};
 use crate::core::error::{Error, Result};
 use crate::core::repository::{
     ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
@@ -42,6 +43,8 @@ pub struct ServerConfig {
     /// The trace settings at start (`--trace-config`), the trace file
     /// among them: the API cannot change it.
     pub trace: TraceSettings,
+    /// The response cache (`--cache-config local,size=BYTES`), if any.
+    pub cache: Option<CacheSettings>,
 }
 
 impl ServerConfig {
@@ -57,6 +60,7 @@ impl ServerConfig {
             auto_complete: true,
             allow_client_shm: false,
             trace: TraceSettings::default(),
+            cache: None,
         }
     }
 }
@@ -94,6 +98,8 @@ struct Inner {
     /// Shutdown refuses new client requests.
     refusing: AtomicBool,
     tracer: Tracer,
+    /// Shared by the models whose config enables `response_cache`.
+    cache: Option<ResponseCache>,
 }
 
 impl Engine {
@@ -120,6 +126,7 @@ impl Engine {
             _ => manager.repository_models()?,
         };
         let tracer = Tracer::new(config.trace.clone());
+        let cache = config.cache.map(ResponseCache::new);
         let engine = Engine {
             inner: Arc::new(Inner {
                 config,
@@ -129,6 +136,7 @@ impl Engine {
                 draining: Default::default(),
                 refusing: Default::default(),
                 tracer,
+                cache,
             }),
         };
         // In explicit mode an ensemble named by --load-model brings its
@@ -144,7 +152,34 @@ impl Engine {
                 }
             })
             .collect();
+        for name in engine.inner.manager.repository_models().unwrap_or_default() {
+            engine.warn_uncached(&name);
+        }
         Ok((engine, errors))
+    }
+
+    /// A loaded model that enables `response_cache` on a server started
+    /// without a cache is served uncached, as in Triton: say so.
+    fn warn_uncached(&self, name: &str) {
+        if self.inner.cache.is_some() {
+            return;
+        }
+        let Ok(model) = self.inner.manager.get(name, None) else {
+            return;
+        };
+        if model
+            .config
+            .response_cache
+            .as_ref()
+            .is_some_and(|c| c.enable)
+        {
+            crate::core::logging::log(
+                'W',
+                &format!(
+                    "model '{name}' enables response_cache, but the server has no cache (start it with --cache-config local,size=BYTES): its responses are not cached"
+                ),
+            );
+        }
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -362,6 +397,7 @@ impl Engine {
         use crate::core::config::pb::model_config::SchedulingChoice;
         let manager = &self.inner.manager;
         manager.load_with(name, over)?;
+        self.warn_uncached(name);
         let mut todo = vec![name.to_string()];
         let mut seen = vec![name.to_string()];
         while let Some(next) = todo.pop() {

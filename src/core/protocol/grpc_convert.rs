@@ -365,8 +365,8 @@ pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
             compute_input: duration(st.compute_input),
             compute_infer: duration(st.compute_infer),
             compute_output: duration(st.compute_output),
-            cache_hit: duration((0, 0)),
-            cache_miss: duration((0, 0)),
+            cache_hit: duration(st.cache_hit),
+            cache_miss: duration(st.cache_miss),
         }),
         batch_stats: st
             .batches

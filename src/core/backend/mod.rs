@@ -11,6 +11,7 @@ pub mod onnx;
 #[cfg(not(feature = "onnx"))]
 #[path = "onnx_disabled.rs"]
 pub mod onnx;
+pub mod onnx_settings;
 mod reshape;
 
 use std::path::{Path, PathBuf};

@@ -9,18 +9,20 @@ use std::sync::OnceLock;
 
 use half::f16;
 use ort::environment::Environment;
-use ort::session::Session;
+use ort::ep;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{RunOptions, Session};
 use ort::value::{
     DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType,
 };
 
 use crate::core::config::autocomplete::ModelTensor;
-use crate::core::config::normalize::instance_count;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::element::{decode, encode, Element};
 use crate::core::types::{element_count, DataType, Tensor};
 
+use super::onnx_settings::{GraphLevel, OrtSettings};
 use super::LoadContext;
 
 /// What to install when the library cannot be found.
@@ -120,63 +122,37 @@ pub fn environment() -> Result<&'static Environment> {
     .map_err(|e| Error::unavailable(e.clone()))
 }
 
-/// A whole-number parameter from the model's `parameters`.
-fn thread_param(config: &ModelConfig, key: &str, default: usize) -> Result<usize> {
-    match config.parameters.get(key) {
-        None => Ok(default),
-        Some(p) => p.string_value.trim().parse().map_err(|_| {
-            Error::invalid_arg(format!(
-                "parameter '{key}' of model '{}' must be a whole number, got '{}'",
-                config.name, p.string_value
-            ))
-        }),
-    }
-}
-
-/// The default intra-op thread count: the machine's cores shared among the
-/// model's instances (two instances on two cores: one thread each; one
-/// instance: every core), so a model uses the whole machine without
-/// oversubscribing it.
-pub fn default_intra_threads(config: &ModelConfig) -> usize {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let instances = instance_count(config);
-    (cores / instances.max(1)).max(1)
-}
-
-/// Opens a session on `path` with the model's thread settings:
-/// `intra_op_thread_count` (default: `default_intra_threads`),
-/// `inter_op_thread_count` (default 1), and `allow_spinning` (default
-/// false: idle intra-op threads sleep instead of spinning, which on a small
-/// machine leaves the cores to the network threads).
+/// Opens a session on `path` with the model's settings (`OrtSettings`:
+/// threads, execution mode, memory arena and pattern, graph optimization
+/// level, `session.*` config entries).
 pub fn open_session(path: &Path, config: &ModelConfig) -> Result<Session> {
+    let settings = OrtSettings::from_config(config)?;
+    open_with(path, &settings)
+}
+
+fn open_with(path: &Path, s: &OrtSettings) -> Result<Session> {
     let env = environment()?;
-    let intra = thread_param(
-        config,
-        "intra_op_thread_count",
-        default_intra_threads(config),
-    )?;
-    let inter = thread_param(config, "inter_op_thread_count", 1)?;
-    let spinning = match config.parameters.get("allow_spinning") {
-        None => false,
-        Some(p) => match p.string_value.trim() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            other => {
-                return Err(Error::invalid_arg(format!(
-                    "parameter 'allow_spinning' of model '{}' must be true or false, got '{other}'",
-                    config.name
-                )))
-            }
-        },
+    let level = match s.level {
+        GraphLevel::Disabled => GraphOptimizationLevel::Disable,
+        GraphLevel::Basic => GraphOptimizationLevel::Level1,
+        GraphLevel::Extended => GraphOptimizationLevel::Level2,
+        GraphLevel::All => GraphOptimizationLevel::All,
     };
     let session = (|| -> ort::Result<Session> {
-        Session::builder(env)?
-            .with_intra_threads(intra)?
-            .with_inter_threads(inter)?
-            .with_intra_op_spinning(spinning)?
-            .commit_from_file(path)
+        let mut builder = Session::builder(env)?
+            .with_intra_threads(s.intra_threads)?
+            .with_inter_threads(s.inter_threads)?
+            .with_intra_op_spinning(s.spinning)?
+            .with_parallel_execution(s.parallel)?
+            .with_memory_pattern(s.mem_pattern)?
+            .with_optimization_level(level)?
+            .with_execution_providers([ep::CPU::default()
+                .with_arena_allocator(s.mem_arena)
+                .build()])?;
+        for (key, value) in &s.session_entries {
+            builder = builder.with_config_entry(key, value)?;
+        }
+        builder.commit_from_file(path)
     })();
     session.map_err(|e| Error::internal(format!("failed to load '{}': {e}", path.display())))
 }
@@ -227,6 +203,9 @@ pub fn model_io(path: &Path) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
 
 pub struct OnnxInstance {
     session: Session,
+    /// Run options, when the config sets one
+    /// (`memory.enable_memory_arena_shrinkage`).
+    run_options: Option<RunOptions>,
 }
 
 impl OnnxInstance {
@@ -236,8 +215,22 @@ impl OnnxInstance {
         } else {
             ctx.config.default_model_filename.as_str()
         };
-        let session = open_session(&ctx.version_dir.join(file), ctx.config)?;
-        Ok(OnnxInstance { session })
+        let settings = OrtSettings::from_config(ctx.config)?;
+        let session = open_with(&ctx.version_dir.join(file), &settings)?;
+        let run_options = match &settings.arena_shrinkage {
+            None => None,
+            Some(devices) => {
+                let mut options = RunOptions::new().map_err(ort_err)?;
+                options
+                    .set("memory.enable_memory_arena_shrinkage", devices)
+                    .map_err(ort_err)?;
+                Some(options)
+            }
+        };
+        Ok(OnnxInstance {
+            session,
+            run_options,
+        })
     }
 }
 
@@ -368,7 +361,11 @@ impl super::InstanceExec for OnnxInstance {
             .iter()
             .map(|t| Ok((t.name.as_str(), to_value(t)?)))
             .collect::<Result<Vec<(&str, DynValue)>>>()?;
-        let results = self.session.run(values).map_err(ort_err)?;
+        let results = match &self.run_options {
+            None => self.session.run(values),
+            Some(options) => self.session.run_with_options(values, options),
+        }
+        .map_err(ort_err)?;
         outputs
             .iter()
             .map(|name| {

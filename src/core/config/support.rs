@@ -34,13 +34,19 @@ pub fn built_backends() -> &'static [&'static str] {
 }
 
 /// The `parameters` each built-in backend reads.
-fn backend_parameters(backend: &str) -> &'static [&'static str] {
+pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
     match backend {
         "identity" => &["execute_delay_ms", "delay_input", "record_inputs"],
+        // Kept equal to backend::onnx_settings::PARAMETERS (a test there
+        // checks), plus any `session.*` key.
         "onnxruntime" => &[
             "intra_op_thread_count",
             "inter_op_thread_count",
             "allow_spinning",
+            "execution_mode",
+            "enable_mem_arena",
+            "enable_mem_pattern",
+            "memory.enable_memory_arena_shrinkage",
         ],
         _ => &[],
     }
@@ -161,11 +167,14 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
     }
 
     if let Some(o) = &config.optimization {
-        if o.graph.as_ref().is_some_and(|g| g.level != 0) {
+        if o.graph.as_ref().is_some_and(|g| g.level != 0) && config.backend != "onnxruntime" {
             hint(
                 &mut out,
                 "optimization.graph.level".into(),
-                "ONNX Runtime runs with all graph optimizations",
+                &format!(
+                    "the '{}' backend has no graph optimizations",
+                    config.backend
+                ),
             );
         }
         if o.priority != ModelPriority::PriorityDefault as i32 {
@@ -291,7 +300,8 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
     if !ensemble {
         let known = backend_parameters(&config.backend);
         for key in config.parameters.keys() {
-            if !known.contains(&key.as_str()) {
+            let session_entry = config.backend == "onnxruntime" && key.starts_with("session.");
+            if !known.contains(&key.as_str()) && !session_entry {
                 hint(
                     &mut out,
                     format!("parameters[\"{key}\"]"),
@@ -428,7 +438,7 @@ mod tests {
             },
         );
         c.parameters.insert(
-            "enable_mem_arena".into(),
+            "no_such_knob".into(),
             pb::ModelParameter {
                 string_value: "1".into(),
             },
@@ -449,7 +459,7 @@ mod tests {
             [
                 "optimization.eager_batching",
                 "instance_group[0].rate_limiter",
-                "parameters[\"enable_mem_arena\"]",
+                "parameters[\"no_such_knob\"]",
             ]
         );
     }

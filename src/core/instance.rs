@@ -35,6 +35,8 @@ pub struct Work {
     /// The model's pending-request gauge and how many requests this work
     /// holds: decremented when an instance takes it.
     pub pending: Option<(Arc<std::sync::atomic::AtomicI64>, i64)>,
+    /// Time the scheduler spent gathering `inputs` (compute_input).
+    pub gather: Duration,
 }
 
 /// Where a finished request goes.
@@ -66,9 +68,14 @@ pub struct Done {
     pub result: Result<Vec<Tensor>>,
     /// Time in the queue before an instance took it.
     pub queue: Duration,
-    /// Time the backend spent (Triton's compute_infer; input/output copies
-    /// are part of it for the built-in backends).
+    /// Triton's compute_input: gathering the batch's inputs and handing
+    /// them to the framework.
+    pub input: Duration,
+    /// Triton's compute_infer: the model run itself.
     pub compute: Duration,
+    /// Triton's compute_output: taking the outputs from the framework and
+    /// giving each request its part.
+    pub output: Duration,
     /// Refused before reaching an instance (a queue timeout).
     pub rejected: bool,
 }
@@ -215,10 +222,16 @@ fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Res
                 "the backend panicked while executing the request",
             ))
         });
+        // The backend's own split of its time (zero where it does not
+        // measure): the rest is the model run.
+        let (input, output) = instance.timing();
+        let total = taken.elapsed();
         let done = Done {
             result,
             queue: taken - work.enqueued,
-            compute: taken.elapsed(),
+            compute: total.saturating_sub(input + output),
+            input: work.gather + input,
+            output,
             rejected: false,
         };
         // A panicking reply callback (a bug) must not take the instance

@@ -121,16 +121,16 @@ impl ModelStats {
         execution: Option<usize>,
         total: Duration,
         queue: Duration,
-        compute: Duration,
+        (input, compute, output): (Duration, Duration, Duration),
     ) {
         self.success.add(total);
         self.request_histogram.observe(total);
         self.queue_histogram.observe(queue);
         self.compute_histogram.observe(compute);
         self.queue.add(queue);
-        self.compute_input.add(Duration::ZERO);
+        self.compute_input.add(input);
         self.compute_infer.add(compute);
-        self.compute_output.add(Duration::ZERO);
+        self.compute_output.add(output);
         self.inference_count.fetch_add(batch as u64, Relaxed);
         if let Some(executed) = execution {
             self.record_execution(executed, compute);

@@ -97,7 +97,15 @@ def test_sampled_requests_are_appended_as_one_valid_array(tclient, trace_dir):
         traces = json.loads(trace_file.read_text())
         assert len(traces) == 3, traces
         names = [t["name"] for t in traces[0]["timestamps"]]
-        assert names == ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END", "REQUEST_END"]
+        assert names == [
+            "REQUEST_START",
+            "QUEUE_START",
+            "COMPUTE_START",
+            "COMPUTE_INPUT_END",
+            "COMPUTE_OUTPUT_START",
+            "COMPUTE_END",
+            "REQUEST_END",
+        ]
         ns = [t["ns"] for t in traces[0]["timestamps"]]
         assert ns == sorted(ns) and ns[0] > 0
         assert traces[0]["model_name"] == "identity_fp32"

@@ -120,3 +120,16 @@ def test_arena_shrinkage_without_an_arena_is_onnx_runtimes_error(client):
         add_sub(client, "no_arena_shrink")
     assert "arena" in e.value.message()
     client.unload_model("no_arena_shrink")
+
+
+def test_statistics_split_compute_into_input_infer_and_output(client):
+    """compute_input (gathering and handing the inputs to ONNX Runtime) and
+    compute_output (taking the outputs back) are measured, not zero."""
+    client.load_model("basic")
+    for _ in range(5):
+        add_sub(client, "basic")
+    st = client.get_inference_statistics("basic")["model_stats"][0]["inference_stats"]
+    for part in ["compute_input", "compute_infer", "compute_output"]:
+        assert int(st[part]["count"]) == 5, (part, st)
+        assert int(st[part]["ns"]) > 0, (part, st)
+    client.unload_model("basic")

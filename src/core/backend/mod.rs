@@ -27,6 +27,13 @@ pub trait InstanceExec: Send {
     /// config says so) and the instance's to keep; returns the tensors
     /// named in `outputs`, in that order.
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>>;
+
+    /// Of the last `execute`, the time spent handing the inputs to the
+    /// framework and taking the outputs back (Triton's compute_input and
+    /// compute_output); zero where the backend has no such step.
+    fn timing(&self) -> (std::time::Duration, std::time::Duration) {
+        Default::default()
+    }
 }
 
 /// What a backend needs to load an instance.

@@ -206,6 +206,8 @@ pub struct OnnxInstance {
     /// Run options, when the config sets one
     /// (`memory.enable_memory_arena_shrinkage`).
     run_options: Option<RunOptions>,
+    /// The last execution's input and output conversion times.
+    timing: (std::time::Duration, std::time::Duration),
 }
 
 impl OnnxInstance {
@@ -230,6 +232,7 @@ impl OnnxInstance {
         Ok(OnnxInstance {
             session,
             run_options,
+            timing: Default::default(),
         })
     }
 }
@@ -357,16 +360,19 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
 
 impl super::InstanceExec for OnnxInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
+        let start = std::time::Instant::now();
         let values = inputs
             .iter()
             .map(|t| Ok((t.name.as_str(), to_value(t)?)))
             .collect::<Result<Vec<(&str, DynValue)>>>()?;
+        let converted = start.elapsed();
         let results = match &self.run_options {
             None => self.session.run(values),
             Some(options) => self.session.run_with_options(values, options),
         }
         .map_err(ort_err)?;
-        outputs
+        let ran = std::time::Instant::now();
+        let tensors = outputs
             .iter()
             .map(|name| {
                 let value = results.get(name).ok_or_else(|| {
@@ -374,6 +380,12 @@ impl super::InstanceExec for OnnxInstance {
                 })?;
                 from_value(name, value)
             })
-            .collect()
+            .collect();
+        self.timing = (converted, ran.elapsed());
+        tensors
+    }
+
+    fn timing(&self) -> (std::time::Duration, std::time::Duration) {
+        self.timing
     }
 }

@@ -83,6 +83,10 @@ impl InstanceExec for Reshaped {
         }
         Ok(results)
     }
+
+    fn timing(&self) -> (std::time::Duration, std::time::Duration) {
+        self.inner.timing()
+    }
 }
 
 fn mismatch(what: &str, t: &Tensor, expected: &[i64]) -> Error {

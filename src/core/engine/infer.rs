@@ -155,7 +155,8 @@ impl Engine {
             })
             .and_then(|t| self.write_shm_outputs(&outputs, t))
             .inspect_err(|_| stats.record_backend_failure(start.elapsed()))?;
-        stats.record_success(batch, None, start.elapsed(), done.queue, done.compute);
+        let compute = (done.input, done.compute, done.output);
+        stats.record_success(batch, None, start.elapsed(), done.queue, compute);
         if let Some(sampled) = sampled {
             let queue_start = wall_start + (enqueued - start);
             let compute_start = queue_start + done.queue;
@@ -163,7 +164,15 @@ impl Engine {
                 ("REQUEST_START", wall_start),
                 ("QUEUE_START", queue_start),
                 ("COMPUTE_START", compute_start),
-                ("COMPUTE_END", compute_start + done.compute),
+                ("COMPUTE_INPUT_END", compute_start + done.input),
+                (
+                    "COMPUTE_OUTPUT_START",
+                    compute_start + done.input + done.compute,
+                ),
+                (
+                    "COMPUTE_END",
+                    compute_start + done.input + done.compute + done.output,
+                ),
                 ("REQUEST_END", wall_start + start.elapsed()),
             ];
             let version = model.version.to_string();

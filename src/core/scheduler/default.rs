@@ -2,6 +2,7 @@
 //! queued FIFO for the next free instance.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
@@ -34,6 +35,7 @@ impl DefaultScheduler {
         let (reply, rx) = oneshot::channel();
         let gauge = &self.stats.pending;
         pending(gauge, || {
+            let gathering = Instant::now();
             let inputs = self.io.model_inputs(vec![submission.inputs])?;
             self.pool
                 .submit(Work {
@@ -42,6 +44,7 @@ impl DefaultScheduler {
                     enqueued: submission.enqueued,
                     reply: Reply::Caller(reply),
                     pending: Some((Arc::clone(gauge), 1)),
+                    gather: gathering.elapsed(),
                 })
                 .map_err(|(e, _)| e)
         })?;
@@ -49,9 +52,11 @@ impl DefaultScheduler {
         let after = move |done: &mut Done| {
             if let Ok(tensors) = &mut done.result {
                 stats.record_execution(batch, done.compute);
+                let scattering = Instant::now();
                 if let Err(e) = BatchIo::apply_scatter(&scatter, tensors) {
                     done.result = Err(e);
                 }
+                done.output += scattering.elapsed();
             }
         };
         Ok(Completion::one_then(rx, Box::new(after)))

@@ -85,6 +85,8 @@ impl EnsembleScheduler {
                 result,
                 queue: Duration::ZERO,
                 compute,
+                input: Duration::ZERO,
+                output: Duration::ZERO,
                 rejected: false,
             }
         }))

@@ -23,7 +23,7 @@ mod worker;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -189,6 +189,8 @@ impl<'a> Completion<'a> {
                     )),
                     queue: std::time::Duration::ZERO,
                     compute: std::time::Duration::ZERO,
+                    input: Duration::ZERO,
+                    output: Duration::ZERO,
                     rejected: false,
                 });
                 if let Some(after) = after {
@@ -230,6 +232,8 @@ mod tests {
             }]),
             queue: Duration::ZERO,
             compute: Duration::ZERO,
+            input: Duration::ZERO,
+            output: Duration::ZERO,
             rejected: false,
         }
     }

@@ -65,6 +65,8 @@ mod tests {
             }]),
             queue: Duration::ZERO,
             compute: Duration::ZERO,
+            input: Duration::ZERO,
+            output: Duration::ZERO,
             rejected: false,
         }
     }

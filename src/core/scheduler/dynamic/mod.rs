@@ -79,6 +79,8 @@ impl Batcher for Dyn {
                 result: Err(error.clone()),
                 queue: r.enqueued.elapsed(),
                 compute: Duration::ZERO,
+                input: Duration::ZERO,
+                output: Duration::ZERO,
                 rejected: false,
             };
             self.delivery.deliver(r.seq, Some((r.reply, done)));
@@ -202,6 +204,8 @@ fn fail(shared: &Shared, r: Request, error: Error) {
         result: Err(error),
         queue: r.enqueued.elapsed(),
         compute: Duration::ZERO,
+        input: Duration::ZERO,
+        output: Duration::ZERO,
         rejected: true,
     };
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
@@ -269,12 +273,14 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         io.scatter_shapes(&views)
     };
     let mut batch = batch;
+    let gathering = Instant::now();
     let inputs = io.model_inputs(
         batch
             .iter_mut()
             .map(|r| std::mem::take(&mut r.inputs))
             .collect(),
     );
+    let gather = gathering.elapsed();
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -284,10 +290,12 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         .collect();
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| {
-        let taken = Instant::now() - done.compute;
+        // When the instance took the batch.
+        let taken = first_enqueued + done.queue;
         if done.result.is_ok() {
             finish_shared.stats.record_execution(total, done.compute);
         }
+        let splitting = Instant::now();
         let parts = match done.result {
             // A split that panics still answers every request and frees
             // the instance.
@@ -300,11 +308,14 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             }),
             Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
         };
+        let output = done.output + splitting.elapsed();
         for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
             let answer = Done {
                 result: part,
                 queue: taken.saturating_duration_since(enqueued),
                 compute: done.compute,
+                input: done.input,
+                output,
                 rejected: false,
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
@@ -321,6 +332,8 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
                 result: Err(e),
                 queue: Duration::ZERO,
                 compute: Duration::ZERO,
+                input: Duration::ZERO,
+                output: Duration::ZERO,
                 rejected: false,
             });
             return;
@@ -332,6 +345,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
+        gather,
     };
     if let Err((e, work)) = pool.submit(work) {
         // The pool refused (it is stopping): the batch fails with the reason.
@@ -339,6 +353,8 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             result: Err(e),
             queue: Duration::ZERO,
             compute: Duration::ZERO,
+            input: Duration::ZERO,
+            output: Duration::ZERO,
             rejected: false,
         });
     }

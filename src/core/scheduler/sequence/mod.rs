@@ -266,6 +266,8 @@ fn fail(r: SeqRequest, error: Error, rejected: bool) {
         result: Err(error),
         queue: r.enqueued.elapsed(),
         compute: Duration::ZERO,
+        input: Duration::ZERO,
+        output: Duration::ZERO,
         rejected,
     });
 }
@@ -333,6 +335,8 @@ fn run(shared: &Arc<Shared>, pool: &InstancePool) {
                         result: Err(e),
                         queue: Duration::ZERO,
                         compute: Duration::ZERO,
+                        input: Duration::ZERO,
+                        output: Duration::ZERO,
                         rejected: false,
                     });
                 }

@@ -67,6 +67,7 @@ pub(super) fn take_rows(
 /// Builds the batch's tensors (inputs, then controls, then states) and the
 /// work that runs it and hands out the results.
 pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> Work {
+    let gathering = Instant::now();
     let settings = &shared.settings;
     let n = rows.len();
     let template = rows.iter().flatten().next().expect("a batch has a request");
@@ -137,13 +138,14 @@ pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowI
         .min()
         .unwrap_or_else(Instant::now);
     let finish_shared = Arc::clone(shared);
-    let finish = move |done: Done| finish(finish_shared, instance, rows, done);
+    let finish = move |done: Done| finish(finish_shared, instance, rows, first_enqueued, done);
     Work {
         inputs,
         outputs,
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
+        gather: gathering.elapsed(),
     }
 }
 
@@ -265,7 +267,13 @@ fn row_outcome(settings: &SeqSettings, row: &RowInfo, part: Result<Vec<Tensor>>)
 /// Hands out a finished batch: each row's outputs to its caller, each
 /// row's output states to its sequence (a failed row keeps the states it
 /// had, unless it was a START), and the instance back to the scheduler.
-fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done: Done) {
+fn finish(
+    shared: Arc<Shared>,
+    instance: usize,
+    rows: Vec<Option<RowInfo>>,
+    first_enqueued: Instant,
+    done: Done,
+) {
     // The instance goes back to the scheduler whatever happens below (a
     // panic here must not leave its sequences waiting forever).
     let release = Release {
@@ -275,10 +283,12 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
     };
     let settings = &shared.settings;
     let n = rows.len();
-    let taken_at = Instant::now() - done.compute;
+    // When the instance took the batch.
+    let taken_at = first_enqueued + done.queue;
     if done.result.is_ok() {
         shared.stats.record_execution(n, done.compute);
     }
+    let splitting = Instant::now();
     let parts: Vec<Result<Vec<Tensor>>> = match done.result {
         Ok(tensors) if settings.batching => split(&tensors, &vec![1; n], &[]),
         Ok(tensors) => vec![Ok(tensors)],
@@ -294,6 +304,7 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
             Some((row, outcome))
         })
         .collect();
+    let output = done.output + splitting.elapsed();
     let mut answers = Vec::with_capacity(outcomes.len());
     {
         let mut state = shared.state.lock().unwrap();
@@ -331,6 +342,8 @@ fn finish(shared: Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>, done
             result: answer,
             queue: taken_at.saturating_duration_since(request.enqueued),
             compute: done.compute,
+            input: done.input,
+            output,
             rejected: false,
         });
     }

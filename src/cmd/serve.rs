@@ -180,6 +180,22 @@ pub struct Args {
     )]
     cache_config: Vec<String>,
 
+    /// Rate limiting: `off` (Triton's default: instance groups'
+    /// `rate_limiter` settings are not applied) or `execution_count` (an
+    /// instance runs only when its resources are free).
+    #[arg(
+        long,
+        env = "TRTIS_RATE_LIMIT",
+        default_value = "off",
+        value_name = "MODE"
+    )]
+    rate_limit: String,
+
+    /// A rate limiter resource's count, `NAME:COUNT[:DEVICE]` (repeatable;
+    /// default: the largest count any instance asks for).
+    #[arg(long, value_name = "NAME:COUNT[:DEVICE]")]
+    rate_limit_resource: Vec<String>,
+
     /// Deprecated: --cache-config local,size=BYTES.
     #[arg(long, value_name = "BYTES")]
     response_cache_byte_size: Option<u64>,
@@ -267,6 +283,16 @@ pub fn run(args: Args) -> ExitCode {
     cache_flags.extend(args.cache_config.iter().cloned());
     config.cache = match trtis::core::cache::CacheSettings::from_flags(&cache_flags) {
         Ok(cache) => cache,
+        Err(e) => {
+            log('E', &e.message);
+            return ExitCode::from(2);
+        }
+    };
+    config.rate_limit = match trtis::core::rate_limit::RateLimitSettings::from_flags(
+        &args.rate_limit,
+        &args.rate_limit_resource,
+    ) {
+        Ok(r) => r,
         Err(e) => {
             log('E', &e.message);
             return ExitCode::from(2);

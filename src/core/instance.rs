@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::core::backend::InstanceExec;
 use crate::core::error::{Error, Result};
+use crate::core::rate_limit::Claim;
 use crate::core::types::Tensor;
 
 /// One request for an instance.
@@ -107,9 +108,12 @@ impl InstancePool {
     /// the first load error fails the whole pool.
     /// With `dedicated`, each instance has its own queue (`submit_to`);
     /// otherwise all share one (`submit`).
+    /// `claims` holds, per instance, what the rate limiter must grant
+    /// before each execution (none without `--rate-limit`).
     pub fn start(
         label: &str,
         loaders: Vec<Loader>,
+        claims: Vec<Option<Claim>>,
         queue_capacity: usize,
         dedicated: bool,
     ) -> Result<Self> {
@@ -123,13 +127,15 @@ impl InstancePool {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
+        let mut claims = claims.into_iter();
         for (i, loader) in loaders.into_iter().enumerate() {
+            let claim = claims.next().flatten();
             let rx = receivers[if dedicated { i } else { 0 }].clone();
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
             let handle = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || run_instance(loader, rx, ready))
+                .spawn(move || run_instance(loader, claim, rx, ready))
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
             threads.push(handle);
         }
@@ -191,7 +197,12 @@ impl Drop for InstancePool {
     }
 }
 
-fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Result<()>>) {
+fn run_instance(
+    loader: Loader,
+    claim: Option<Claim>,
+    work_rx: Receiver<Work>,
+    ready: mpsc::Sender<Result<()>>,
+) {
     let loaded = catch_unwind(AssertUnwindSafe(loader))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while loading")));
     let mut instance = match loaded {
@@ -213,6 +224,9 @@ fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Res
         if work.reply.is_closed() {
             continue; // the caller went away: do not compute it
         }
+        // The rate limiter's turn: the instance waits for its resources
+        // and holds them while it runs (Triton counts the wait as queue).
+        let permit = claim.as_ref().map(Claim::acquire);
         let taken = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| {
             instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
@@ -222,10 +236,11 @@ fn run_instance(loader: Loader, work_rx: Receiver<Work>, ready: mpsc::Sender<Res
                 "the backend panicked while executing the request",
             ))
         });
+        let total = taken.elapsed();
+        drop(permit);
         // The backend's own split of its time (zero where it does not
         // measure): the rest is the model run.
         let (input, output) = instance.timing();
-        let total = taken.elapsed();
         let done = Done {
             result,
             queue: taken - work.enqueued,

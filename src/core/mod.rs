@@ -15,6 +15,7 @@ pub mod instance;
 pub mod logging;
 pub mod metrics;
 pub mod protocol;
+pub mod rate_limit;
 pub mod repository;
 pub mod request;
 pub mod scheduler;

@@ -253,13 +253,6 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
                 "KIND_MODEL: no backend here places its own instances",
             );
         }
-        if group.rate_limiter.is_some() {
-            hint(
-                &mut out,
-                format!("{field}.rate_limiter"),
-                "there is no rate limiter yet (Triton too ignores it unless started with --rate-limit=execution_count)",
-            );
-        }
         if !group.secondary_devices.is_empty() {
             refuse(
                 &mut out,
@@ -447,18 +440,12 @@ mod tests {
             eager_batching: true,
             ..Default::default()
         });
-        // Triton too serves this without acting on it by default.
-        c.instance_group = vec![pb::ModelInstanceGroup {
-            rate_limiter: Some(Default::default()),
-            ..Default::default()
-        }];
         let issues = check(&c);
         assert!(fields(&issues, Severity::Error).is_empty());
         assert_eq!(
             fields(&issues, Severity::Warning),
             [
                 "optimization.eager_batching",
-                "instance_group[0].rate_limiter",
                 "parameters[\"no_such_knob\"]",
             ]
         );

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::core::cache::{CacheSettings, ResponseCache};
 use crate::core::error::{Error, Result};
+use crate::core::rate_limit::{RateLimitSettings, RateLimiter};
 use crate::core::repository::{
     ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
 };
@@ -45,6 +46,8 @@ pub struct ServerConfig {
     pub trace: TraceSettings,
     /// The response cache (`--cache-config local,size=BYTES`), if any.
     pub cache: Option<CacheSettings>,
+    /// The rate limiter (`--rate-limit=execution_count`), if on.
+    pub rate_limit: Option<RateLimitSettings>,
 }
 
 impl ServerConfig {
@@ -61,6 +64,7 @@ impl ServerConfig {
             allow_client_shm: false,
             trace: TraceSettings::default(),
             cache: None,
+            rate_limit: None,
         }
     }
 }
@@ -118,6 +122,7 @@ impl Engine {
             gpu_count: config.gpu_count,
             queue_capacity: config.queue_capacity,
             auto_complete: config.auto_complete,
+            rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),
         });
         let names = match config.control_mode {
             ControlMode::Explicit if !config.load_models.iter().any(|m| m == "*") => {
@@ -159,14 +164,29 @@ impl Engine {
     }
 
     /// A loaded model that enables `response_cache` on a server started
-    /// without a cache is served uncached, as in Triton: say so.
+    /// without a cache is served uncached, and a `rate_limiter` without
+    /// `--rate-limit=execution_count` is not applied, as in Triton: say so.
     fn warn_uncached(&self, name: &str) {
-        if self.inner.cache.is_some() {
-            return;
-        }
         let Ok(model) = self.inner.manager.get(name, None) else {
             return;
         };
+        if self.inner.config.rate_limit.is_none()
+            && model
+                .config
+                .instance_group
+                .iter()
+                .any(|g| g.rate_limiter.is_some())
+        {
+            crate::core::logging::log(
+                'W',
+                &format!(
+                    "model '{name}' has a rate_limiter, but the server runs with --rate-limit=off (as Triton's default): it is not applied"
+                ),
+            );
+        }
+        if self.inner.cache.is_some() {
+            return;
+        }
         if model
             .config
             .response_cache

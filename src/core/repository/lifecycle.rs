@@ -20,6 +20,7 @@ use super::check::{check_completed, check_given, check_repository, CheckOptions}
 use super::layout::scan_model_dir;
 use super::overrides::{self, LoadOverride};
 use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::rate_limit::RateLimiter;
 
 /// `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +124,7 @@ struct ModelEntry {
 }
 
 /// Settings of the manager.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ManagerOptions {
     pub repository: PathBuf,
     pub gpu_count: usize,
@@ -132,6 +133,8 @@ pub struct ManagerOptions {
     /// Complete configs from the model file (Triton's default; off with
     /// `--disable-auto-complete-config`).
     pub auto_complete: bool,
+    /// The server's rate limiter (`--rate-limit=execution_count`).
+    pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
 /// All models of the repository and their versions.

@@ -110,8 +110,29 @@ pub(super) fn load_version(
     let sequencing = SeqSettings::from_config(config, instance_count(config), model_dir)?;
     let io = BatchIo::from_config(config);
     let mut loaders: Vec<Loader> = Vec::new();
+    let mut claims = Vec::new();
     for group in &config.instance_group {
         for i in 0..group.count.max(1) {
+            // What the rate limiter grants this instance before each run
+            // (with --rate-limit=execution_count; Triton ignores the
+            // group's rate_limiter otherwise).
+            claims.push(match (&opts.rate_limiter, &group.rate_limiter) {
+                (Some(limiter), Some(limits)) => Some(
+                    limiter
+                        .claim(
+                            limits
+                                .resources
+                                .iter()
+                                .map(|r| (r.name.clone(), r.count))
+                                .collect(),
+                            limits.priority,
+                        )
+                        .map_err(|e| {
+                            Error::invalid_arg(format!("model '{name}': {}", e.message))
+                        })?,
+                ),
+                _ => None,
+            });
             let ctx_config = config.clone();
             let model_dir = model_dir.to_path_buf();
             let version_dir = version_dir.clone();
@@ -146,6 +167,7 @@ pub(super) fn load_version(
     let pool = Arc::new(InstancePool::start(
         name,
         loaders,
+        claims,
         opts.queue_capacity,
         sequencing.is_some(),
     )?);

@@ -4,6 +4,9 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Compute input, infer and output durations of one execution.
+pub type Times = (Duration, Duration, Duration);
+
 /// A count and a total duration.
 #[derive(Debug, Default)]
 pub struct Duration64 {
@@ -100,13 +103,14 @@ pub struct ModelStats {
 /// Compute durations by batch size.
 #[derive(Debug)]
 pub struct BatchStats {
-    pub by_size: Vec<Duration64>,
+    /// Per batch size: compute input, infer and output.
+    pub by_size: Vec<[Duration64; 3]>,
 }
 
 impl Default for BatchStats {
     fn default() -> Self {
         BatchStats {
-            by_size: (0..=64).map(|_| Duration64::default()).collect(),
+            by_size: (0..=64).map(|_| Default::default()).collect(),
         }
     }
 }
@@ -121,7 +125,7 @@ impl ModelStats {
         execution: Option<usize>,
         total: Duration,
         queue: Duration,
-        (input, compute, output): (Duration, Duration, Duration),
+        (input, compute, output): Times,
     ) {
         self.success.add(total);
         self.request_histogram.observe(total);
@@ -133,17 +137,19 @@ impl ModelStats {
         self.compute_output.add(output);
         self.inference_count.fetch_add(batch as u64, Relaxed);
         if let Some(executed) = execution {
-            self.record_execution(executed, compute);
+            self.record_execution(executed, (input, compute, output));
         }
         self.touch();
     }
 
     /// One backend execution of `executed` batch elements (the dynamic
     /// batcher records each batch once, whoever of its callers is left).
-    pub fn record_execution(&self, executed: usize, compute: Duration) {
+    pub fn record_execution(&self, executed: usize, (input, compute, output): Times) {
         self.execution_count.fetch_add(1, Relaxed);
-        if let Some(b) = self.batch.by_size.get(executed) {
-            b.add(compute);
+        if let Some([i, c, o]) = self.batch.by_size.get(executed) {
+            i.add(input);
+            c.add(compute);
+            o.add(output);
         }
     }
 
@@ -203,8 +209,9 @@ pub struct Snapshot {
     pub compute_output: (u64, u64),
     pub cache_hit: (u64, u64),
     pub cache_miss: (u64, u64),
-    /// (batch size, executions, compute ns), for sizes that ran.
-    pub batches: Vec<(u64, u64, u64)>,
+    /// (batch size, executions, compute input, infer and output ns), for
+    /// sizes that ran.
+    pub batches: Vec<(u64, u64, u64, u64, u64)>,
 }
 
 impl ModelStats {
@@ -226,9 +233,9 @@ impl ModelStats {
                 .by_size
                 .iter()
                 .enumerate()
-                .filter_map(|(size, d)| {
-                    let (count, ns) = d.get();
-                    (count > 0).then_some((size as u64, count, ns))
+                .filter_map(|(size, [i, c, o])| {
+                    let (count, ns) = c.get();
+                    (count > 0).then_some((size as u64, count, i.get().1, ns, o.get().1))
                 })
                 .collect(),
         }

@@ -128,8 +128,14 @@ def test_statistics_split_compute_into_input_infer_and_output(client):
     client.load_model("basic")
     for _ in range(5):
         add_sub(client, "basic")
-    st = client.get_inference_statistics("basic")["model_stats"][0]["inference_stats"]
+    model = client.get_inference_statistics("basic")["model_stats"][0]
+    st = model["inference_stats"]
     for part in ["compute_input", "compute_infer", "compute_output"]:
         assert int(st[part]["count"]) == 5, (part, st)
         assert int(st[part]["ns"]) > 0, (part, st)
+    # Per batch size too (each request here is one execution of 2 rows).
+    (batch,) = model["batch_stats"]
+    assert int(batch["batch_size"]) == 2, batch
+    for part in ["compute_input", "compute_infer", "compute_output"]:
+        assert int(batch[part]["count"]) == 5 and int(batch[part]["ns"]) > 0, (part, batch)
     client.unload_model("basic")

@@ -299,12 +299,12 @@ fn stats_json(m: &LoadedModel) -> Value {
     let batch_stats: Vec<Value> = st
         .batches
         .iter()
-        .map(|&(size, count, ns)| {
+        .map(|&(size, count, input, infer, output)| {
             json!({
                 "batch_size": size,
-                "compute_input": duration((count, 0)),
-                "compute_infer": duration((count, ns)),
-                "compute_output": duration((count, 0)),
+                "compute_input": duration((count, input)),
+                "compute_infer": duration((count, infer)),
+                "compute_output": duration((count, output)),
             })
         })
         .collect();

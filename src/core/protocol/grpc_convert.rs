@@ -371,12 +371,14 @@ pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
         batch_stats: st
             .batches
             .iter()
-            .map(|&(batch_size, count, ns)| InferBatchStatistics {
-                batch_size,
-                compute_input: duration((count, 0)),
-                compute_infer: duration((count, ns)),
-                compute_output: duration((count, 0)),
-            })
+            .map(
+                |&(batch_size, count, input, infer, output)| InferBatchStatistics {
+                    batch_size,
+                    compute_input: duration((count, input)),
+                    compute_infer: duration((count, infer)),
+                    compute_output: duration((count, output)),
+                },
+            )
             .collect(),
         memory_usage: Vec::new(),
         response_stats: Default::default(),

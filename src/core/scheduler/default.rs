@@ -51,7 +51,7 @@ impl DefaultScheduler {
         let stats = Arc::clone(&self.stats);
         let after = move |done: &mut Done| {
             if let Ok(tensors) = &mut done.result {
-                stats.record_execution(batch, done.compute);
+                stats.record_execution(batch, (done.input, done.compute, done.output));
                 let scattering = Instant::now();
                 if let Err(e) = BatchIo::apply_scatter(&scatter, tensors) {
                     done.result = Err(e);

@@ -79,7 +79,8 @@ impl EnsembleScheduler {
             let result = run(steps, &self.config, request, s.inputs, s.outputs).await;
             let compute = start.elapsed();
             if result.is_ok() {
-                self.stats.record_execution(s.batch, compute);
+                self.stats
+                    .record_execution(s.batch, (Duration::ZERO, compute, Duration::ZERO));
             }
             Done {
                 result,

@@ -293,7 +293,9 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         // When the instance took the batch.
         let taken = first_enqueued + done.queue;
         if done.result.is_ok() {
-            finish_shared.stats.record_execution(total, done.compute);
+            finish_shared
+                .stats
+                .record_execution(total, (done.input, done.compute, done.output));
         }
         let splitting = Instant::now();
         let parts = match done.result {

@@ -286,7 +286,9 @@ fn finish(
     // When the instance took the batch.
     let taken_at = first_enqueued + done.queue;
     if done.result.is_ok() {
-        shared.stats.record_execution(n, done.compute);
+        shared
+            .stats
+            .record_execution(n, (done.input, done.compute, done.output));
     }
     let splitting = Instant::now();
     let parts: Vec<Result<Vec<Tensor>>> = match done.result {

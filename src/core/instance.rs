@@ -81,6 +81,21 @@ pub struct Done {
     pub rejected: bool,
 }
 
+impl Done {
+    /// A request that failed without running: `queue` long in the queue,
+    /// `rejected` when refused there (a timeout), no compute time.
+    pub fn failed(error: Error, queue: Duration, rejected: bool) -> Done {
+        Done {
+            result: Err(error),
+            queue,
+            input: Duration::ZERO,
+            compute: Duration::ZERO,
+            output: Duration::ZERO,
+            rejected,
+        }
+    }
+}
+
 /// A thread name as Linux keeps it (15 bytes).
 pub fn thread_name(name: &str) -> String {
     let mut end = name.len().min(15);

@@ -37,8 +37,8 @@ pub fn built_backends() -> &'static [&'static str] {
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
     match backend {
         "identity" => &["execute_delay_ms", "delay_input", "record_inputs"],
-        // Kept equal to backend::onnx_settings::PARAMETERS (a test there
-        // checks), plus any `session.*` key.
+        // What backend::onnx_settings reads (a test there checks), plus
+        // any `session.*` key.
         "onnxruntime" => &[
             "intra_op_thread_count",
             "inter_op_thread_count",

@@ -23,7 +23,7 @@ mod worker;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -183,15 +183,12 @@ impl<'a> Completion<'a> {
         match &mut self.answers {
             Answers::One(slot) => {
                 let (rx, after) = slot.take()?;
-                let mut done = rx.await.unwrap_or_else(|_| Done {
-                    result: Err(Error::internal(
-                        "the model instance stopped before answering",
-                    )),
-                    queue: std::time::Duration::ZERO,
-                    compute: std::time::Duration::ZERO,
-                    input: Duration::ZERO,
-                    output: Duration::ZERO,
-                    rejected: false,
+                let mut done = rx.await.unwrap_or_else(|_| {
+                    Done::failed(
+                        Error::internal("the model instance stopped before answering"),
+                        std::time::Duration::ZERO,
+                        false,
+                    )
                 });
                 if let Some(after) = after {
                     after(&mut done);

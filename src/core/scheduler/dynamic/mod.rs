@@ -75,14 +75,7 @@ impl Batcher for Dyn {
         let n = state.queue.len();
         for r in state.queue.pop(n) {
             r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            let done = Done {
-                result: Err(error.clone()),
-                queue: r.enqueued.elapsed(),
-                compute: Duration::ZERO,
-                input: Duration::ZERO,
-                output: Duration::ZERO,
-                rejected: false,
-            };
+            let done = Done::failed(error.clone(), r.enqueued.elapsed(), false);
             self.delivery.deliver(r.seq, Some((r.reply, done)));
         }
     }
@@ -200,14 +193,7 @@ fn sweep_abandoned(shared: &Shared, queue: &mut Queue) -> usize {
 /// Fails a request that never reached an instance.
 fn fail(shared: &Shared, r: Request, error: Error) {
     r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    let done = Done {
-        result: Err(error),
-        queue: r.enqueued.elapsed(),
-        compute: Duration::ZERO,
-        input: Duration::ZERO,
-        output: Duration::ZERO,
-        rejected: true,
-    };
+    let done = Done::failed(error, r.enqueued.elapsed(), true);
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
 }
 
@@ -330,14 +316,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         Err(e) => {
             // The batch inputs cannot be made (item shapes of different
             // ranks): the batch fails with the reason.
-            finish(Done {
-                result: Err(e),
-                queue: Duration::ZERO,
-                compute: Duration::ZERO,
-                input: Duration::ZERO,
-                output: Duration::ZERO,
-                rejected: false,
-            });
+            finish(Done::failed(e, Duration::ZERO, false));
             return;
         }
     };
@@ -351,13 +330,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     };
     if let Err((e, work)) = pool.submit(work) {
         // The pool refused (it is stopping): the batch fails with the reason.
-        work.reply.send(Done {
-            result: Err(e),
-            queue: Duration::ZERO,
-            compute: Duration::ZERO,
-            input: Duration::ZERO,
-            output: Duration::ZERO,
-            rejected: false,
-        });
+        work.reply.send(Done::failed(e, Duration::ZERO, false));
     }
 }

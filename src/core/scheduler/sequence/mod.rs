@@ -262,14 +262,9 @@ fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
 /// Answers a request that never reached an instance.
 fn fail(r: SeqRequest, error: Error, rejected: bool) {
     r.pending.fetch_sub(1, Ordering::Relaxed);
-    let _ = r.reply.send(Done {
-        result: Err(error),
-        queue: r.enqueued.elapsed(),
-        compute: Duration::ZERO,
-        input: Duration::ZERO,
-        output: Duration::ZERO,
-        rejected,
-    });
+    let _ = r
+        .reply
+        .send(Done::failed(error, r.enqueued.elapsed(), rejected));
 }
 
 fn run(shared: &Arc<Shared>, pool: &InstancePool) {
@@ -331,14 +326,7 @@ fn run(shared: &Arc<Shared>, pool: &InstancePool) {
             for (instance, rows) in batches {
                 let work = build(shared, instance, rows);
                 if let Err((e, work)) = pool.submit_to(instance, work) {
-                    work.reply.send(Done {
-                        result: Err(e),
-                        queue: Duration::ZERO,
-                        compute: Duration::ZERO,
-                        input: Duration::ZERO,
-                        output: Duration::ZERO,
-                        rejected: false,
-                    });
+                    work.reply.send(Done::failed(e, Duration::ZERO, false));
                 }
             }
             state = shared.state.lock().unwrap();

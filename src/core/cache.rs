@@ -96,18 +96,20 @@ impl ResponseCache {
         }
     }
 
-    /// The key of a request to `model` `version`.
+    /// The key of a request to `model` as loaded the `generation`th time
+    /// (each load of a version is a new generation, so a reload with other
+    /// files never answers from the old one's entries).
     pub fn key(
         &self,
         model: &str,
-        version: i64,
+        generation: u64,
         inputs: &[Tensor],
         outputs: &[RequestedOutput],
     ) -> Key {
         let digest = |state: &RandomState| {
             let mut h = state.build_hasher();
             model.hash(&mut h);
-            version.hash(&mut h);
+            generation.hash(&mut h);
             for t in inputs {
                 t.name.hash(&mut h);
                 t.datatype.name().hash(&mut h);

@@ -258,7 +258,9 @@ fn run_instance(
         let (input, output) = instance.timing();
         let done = Done {
             result,
-            queue: taken - work.enqueued,
+            // The scheduler's gathering happened after the request was
+            // queued but is compute_input, not queue time.
+            queue: (taken - work.enqueued).saturating_sub(work.gather),
             compute: total.saturating_sub(input + output),
             input: work.gather + input,
             output,

@@ -84,12 +84,13 @@ impl Engine {
         let mut miss = None;
         if let Some(cache) = cache {
             let lookup = Instant::now();
-            let key = cache.key(&model.name, model.version, &inputs, &outputs);
+            let key = cache.key(&model.name, model.generation, &inputs, &outputs);
             if let Some(tensors) = cache.get(key) {
+                let looked = lookup.elapsed();
                 let tensors = self
                     .write_shm_outputs(&outputs, tensors)
                     .inspect_err(|_| stats.record_failure(start.elapsed()))?;
-                stats.record_cache_hit(start.elapsed(), lookup.elapsed());
+                stats.record_cache_hit(start.elapsed(), looked);
                 return Ok(InferResponse {
                     model_name: model.name.clone(),
                     model_version: model.version.to_string(),

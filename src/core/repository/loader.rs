@@ -19,6 +19,12 @@ use crate::core::instance::{InstancePool, Loader};
 use crate::core::scheduler::{EnsembleScheduler, Scheduler, SeqSettings};
 use crate::core::stats::ModelStats;
 
+/// A new load's number.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A model version that is loaded and serving.
 pub struct LoadedModel {
     pub name: String,
@@ -32,6 +38,9 @@ pub struct LoadedModel {
     pub stats: Arc<ModelStats>,
     /// Output name → labels from its `label_filename`.
     pub labels: BTreeMap<String, Vec<String>>,
+    /// This load's number, unique in the process (a reloaded version is a
+    /// new generation: the response cache keys on it).
+    pub generation: u64,
     /// Batch inputs, scattered outputs and ragged inputs (the engine
     /// checks requests against them).
     pub batch_io: BatchIo,
@@ -93,6 +102,7 @@ pub(super) fn load_version(
     if config.platform == ENSEMBLE_PLATFORM {
         let stats: Arc<ModelStats> = Arc::default();
         return Ok(LoadedModel {
+            generation: next_generation(),
             name: name.to_string(),
             version,
             config: config.clone(),
@@ -181,6 +191,7 @@ pub(super) fn load_version(
         Arc::clone(&stats),
     )?;
     Ok(LoadedModel {
+        generation: next_generation(),
         name: name.to_string(),
         version,
         config: config.clone(),

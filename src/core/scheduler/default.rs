@@ -51,12 +51,13 @@ impl DefaultScheduler {
         let stats = Arc::clone(&self.stats);
         let after = move |done: &mut Done| {
             if let Ok(tensors) = &mut done.result {
-                stats.record_execution(batch, (done.input, done.compute, done.output));
                 let scattering = Instant::now();
-                if let Err(e) = BatchIo::apply_scatter(&scatter, tensors) {
+                let scattered = BatchIo::apply_scatter(&scatter, tensors);
+                done.output += scattering.elapsed();
+                stats.record_execution(batch, (done.input, done.compute, done.output));
+                if let Err(e) = scattered {
                     done.result = Err(e);
                 }
-                done.output += scattering.elapsed();
             }
         };
         Ok(Completion::one_then(rx, Box::new(after)))

@@ -276,13 +276,9 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         .collect();
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| {
-        // When the instance took the batch.
+        // Where queue time ends (gathering counts as compute_input).
         let taken = first_enqueued + done.queue;
-        if done.result.is_ok() {
-            finish_shared
-                .stats
-                .record_execution(total, (done.input, done.compute, done.output));
-        }
+        let ok = done.result.is_ok();
         let splitting = Instant::now();
         let parts = match done.result {
             // A split that panics still answers every request and frees
@@ -297,6 +293,11 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             Err(e) => sizes.iter().map(|_| Err(e.clone())).collect(),
         };
         let output = done.output + splitting.elapsed();
+        if ok {
+            finish_shared
+                .stats
+                .record_execution(total, (done.input, done.compute, output));
+        }
         for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
             let answer = Done {
                 result: part,

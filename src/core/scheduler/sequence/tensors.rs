@@ -283,13 +283,9 @@ fn finish(
     };
     let settings = &shared.settings;
     let n = rows.len();
-    // When the instance took the batch.
+    // Where queue time ends (gathering counts as compute_input).
     let taken_at = first_enqueued + done.queue;
-    if done.result.is_ok() {
-        shared
-            .stats
-            .record_execution(n, (done.input, done.compute, done.output));
-    }
+    let ok = done.result.is_ok();
     let splitting = Instant::now();
     let parts: Vec<Result<Vec<Tensor>>> = match done.result {
         Ok(tensors) if settings.batching => split(&tensors, &vec![1; n], &[]),
@@ -307,6 +303,11 @@ fn finish(
         })
         .collect();
     let output = done.output + splitting.elapsed();
+    if ok {
+        shared
+            .stats
+            .record_execution(n, (done.input, done.compute, output));
+    }
     let mut answers = Vec::with_capacity(outcomes.len());
     {
         let mut state = shared.state.lock().unwrap();

@@ -2,15 +2,15 @@
 //! a request only when the resources its instance group names
 //! (`rate_limiter { resources [...] }`) are free, and holds them while it
 //! runs. Resource counts come from `--rate-limit-resource=NAME:COUNT`, else
-//! (as in Triton) the largest count any one instance asks for, so every
+//! (as in Triton) the largest count any live instance asks for, so every
 //! instance can run alone.
 //!
 //! Among instances waiting at once, `priority` weighs who goes first: an
 //! instance of priority 2 gets half the turns of one of priority 1 (stride
-//! scheduling: each grant moves an instance's pass on by its priority, and
-//! the lowest pass whose resources fit goes next). Every machine here has
-//! one device (the CPU), so `global` and per-device resources are the same
-//! pool.
+//! scheduling: each grant moves an instance's pass on by its priority; the
+//! lowest pass goes next, and nobody passes it while its resources are
+//! taken, so none is starved). Every machine here has one device (the
+//! CPU), so `global` and per-device resources are the same pool.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};

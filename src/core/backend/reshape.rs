@@ -9,6 +9,7 @@
 //! get it in one place.
 
 use super::InstanceExec;
+use crate::core::config::pb::ModelTensorReshape;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::Tensor;
@@ -33,27 +34,22 @@ struct Reshaped {
 /// `inner` with the config's reshapes applied around it (itself when the
 /// config has none).
 pub fn wrap(config: &ModelConfig, inner: Box<dyn InstanceExec>) -> Box<dyn InstanceExec> {
+    let rule = |name: &str, dims: &[i64], reshape: Option<&ModelTensorReshape>| {
+        reshape.map(|r| Rule {
+            name: name.to_string(),
+            outside: dims.to_vec(),
+            inside: r.shape.clone(),
+        })
+    };
     let inputs: Vec<Rule> = config
         .input
         .iter()
-        .filter_map(|i| {
-            i.reshape.as_ref().map(|r| Rule {
-                name: i.name.clone(),
-                outside: i.dims.clone(),
-                inside: r.shape.clone(),
-            })
-        })
+        .filter_map(|i| rule(&i.name, &i.dims, i.reshape.as_ref()))
         .collect();
     let outputs: Vec<Rule> = config
         .output
         .iter()
-        .filter_map(|o| {
-            o.reshape.as_ref().map(|r| Rule {
-                name: o.name.clone(),
-                outside: o.dims.clone(),
-                inside: r.shape.clone(),
-            })
-        })
+        .filter_map(|o| rule(&o.name, &o.dims, o.reshape.as_ref()))
         .collect();
     if inputs.is_empty() && outputs.is_empty() {
         return inner;

@@ -158,7 +158,7 @@ impl Engine {
             })
             .collect();
         for name in engine.inner.manager.repository_models().unwrap_or_default() {
-            engine.warn_uncached(&name);
+            engine.warn_unapplied(&name);
         }
         Ok((engine, errors))
     }
@@ -166,7 +166,7 @@ impl Engine {
     /// A loaded model that enables `response_cache` on a server started
     /// without a cache is served uncached, and a `rate_limiter` without
     /// `--rate-limit=execution_count` is not applied, as in Triton: say so.
-    fn warn_uncached(&self, name: &str) {
+    fn warn_unapplied(&self, name: &str) {
         let Ok(model) = self.inner.manager.get(name, None) else {
             return;
         };
@@ -417,7 +417,7 @@ impl Engine {
         use crate::core::config::pb::model_config::SchedulingChoice;
         let manager = &self.inner.manager;
         manager.load_with(name, over)?;
-        self.warn_uncached(name);
+        self.warn_unapplied(name);
         let mut todo = vec![name.to_string()];
         let mut seen = vec![name.to_string()];
         while let Some(next) = todo.pop() {

@@ -19,6 +19,7 @@ benches=(
   "infer     trtis infer IMAGE end to end, and the image preprocessing alone"
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
   "ensemble  the example ensemble vs the client calling both models itself"
+  "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
 )
 
@@ -77,7 +78,7 @@ case "$driver" in
   *.py)
     lib="$(./scripts/setup-perf-analyzer.sh)"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    cargo build --release --locked --bin trtis
+    cargo build --release --locked --features torch --bin trtis
     .venv/bin/python "$driver"
     ;;
   *.sh)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI check: Triton's own perf_analyzer completes runs against `trtis serve`
 # over HTTP and gRPC, with and without system shared memory, and reports a
-# throughput. (Speed is measured by `scripts/bench.sh serve`, not here.)
+# throughput; and against the TorchScript classifier (PyTorch backend). (Speed is measured by `scripts/bench.sh serve`, not here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib="$(./scripts/setup-perf-analyzer.sh)"
@@ -23,7 +23,7 @@ passed=0 failed=0
 run() {
   local what=$1; shift
   local out
-  if out=$(timeout 120 target/bench/perf_analyzer -m simple "$@" --concurrency-range 2 -p 500 -r 5 -s 100 2>&1) \
+  if out=$(timeout 120 target/bench/perf_analyzer -m "${MODEL:-simple}" "$@" --concurrency-range 2 -p 500 -r 5 -s 100 2>&1) \
       && grep -q "Throughput:" <<<"$out"; then
     echo "ok: perf_analyzer $what: $(grep -m1 'Throughput:' <<<"$out" | xargs)"
     passed=$((passed + 1))
@@ -36,5 +36,6 @@ run "-i http" -u "$http" -i http
 run "-i grpc" -u "$grpc" -i grpc
 run "-i http --shared-memory system" -u "$http" -i http --shared-memory system
 run "-i grpc --shared-memory system" -u "$grpc" -i grpc --shared-memory system
+MODEL=efficientnet_lite0_pt run "-m efficientnet_lite0_pt -i grpc" -u "$grpc" -i grpc
 echo "perf_analyzer: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -20,3 +20,25 @@ if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ"
   cp "$REQ" "$STAMP"
 fi
+
+# libtorch for the PyTorch backend (cargo feature `torch`): the `torch` wheel
+# installed without its CUDA dependencies except the two libtorch_cpu.so
+# links (rust-deps-notes §5b: ~35 s, ~1.4 GB). Python cannot `import torch`
+# from it (no cuDNN); it is only the C++ library and headers that tch builds
+# and links against. `.venv-torch/libtorch` is a stable link to the package
+# folder; .cargo/config.toml points LIBTORCH at it.
+TORCH_REQ="torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85"
+TORCH_STAMP=.venv-torch/.trtis-requirements
+if [ "${TRTIS_NO_TORCH:-0}" != 1 ]; then
+  if [ ! -x .venv-torch/bin/python ]; then
+    echo "setup: creating .venv-torch (libtorch for the PyTorch backend)"
+    "$PYTHON" -m venv .venv-torch
+  fi
+  if [ "$(cat "$TORCH_STAMP" 2>/dev/null)" != "$TORCH_REQ" ]; then
+    echo "setup: installing $TORCH_REQ (no other dependencies)"
+    # shellcheck disable=SC2086
+    .venv-torch/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $TORCH_REQ
+    echo "$TORCH_REQ" >"$TORCH_STAMP"
+  fi
+  ln -sfn "$(cd .venv-torch && echo lib/python3*/site-packages/torch)" .venv-torch/libtorch
+fi

@@ -86,7 +86,10 @@ fn validate_config_usage_and_io_errors_exit_2() {
 fn the_example_repository_validates() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let out = trtis(&examples, &["validate-config", "model_repository"]);
-    assert_eq!(stdout(&out), "OK: 9 models checked, 0 errors, 0 warnings\n");
+    assert_eq!(
+        stdout(&out),
+        "OK: 11 models checked, 0 errors, 0 warnings\n"
+    );
     assert_eq!(out.status.code(), Some(0));
 }
 
@@ -145,4 +148,171 @@ fn gen_config_output_validates_and_round_trips() {
 
     let out = trtis(repo.path(), &["gen-config", "missing.onnx"]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `gen-config` on a TorchScript fixture: status, stdout, stderr.
+fn gen_config_pt(dir: &std::path::Path, file: &str) -> (Option<i32>, String, String) {
+    let model = fixtures().join("pytorch").join(file);
+    let out = trtis(dir, &["gen-config", model.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), stdout(&out), stderr)
+}
+
+/// The config `gen-config` printed without its leading comment lines.
+fn without_comments(text: &str) -> String {
+    let header = text.lines().take_while(|l| l.starts_with('#')).count();
+    text.lines().skip(header).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn gen_config_names_a_torchscript_modules_inputs_and_outputs() {
+    let repo = tempfile::tempdir().unwrap();
+    let (code, text, stderr) = gen_config_pt(repo.path(), "add_sub.pt");
+    assert_eq!(code, Some(0), "{stderr}");
+    // The comment header says what TorchScript does not record.
+    let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).collect();
+    let header = header.join("\n");
+    assert!(
+        header.contains("forward(INPUT0: Tensor, INPUT1: Tensor) -> Tuple[Tensor, Tensor]"),
+        "{text}"
+    );
+    assert!(header.contains("data types or shapes"), "{text}");
+    assert!(header.contains("placeholder"), "{text}");
+    assert!(header.contains("batch"), "{text}");
+    assert!(stderr.starts_with("warning: "), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let config = without_comments(&text);
+    assert!(config.contains("name: \"add_sub\""), "{text}");
+    assert!(config.contains("platform: \"pytorch_libtorch\""), "{text}");
+    assert!(config.contains("backend: \"pytorch\""), "{text}");
+    assert!(
+        !config.contains("max_batch_size"),
+        "0 is the default: {text}"
+    );
+    assert!(!config.contains("dynamic_batching"), "{text}");
+    for name in ["INPUT0", "INPUT1", "OUTPUT__0", "OUTPUT__1"] {
+        assert!(config.contains(&format!("name: \"{name}\"")), "{text}");
+    }
+    assert!(!config.contains("OUTPUT__2"), "{text}");
+    assert_eq!(config.matches("data_type: TYPE_FP32").count(), 4, "{text}");
+    assert_eq!(config.matches("dims: [-1]").count(), 4, "{text}");
+
+    // Saved beside the model, it validates; only a trtis without the
+    // PyTorch backend refuses it, for that reason alone.
+    let model = repo.path().join("add_sub");
+    std::fs::create_dir_all(model.join("1")).unwrap();
+    std::fs::copy(
+        fixtures().join("pytorch/add_sub.pt"),
+        model.join("1/model.pt"),
+    )
+    .unwrap();
+    std::fs::write(model.join("config.pbtxt"), &text).unwrap();
+    let out = trtis(repo.path(), &["validate-config", "."]);
+    let report = stdout(&out);
+    if cfg!(feature = "torch") {
+        assert_eq!(report, "OK: 1 model checked, 0 errors, 0 warnings\n");
+        assert_eq!(out.status.code(), Some(0));
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{report}");
+        assert!(
+            report.contains("unable to find backend library for backend 'pytorch'")
+                && report.contains("built without the 'torch' feature"),
+            "{report}"
+        );
+        assert!(report.contains("1 error, 0 warnings"), "{report}");
+    }
+
+    // The flags work as for ONNX.
+    let out = trtis(
+        repo.path(),
+        &[
+            "gen-config",
+            "add_sub/1/model.pt",
+            "--name",
+            "renamed",
+            "--max-batch-size",
+            "8",
+            "--instance-count",
+            "2",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.contains("name: \"renamed\""), "{text}");
+    assert!(text.contains("max_batch_size: 8"), "{text}");
+    assert!(text.contains("dynamic_batching {"), "{text}");
+    assert!(text.contains("count: 2"), "{text}");
+    let out = trtis(
+        repo.path(),
+        &[
+            "gen-config",
+            "add_sub/1/model.pt",
+            "--max-batch-size",
+            "8",
+            "--dynamic-batching=false",
+        ],
+    );
+    assert!(!stdout(&out).contains("dynamic_batching"));
+}
+
+#[test]
+fn gen_config_on_string_and_dict_modules() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text, stderr) = gen_config_pt(dir.path(), "strings.pt");
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = without_comments(&text);
+    assert!(text.contains("name: \"x\""), "{text}");
+    assert_eq!(text.matches("data_type: TYPE_STRING").count(), 2, "{text}");
+    assert!(!text.contains("TYPE_FP32"), "{text}");
+
+    let (code, text, stderr) = gen_config_pt(dir.path(), "string_len.pt");
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = without_comments(&text);
+    assert_eq!(text.matches("data_type: TYPE_STRING").count(), 1, "{text}");
+    assert_eq!(text.matches("data_type: TYPE_FP32").count(), 1, "{text}");
+
+    // A Dict[str, Tensor]'s keys are not in the module: no inputs.
+    let (code, text, stderr) = gen_config_pt(dir.path(), "dict_in.pt");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!text.contains("input ["), "{text}");
+    assert!(text.contains("name: \"OUTPUT__0\""), "{text}");
+    assert!(stderr.contains("Dict[str, Tensor]"), "{stderr}");
+    assert!(stderr.contains("no inputs"), "{stderr}");
+    assert!(
+        text.lines()
+            .take_while(|l| l.starts_with('#'))
+            .any(|l| l.contains("Dict[str, Tensor]")),
+        "{text}"
+    );
+
+    // A List[Tensor]'s length is not either: one output, said so.
+    let (code, text, stderr) = gen_config_pt(dir.path(), "list_out.pt");
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = without_comments(&text);
+    assert!(text.contains("name: \"OUTPUT__0\""), "{text}");
+    assert!(!text.contains("OUTPUT__1"), "{text}");
+    assert!(stderr.contains("List[Tensor]"), "{stderr}");
+}
+
+#[test]
+fn gen_config_refuses_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("model.pt"), "not a zip").unwrap();
+    std::fs::write(dir.path().join("model.txt"), "").unwrap();
+    let out = trtis(dir.path(), &["gen-config", "model.pt"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("model.pt: not a TorchScript archive"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = trtis(dir.path(), &["gen-config", "model.txt"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".onnx") && stderr.contains(".pt"),
+        "{stderr}"
+    );
 }

@@ -89,7 +89,8 @@ fn repository() -> tempfile::TempDir {
             &format!("backend: \"identity\"\n{IO}\n{extra}\n"),
         );
     }
-    // Backends and platforms this server does not have.
+    // Backends and platforms this server does not have (or a model file
+    // its backend cannot load).
     write_model(dir.path(), "torch", &format!("backend: \"pytorch\"\n{IO}"));
     std::fs::write(dir.path().join("torch/1/model.pt"), b"not a model").unwrap();
     write_model(dir.path(), "custom", &format!("platform: \"custom\"\n{IO}"));
@@ -147,14 +148,18 @@ fn validate_config_passes_exactly_the_models_serve_makes_ready() {
             .contains("not supported by trtis"),
         "{f}"
     );
-    let f = finding("torch", "backend");
-    assert!(
-        f["message"]
-            .as_str()
-            .unwrap()
-            .contains("unable to find backend library for backend 'pytorch'"),
-        "{f}"
-    );
+    // A PyTorch model whose file is no TorchScript archive: refused for
+    // that with the backend built, for the backend without it.
+    let (field, why) = if cfg!(feature = "torch") {
+        ("default_model_filename", "not a TorchScript archive")
+    } else {
+        (
+            "backend",
+            "unable to find backend library for backend 'pytorch'",
+        )
+    };
+    let f = finding("torch", field);
+    assert!(f["message"].as_str().unwrap().contains(why), "{f}");
     let f = finding("unread_parameter", "parameters[\"no_such_knob\"]");
     assert_eq!(f["severity"], "warning");
 

@@ -3,7 +3,8 @@
 //! rocket.jpg a missile, over HTTP and gRPC, one by one and as a batch of
 //! two, directly and through the preprocessing + classifier ensemble, with
 //! scores close to the reference logits shipped with the model;
-//! and the errors: not an image, a missing file, a model that is not an
+//! the TorchScript copy of the classifier (PyTorch backend) against the ONNX
+//! one; and the errors: not an image, a missing file, a model that is not an
 //! image classifier.
 
 use std::path::{Path, PathBuf};
@@ -64,6 +65,54 @@ fn reference(image: &str) -> Vec<(i64, f64)> {
         .iter()
         .map(|c| (c["index"].as_i64().unwrap(), c["logit"].as_f64().unwrap()))
         .collect()
+}
+
+/// The top classes of `image` by `model`, as JSON, INCEPTION scaling (the
+/// ensembles scale in their preprocessing model: no client scaling).
+fn top3(model: &str, url: &str, protocol: &str, image: &str) -> Vec<Value> {
+    let scaling = if model.ends_with("ensemble") {
+        "NONE"
+    } else {
+        "INCEPTION"
+    };
+    let out = infer_ok(&[
+        "-m", model, "-u", url, "-i", protocol, "-s", scaling, "-c", "3", "--json", image,
+    ]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc[0]["images"][0]["classes"].as_array().unwrap().clone()
+}
+
+/// The TorchScript classifier (PyTorch backend, `efficientnet_lite0_pt`)
+/// answers as the ONNX one does: coffee.jpg is an espresso, the top logits
+/// within 1e-3, over HTTP and gRPC, directly and through the ensemble that
+/// mixes the ONNX preprocessing model with it.
+#[test]
+fn the_torchscript_classifier_agrees_with_the_onnx_one() {
+    if !onnx_available() {
+        return;
+    }
+    let server = Serve::start(&root().join("examples/model_repository"), &[], &[]);
+    for (protocol, port) in [("http", server.port), ("grpc", server.grpc_port)] {
+        let url = format!("127.0.0.1:{port}");
+        for (torch, onnx) in [
+            ("efficientnet_lite0_pt", "efficientnet_lite0"),
+            ("efficientnet_pt_ensemble", "efficientnet_ensemble"),
+        ] {
+            for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
+                let t = top3(torch, &url, protocol, image);
+                let o = top3(onnx, &url, protocol, image);
+                assert_eq!(t.len(), 3);
+                if image.ends_with("coffee.jpg") {
+                    assert_eq!(t[0]["label"], "espresso", "{t:?}");
+                }
+                for (a, b) in t.iter().zip(&o) {
+                    assert_eq!(a["index"], b["index"], "{torch} {image}: {t:?} vs {o:?}");
+                    let d = (a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs();
+                    assert!(d < 1e-3, "{torch} {image}: {t:?} vs {o:?}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -243,7 +243,7 @@ fn only_the_backends_link_native_libraries() {
         if path.starts_with("core/backend/") {
             continue;
         }
-        for lib in ["ort::", "tch::", "cudarc::", "libloading::"] {
+        for lib in ["ort::", "tch::", "torch_sys::", "cudarc::", "libloading::"] {
             let named = text.match_indices(lib).any(|(at, _)| {
                 !text[..at]
                     .chars()

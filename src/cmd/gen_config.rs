@@ -1,5 +1,16 @@
-//! `trtis gen-config MODEL_FILE`: prints the `config.pbtxt` that
-//! auto-complete would make for an ONNX model, ready to save and edit.
+//! `trtis gen-config MODEL_FILE`: prints a `config.pbtxt` for a model file,
+//! ready to save and edit.
+//!
+//! - An ONNX model (`.onnx`): what auto-complete would make, every tensor's
+//!   name, data type and dims read from the model.
+//! - A TorchScript module (`.pt`): the `pytorch_libtorch` platform, inputs
+//!   named after forward()'s arguments (Triton's PyTorch backend binds
+//!   inputs to arguments by name when every name matches) and outputs
+//!   `OUTPUT__0`.. by position (`backend::torchscript` reads the signature
+//!   without libtorch). TorchScript records neither data types nor shapes,
+//!   so those are placeholders (`TYPE_FP32`, `dims: [-1]`; `TYPE_STRING` for
+//!   a `List[str]`), and comment lines at the top of the output say what to
+//!   edit.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,31 +18,35 @@ use std::process::ExitCode;
 use prost::Message;
 use prost_reflect::text_format::FormatOptions;
 use prost_reflect::DynamicMessage;
-use trtis::core::backend::onnx;
+use trtis::core::backend::{onnx, torchscript};
 use trtis::core::config::autocomplete;
 use trtis::core::config::pb::{
-    model_config::SchedulingChoice, model_instance_group::Kind, ModelDynamicBatching,
-    ModelInstanceGroup,
+    model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching,
+    ModelInput, ModelInstanceGroup, ModelOutput,
 };
 use trtis::core::config::pbtxt::model_config_descriptor;
 use trtis::core::config::ModelConfig;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model file (`model.onnx`).
+    /// The model file: an ONNX model (`model.onnx`) or a TorchScript module
+    /// (`model.pt`).
     model: PathBuf,
 
     /// The model name (default: the model directory's name when the file is
-    /// at `<model>/<version>/model.onnx`, else the file's stem).
+    /// at `<model>/<version>/model.onnx` (or `model.pt`), else the file's
+    /// stem).
     #[arg(long)]
     name: Option<String>,
 
-    /// Maximum batch size (default: 4 when every tensor's first dimension is
-    /// dynamic, else 0).
+    /// Maximum batch size (default for ONNX: 4 when every tensor's first
+    /// dimension is dynamic, else 0; for TorchScript: 0, as a module does
+    /// not say whether it batches).
     #[arg(long)]
     max_batch_size: Option<i32>,
 
-    /// Turn dynamic batching on (on by default when the model batches).
+    /// Turn dynamic batching on (on by default when the model batches; a
+    /// TorchScript model batches only with --max-batch-size above 0).
     #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     dynamic_batching: Option<bool>,
 
@@ -59,49 +74,32 @@ fn default_name(model: &Path) -> String {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    if args.model.extension().is_none_or(|e| e != "onnx") {
-        eprintln!(
-            "error: {}: gen-config reads ONNX models (a .onnx file)",
-            args.model.display()
-        );
-        return ExitCode::from(2);
-    }
-    let (inputs, outputs) = match onnx::model_io(&args.model) {
-        Ok(io) => io,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.model.display());
-            return ExitCode::from(1);
-        }
-    };
     let mut config = ModelConfig {
         name: args
             .name
             .clone()
             .unwrap_or_else(|| default_name(&args.model)),
-        platform: "onnxruntime_onnx".into(),
-        backend: "onnxruntime".into(),
-        max_batch_size: args.max_batch_size.unwrap_or(0),
         ..Default::default()
     };
-    let auto_batch = args.max_batch_size.is_none();
-    if let Err(e) = autocomplete::complete(&mut config, &inputs, &outputs, auto_batch) {
-        eprintln!("error: {}: {e}", args.model.display());
-        return ExitCode::from(1);
-    }
-    match args.dynamic_batching {
-        Some(true) => {
-            config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
-                ModelDynamicBatching::default(),
-            ))
+    let made = match args.model.extension().and_then(|e| e.to_str()) {
+        Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
+        Some("pt") => torchscript_config(&args, &mut config),
+        _ => {
+            eprintln!(
+                "error: {}: gen-config reads ONNX models (a .onnx file) and \
+                 TorchScript modules (a .pt file)",
+                args.model.display()
+            );
+            return ExitCode::from(2);
         }
-        Some(false) => config.scheduling_choice = None,
-        None if !auto_batch && config.max_batch_size > 0 => {
-            config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
-                ModelDynamicBatching::default(),
-            ))
+    };
+    let header = match made {
+        Ok(header) => header,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
         }
-        None => {}
-    }
+    };
     if let Some(count) = args.instance_count {
         config.instance_group.push(ModelInstanceGroup {
             count,
@@ -113,6 +111,136 @@ pub fn run(args: Args) -> ExitCode {
         DynamicMessage::decode(model_config_descriptor(), config.encode_to_vec().as_slice())
             .expect("a ModelConfig re-decodes");
     let text = message.to_text_format_with_options(&FormatOptions::new().pretty(true));
+    for line in header {
+        println!("# {line}");
+    }
     println!("{text}");
     ExitCode::SUCCESS
+}
+
+fn dynamic_batching() -> Option<SchedulingChoice> {
+    Some(SchedulingChoice::DynamicBatching(
+        ModelDynamicBatching::default(),
+    ))
+}
+
+/// What auto-complete makes of the ONNX model's inputs and outputs.
+fn onnx_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", args.model.display());
+    let (inputs, outputs) = onnx::model_io(&args.model).map_err(|e| fail(&e))?;
+    config.platform = "onnxruntime_onnx".into();
+    config.backend = "onnxruntime".into();
+    config.max_batch_size = args.max_batch_size.unwrap_or(0);
+    let auto_batch = args.max_batch_size.is_none();
+    autocomplete::complete(config, &inputs, &outputs, auto_batch).map_err(|e| fail(&e))?;
+    match args.dynamic_batching {
+        Some(true) => config.scheduling_choice = dynamic_batching(),
+        Some(false) => config.scheduling_choice = None,
+        None if !auto_batch && config.max_batch_size > 0 => {
+            config.scheduling_choice = dynamic_batching()
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// The TorchScript module's config, from forward()'s signature; returns the
+/// comment lines that go above it (what the module did not say).
+fn torchscript_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<String>, String> {
+    let sig = torchscript::forward_signature(&args.model).map_err(|e| e.to_string())?;
+    eprintln!(
+        "warning: {}: TorchScript records no data types or shapes: edit the \
+         placeholders (see the comments at the top)",
+        args.model.display()
+    );
+    config.platform = "pytorch_libtorch".into();
+    config.backend = "pytorch".into();
+    config.max_batch_size = args.max_batch_size.unwrap_or(0);
+    if config.max_batch_size > 0 {
+        if args.dynamic_batching != Some(false) {
+            config.scheduling_choice = dynamic_batching();
+        }
+    } else if args.dynamic_batching == Some(true) {
+        eprintln!("note: --dynamic-batching ignored: it needs --max-batch-size above 0");
+    }
+    let string_or_fp32 = |ty: &str| {
+        if ty == "List[str]" {
+            DataType::TypeString
+        } else {
+            DataType::TypeFp32
+        }
+    };
+    let params: Vec<String> = sig
+        .args
+        .iter()
+        .map(|a| format!("{}: {}", a.name, a.ty))
+        .collect();
+    let mut header = vec![
+        format!(
+            "Made by `trtis gen-config` from the TorchScript module {}:",
+            args.model.display()
+        ),
+        format!("  forward({}) -> {}", params.join(", "), sig.returns),
+        "A TorchScript module does not record its tensors' data types or shapes,".into(),
+        "nor whether dimension 0 is the batch. Every data_type and dims below is".into(),
+        "a placeholder (TYPE_FP32 for a Tensor, TYPE_STRING for a List[str],".into(),
+        "dims: [-1]): edit them before serving the model.".into(),
+    ];
+    if config.max_batch_size == 0 {
+        header.push("max_batch_size is 0: set it if dimension 0 is the batch.".into());
+    }
+
+    let dict_input = matches!(sig.args.as_slice(), [a] if a.ty.starts_with("Dict["));
+    if dict_input {
+        header.push(format!(
+            "forward() takes one {}: its keys are the input names,",
+            sig.args[0].ty
+        ));
+        header.push("which the module does not record. Add one input per key.".into());
+        eprintln!(
+            "note: forward() takes a {}: no inputs could be named; add one per key",
+            sig.args[0].ty
+        );
+    } else {
+        for a in &sig.args {
+            let tensor = matches!(a.ty.as_str(), "Tensor" | "List[str]");
+            if !tensor {
+                header.push(format!(
+                    "Argument '{}: {}' is neither a Tensor nor a List[str].",
+                    a.name, a.ty
+                ));
+            }
+            config.input.push(ModelInput {
+                name: a.name.clone(),
+                data_type: string_or_fp32(&a.ty) as i32,
+                dims: vec![-1],
+                ..Default::default()
+            });
+        }
+    }
+
+    let returns = sig.return_types().unwrap_or_else(|| {
+        header.push(format!(
+            "forward() returns {}: how many is only known when it runs.",
+            sig.returns
+        ));
+        header.push("One output is listed; add OUTPUT__1, ... for the others.".into());
+        eprintln!(
+            "note: forward() returns {}: one output listed, add the others",
+            sig.returns
+        );
+        vec!["Tensor".into()]
+    });
+    if returns.is_empty() {
+        header.push(format!("forward() returns {}: no outputs.", sig.returns));
+    }
+    for (i, ty) in returns.iter().enumerate() {
+        config.output.push(ModelOutput {
+            name: format!("OUTPUT__{i}"),
+            data_type: string_or_fp32(ty) as i32,
+            dims: vec![-1],
+            ..Default::default()
+        });
+    }
+    Ok(header)
 }

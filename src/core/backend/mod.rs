@@ -2,8 +2,10 @@
 //! version; the instance runs requests synchronously on its own OS thread
 //! (see `core::instance`), never on the async runtime.
 //!
-//! Built in: `identity` (Triton's test backend) and `onnxruntime` (ONNX
-//! Runtime through `ort`, the shared library loaded at run time).
+//! Built in: `identity` (Triton's test backend), `onnxruntime` (ONNX
+//! Runtime through `ort`, the shared library loaded at run time; feature
+//! `onnx`) and `pytorch` (TorchScript through `tch`, linked against
+//! libtorch; feature `torch`).
 
 pub mod identity;
 #[cfg(feature = "onnx")]
@@ -12,11 +14,19 @@ pub mod onnx;
 #[path = "onnx_disabled.rs"]
 pub mod onnx;
 pub mod onnx_settings;
+#[cfg(feature = "torch")]
+pub mod pytorch;
+#[cfg(not(feature = "torch"))]
+#[path = "pytorch_disabled.rs"]
+pub mod pytorch;
+pub mod pytorch_binding;
+pub mod pytorch_settings;
 mod reshape;
+pub mod torchscript;
 
 use std::path::{Path, PathBuf};
 
-use crate::core::config::ModelConfig;
+use crate::core::config::{Issue, ModelConfig};
 use crate::core::error::{Error, Result};
 use crate::core::types::Tensor;
 
@@ -54,6 +64,7 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
     let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
+        "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
         other => {
             return Err(Error::unsupported(format!(
                 "unable to find backend library for backend '{other}', try specifying runtime on the model configuration."
@@ -61,6 +72,79 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         }
     };
     Ok(reshape::wrap(ctx.config, instance))
+}
+
+/// What a backend would refuse of `config` at load that can be known
+/// without loading it: the values of its `parameters`, and for the PyTorch
+/// backend how the config binds to `forward()` (read from the model file in
+/// each of `version_dirs` that has one). `validate-config` and `serve` both
+/// report these (through `repository::check`), so they agree.
+pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
+    let mut out = Vec::new();
+    match config.backend.as_str() {
+        "onnxruntime" => {
+            if let Err(e) = onnx_settings::OrtSettings::from_config(config) {
+                out.push(Issue::error("parameters", e.message));
+            }
+        }
+        "pytorch" => {
+            if let Err(e) = pytorch_settings::TorchSettings::from_config(config) {
+                out.push(Issue::error("parameters", e.message));
+            }
+            let file = if config.default_model_filename.is_empty() {
+                "model.pt"
+            } else {
+                config.default_model_filename.as_str()
+            };
+            // Every version's file must be a TorchScript archive (libtorch
+            // refuses anything else); the binding is checked against the
+            // first whose forward() can be read, else by the config's own
+            // rules, as the backend does.
+            let mut signature = None;
+            for path in version_dirs
+                .iter()
+                .map(|d| d.join(file))
+                .filter(|p| p.is_file())
+            {
+                // Named from the model directory, as the finding's place is.
+                let shown: Vec<_> = path.iter().rev().take(2).collect();
+                let shown = format!(
+                    "{}/{}",
+                    shown[1].to_string_lossy(),
+                    shown[0].to_string_lossy()
+                );
+                let relative =
+                    |e: Error| e.message.replacen(&path.display().to_string(), &shown, 1);
+                match torchscript::forward_signature(&path) {
+                    Ok(s) => {
+                        signature.get_or_insert(s);
+                    }
+                    Err(e) if e.kind == crate::core::error::ErrorKind::Unsupported => {
+                        out.push(Issue::warning(
+                            "default_model_filename",
+                            format!(
+                                "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
+                                relative(e)
+                            ),
+                        ))
+                    }
+                    Err(e) => out.push(Issue::error("default_model_filename", relative(e))),
+                }
+            }
+            match pytorch_binding::bind(config, signature.as_ref().map(|s| s.args.as_slice())) {
+                Err(e) => out.push(Issue::error("input", e.message)),
+                Ok(binding) => {
+                    if let Some(count) = signature.as_ref().and_then(|s| s.return_count()) {
+                        if let Err(e) = pytorch_binding::check_return_count(&binding, count) {
+                            out.push(Issue::error("output", e.message));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 #[cfg(test)]

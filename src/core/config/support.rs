@@ -26,10 +26,11 @@ use super::normalize::ENSEMBLE_PLATFORM;
 /// The backends built into this executable (what `backend::load_instance`
 /// can load; a unit test there holds the two together).
 pub fn built_backends() -> &'static [&'static str] {
-    if cfg!(feature = "onnx") {
-        &["identity", "onnxruntime"]
-    } else {
-        &["identity"]
+    match (cfg!(feature = "onnx"), cfg!(feature = "torch")) {
+        (true, true) => &["identity", "onnxruntime", "pytorch"],
+        (true, false) => &["identity", "onnxruntime"],
+        (false, true) => &["identity", "pytorch"],
+        (false, false) => &["identity"],
     }
 }
 
@@ -47,6 +48,19 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "enable_mem_arena",
             "enable_mem_pattern",
             "memory.enable_memory_arena_shrinkage",
+        ],
+        // backend::pytorch_settings::KEYS (a test there checks).
+        "pytorch" => &[
+            "DISABLE_OPTIMIZED_EXECUTION",
+            "INFERENCE_MODE",
+            "DISABLE_CUDNN",
+            "ENABLE_WEIGHT_SHARING",
+            "ENABLE_CACHE_CLEANING",
+            "ENABLE_JIT_EXECUTOR",
+            "ENABLE_JIT_PROFILING",
+            "ENABLE_TENSOR_FUSER",
+            "INTRA_OP_THREAD_COUNT",
+            "INTER_OP_THREAD_COUNT",
         ],
         _ => &[],
     }
@@ -74,6 +88,10 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         // Triton's message for a backend it cannot find.
         let why = if config.backend == "onnxruntime" {
             ": this trtis was built without the 'onnx' feature".to_string()
+        } else if config.backend == "pytorch" {
+            ": this trtis was built without the 'torch' feature (scripts/setup.sh installs \
+             libtorch; build with `--features torch`)"
+                .to_string()
         } else {
             ", try specifying runtime on the model configuration.".to_string()
         };
@@ -386,12 +404,12 @@ mod tests {
     #[test]
     fn unknown_backends_and_runtimes_are_refused_with_tritons_message() {
         let mut c = onnx();
-        c.backend = "pytorch".into();
+        c.backend = "tensorflow".into();
         let issues = check(&c);
         assert_eq!(fields(&issues, Severity::Error), ["backend"]);
         assert!(issues[0]
             .message
-            .starts_with("unable to find backend library for backend 'pytorch'"));
+            .starts_with("unable to find backend library for backend 'tensorflow'"));
         let mut c = onnx();
         c.runtime = "libtriton_onnxruntime.so".into();
         assert!(check(&c).is_empty(), "the default runtime is fine");

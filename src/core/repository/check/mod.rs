@@ -290,6 +290,16 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
         }
     }
     check_files(&mut m, &config);
+    if opts.server_support {
+        let dirs: Vec<PathBuf> = m
+            .versions
+            .iter()
+            .filter_map(|v| m.dir.versions.get(v).cloned())
+            .collect();
+        for issue in crate::core::backend::check_config(&config, &dirs) {
+            m.push(issue);
+        }
+    }
     m.config = Some(config);
     m
 }

@@ -1,0 +1,104 @@
+//! The in-process reference for the PyTorch backend's benchmark
+//! (`scripts/bench.sh pytorch`): a TorchScript module called directly
+//! through tch, as the backend calls it (CPU, eval mode, no-grad), without a
+//! server. Prints one JSON line: inferences per second and process CPU
+//! microseconds per inference.
+//!
+//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5
+//!   torch_direct make-mlp OUT.pt     (8 x Linear 1024 + ReLU, traced, fixed seed)
+//!
+//! Needs the `torch` feature: `cargo run --release --features torch
+//! --example torch_direct -- ...`.
+
+use std::time::Instant;
+
+use tch::{CModule, Device, Kind, Tensor};
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+fn arg<'a>(args: &'a [String], flag: &str, default: &'a str) -> &'a str {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+        .unwrap_or(default)
+}
+
+fn make_mlp(out: &str) {
+    tch::manual_seed(0);
+    let weights: Vec<(Tensor, Tensor)> = (0..8)
+        .map(|_| {
+            (
+                Tensor::randn([1024, 1024], (Kind::Float, Device::Cpu)) / 32.0,
+                Tensor::zeros([1024], (Kind::Float, Device::Cpu)),
+            )
+        })
+        .collect();
+    let example = Tensor::zeros([1, 1024], (Kind::Float, Device::Cpu));
+    let mut forward = |inputs: &[Tensor]| {
+        let mut x = inputs[0].shallow_clone();
+        for (w, b) in &weights {
+            x = x.linear(w, Some(b)).relu();
+        }
+        vec![x]
+    };
+    let module = CModule::create_by_tracing("MLP", "forward", &[example], &mut forward)
+        .expect("trace the MLP");
+    module.save(out).expect("save the MLP");
+}
+
+fn run(args: &[String]) {
+    let model = &args[0];
+    let shape: Vec<i64> = arg(args, "--shape", "1024")
+        .split(',')
+        .map(|d| d.parse().expect("--shape: numbers"))
+        .collect();
+    let batch: i64 = arg(args, "--batch", "1").parse().expect("--batch");
+    let threads: i32 = arg(args, "--threads", "1").parse().expect("--threads");
+    let seconds: f64 = arg(args, "--seconds", "5").parse().expect("--seconds");
+    let _ = tch::get_num_threads();
+    tch::set_num_threads(threads);
+    let mut module = CModule::load_on_device(model, Device::Cpu).expect("load the module");
+    module.set_eval();
+    let mut dims = vec![batch];
+    dims.extend(&shape);
+    let x = Tensor::randn(&dims, (Kind::Float, Device::Cpu));
+    let _guard = tch::no_grad_guard();
+    for _ in 0..3 {
+        let _ = module.forward_ts(&[&x]).expect("forward");
+    }
+    let (start, cpu0) = (Instant::now(), cpu_seconds());
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        let y = module.forward_ts(&[&x]).expect("forward");
+        // Read the result as the server does (one copy out).
+        let mut out = vec![0f32; y.numel()];
+        y.copy_data(&mut out, y.numel());
+        n += 1;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let inferences = (n * batch as u64) as f64;
+    println!(
+        "{{\"infer_per_s\": {:.2}, \"cpu_us\": {:.1}, \"batch\": {batch}, \"threads\": {threads}}}",
+        inferences / elapsed,
+        (cpu_seconds() - cpu0) / inferences * 1e6
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("make-mlp") if args.len() == 2 => make_mlp(&args[1]),
+        Some("run") if args.len() >= 2 => run(&args[1..]),
+        _ => {
+            eprintln!("usage: torch_direct run MODEL.pt [--shape D,..] [--batch N] [--threads N] [--seconds S]\n       torch_direct make-mlp OUT.pt");
+            std::process::exit(2);
+        }
+    }
+}

@@ -4,9 +4,6 @@
 //! - `grpc_service.proto`, `health.proto` → prost types and tonic service
 //!   code (`core::protocol::pb`), referring to the config types above;
 //! - the encoded descriptor set of all of them, for `prost-reflect`.
-//!
-//! With the `torch` feature it also gives the binary an rpath to libtorch's
-//! folder, so that it runs without `LD_LIBRARY_PATH`.
 use std::{env, fs, path::PathBuf};
 
 use prost_types::FileDescriptorSet;
@@ -60,42 +57,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     grpc.compile_fds(fds.clone())?;
     println!("cargo:rerun-if-changed=proto");
-    torch_link_args();
     Ok(())
-}
-
-/// With the `torch` feature, torch-sys (a direct dependency for this reason)
-/// reports libtorch's folder as `DEP_TCH_LIBTORCH_LIB`; torch-sys passes the
-/// rpath only to its own C++ shim, so the binary gets it here. libtorch_cuda
-/// is linked (past `--as-needed`, which would drop it) only when asked with
-/// `TRTIS_TORCH_CUDA=1`: it needs cuDNN and cuBLAS, which the minimal CPU
-/// install of scripts/setup.sh leaves out.
-fn torch_link_args() {
-    println!("cargo:rerun-if-env-changed=TRTIS_TORCH_CUDA");
-    let Ok(dir) = env::var("DEP_TCH_LIBTORCH_LIB") else {
-        return;
-    };
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
-    if env::var("TRTIS_TORCH_CUDA").as_deref() == Ok("1") {
-        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
-    }
-    #[cfg(feature = "torch")]
-    {
-        let include = PathBuf::from(&dir).join("../include");
-        let shim = "src/core/backend/pytorch_shim.cpp";
-        println!("cargo:rerun-if-changed={shim}");
-        cc::Build::new()
-            .cpp(true)
-            .pic(true)
-            .warnings(false)
-            .include(&include)
-            .include(include.join("torch/csrc/api/include"))
-            .flag("-std=c++17")
-            .define(
-                "_GLIBCXX_USE_CXX11_ABI",
-                env::var("LIBTORCH_CXX11_ABI").as_deref().unwrap_or("1"),
-            )
-            .file(shim)
-            .compile("trtis_torch_shim");
-    }
 }

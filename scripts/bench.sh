@@ -78,7 +78,7 @@ case "$driver" in
   *.py)
     lib="$(./scripts/setup-perf-analyzer.sh)"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    cargo build --release --locked --features torch --bin trtis
+    cargo build --release --locked --workspace
     .venv/bin/python "$driver"
     ;;
   *.sh)

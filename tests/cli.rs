@@ -197,8 +197,7 @@ fn gen_config_names_a_torchscript_modules_inputs_and_outputs() {
     assert_eq!(config.matches("data_type: TYPE_FP32").count(), 4, "{text}");
     assert_eq!(config.matches("dims: [-1]").count(), 4, "{text}");
 
-    // Saved beside the model, it validates; only a trtis without the
-    // PyTorch backend refuses it, for that reason alone.
+    // Saved beside the model, it validates.
     let model = repo.path().join("add_sub");
     std::fs::create_dir_all(model.join("1")).unwrap();
     std::fs::copy(
@@ -209,18 +208,8 @@ fn gen_config_names_a_torchscript_modules_inputs_and_outputs() {
     std::fs::write(model.join("config.pbtxt"), &text).unwrap();
     let out = trtis(repo.path(), &["validate-config", "."]);
     let report = stdout(&out);
-    if cfg!(feature = "torch") {
-        assert_eq!(report, "OK: 1 model checked, 0 errors, 0 warnings\n");
-        assert_eq!(out.status.code(), Some(0));
-    } else {
-        assert_eq!(out.status.code(), Some(1), "{report}");
-        assert!(
-            report.contains("unable to find backend library for backend 'pytorch'")
-                && report.contains("built without the 'torch' feature"),
-            "{report}"
-        );
-        assert!(report.contains("1 error, 0 warnings"), "{report}");
-    }
+    assert_eq!(report, "OK: 1 model checked, 0 errors, 0 warnings\n");
+    assert_eq!(out.status.code(), Some(0));
 
     // The flags work as for ONNX.
     let out = trtis(

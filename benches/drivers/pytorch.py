@@ -5,7 +5,7 @@ In one run on this machine it measures:
     instance, 1 intra-op thread, dynamic batching as configured) through
     `trtis serve`, driven by perf_analyzer over gRPC at concurrency 1 and 2,
     against the same module called directly in-process through tch with the
-    same thread count (examples/torch_direct.rs) at batch 1 and 2: the ratio
+    same thread count (backends/torch/examples/torch_direct.rs) at batch 1 and 2: the ratio
     at concurrency 2 is the figure (target: at least 0.95);
   - the compute-bound MLP (8 x Linear 1024 + ReLU, traced with tch, FP32)
     with dynamic batching (one instance, preferred batch 16, 2 ms delay) at
@@ -37,7 +37,7 @@ def direct(model, shape, batch, threads, seconds=6.0):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    subprocess.run(["cargo", "build", "--release", "--locked", "--features", "torch",
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "trtis-torch",
                     "--example", "torch_direct"], cwd=ROOT, check=True)
     mlp = os.path.join(OUT, "mlp.pt")
     if not os.path.exists(mlp):
@@ -57,7 +57,7 @@ def main():
 
     lines = ["# PyTorch backend benchmark", "",
              f"{os.cpu_count()} CPUs. Reference: the same TorchScript module called directly through tch "
-             "(examples/torch_direct.rs), same threads, same run.", "",
+             "(backends/torch/examples/torch_direct.rs), same threads, same run.", "",
              "| direct tch | batch | intra-op threads | infer/s | CPU µs/inf |", "| --- | --- | --- | --- | --- |"]
     ref = {}
     for name, model, shape, batches, threads in (

@@ -4,8 +4,9 @@
 //!
 //! Built in: `identity` (Triton's test backend), `onnxruntime` (ONNX
 //! Runtime through `ort`, the shared library loaded at run time; feature
-//! `onnx`) and `pytorch` (TorchScript through `tch`, linked against
-//! libtorch; feature `torch`).
+//! `onnx`) and `pytorch` (TorchScript through `tch` and libtorch, in a
+//! shared library of its own, `backends/torch`, loaded when a PyTorch model
+//! loads).
 
 pub mod identity;
 #[cfg(feature = "onnx")]
@@ -14,11 +15,8 @@ pub mod onnx;
 #[path = "onnx_disabled.rs"]
 pub mod onnx;
 pub mod onnx_settings;
-#[cfg(feature = "torch")]
 pub mod pytorch;
-#[cfg(not(feature = "torch"))]
-#[path = "pytorch_disabled.rs"]
-pub mod pytorch;
+pub mod pytorch_abi;
 pub mod pytorch_binding;
 pub mod pytorch_settings;
 mod reshape;

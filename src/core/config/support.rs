@@ -26,11 +26,13 @@ use super::normalize::ENSEMBLE_PLATFORM;
 /// The backends built into this executable (what `backend::load_instance`
 /// can load; a unit test there holds the two together).
 pub fn built_backends() -> &'static [&'static str] {
-    match (cfg!(feature = "onnx"), cfg!(feature = "torch")) {
-        (true, true) => &["identity", "onnxruntime", "pytorch"],
-        (true, false) => &["identity", "onnxruntime"],
-        (false, true) => &["identity", "pytorch"],
-        (false, false) => &["identity"],
+    // The PyTorch backend is a library the server loads when a PyTorch
+    // model loads (backend::pytorch); a missing library fails that load, as
+    // a missing ONNX Runtime library does.
+    if cfg!(feature = "onnx") {
+        &["identity", "onnxruntime", "pytorch"]
+    } else {
+        &["identity", "pytorch"]
     }
 }
 
@@ -88,10 +90,6 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         // Triton's message for a backend it cannot find.
         let why = if config.backend == "onnxruntime" {
             ": this trtis was built without the 'onnx' feature".to_string()
-        } else if config.backend == "pytorch" {
-            ": this trtis was built without the 'torch' feature (scripts/setup.sh installs \
-             libtorch; build with `--features torch`)"
-                .to_string()
         } else {
             ", try specifying runtime on the model configuration.".to_string()
         };

@@ -7,8 +7,7 @@
 //!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5
 //!   torch_direct make-mlp OUT.pt     (8 x Linear 1024 + ReLU, traced, fixed seed)
 //!
-//! Needs the `torch` feature: `cargo run --release --features torch
-//! --example torch_direct -- ...`.
+//! `cargo run --release -p trtis-torch --example torch_direct -- ...`.
 
 use std::time::Instant;
 

@@ -1,0 +1,35 @@
+//! Links the PyTorch backend library against libtorch with an rpath to it
+//! (torch-sys passes the rpath only to its own C++ shim), so the server
+//! loads it without `LD_LIBRARY_PATH`, and compiles `src/shim.cpp` (what tch
+//! does not expose: `c10::InferenceMode`, the JIT executor switch) against
+//! the same headers. libtorch's folder comes from torch-sys (a direct
+//! dependency for this reason) as `DEP_TCH_LIBTORCH_LIB`. libtorch_cuda is
+//! linked (past `--as-needed`, which would drop it) only when asked with
+//! `TRTIS_TORCH_CUDA=1`: it needs cuDNN and cuBLAS, which the minimal CPU
+//! install of scripts/setup.sh leaves out.
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=TRTIS_TORCH_CUDA");
+    println!("cargo:rerun-if-changed=src/shim.cpp");
+    let dir = env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys reports libtorch's folder");
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+    if env::var("TRTIS_TORCH_CUDA").as_deref() == Ok("1") {
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+    let include = PathBuf::from(&dir).join("../include");
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .define(
+            "_GLIBCXX_USE_CXX11_ABI",
+            env::var("LIBTORCH_CXX11_ABI").as_deref().unwrap_or("1"),
+        )
+        .file("src/shim.cpp")
+        .compile("trtis_torch_shim");
+}

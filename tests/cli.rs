@@ -260,6 +260,30 @@ fn gen_config_on_string_and_dict_modules() {
     assert_eq!(text.matches("data_type: TYPE_STRING").count(), 1, "{text}");
     assert_eq!(text.matches("data_type: TYPE_FP32").count(), 1, "{text}");
 
+    // Batched, a List[str] is [1] reshaped to [] (Triton's one-dimension
+    // rule), and the config validates.
+    let model = dir.path().join("repo/strings");
+    std::fs::create_dir_all(model.join("1")).unwrap();
+    std::fs::copy(
+        fixtures().join("pytorch/strings.pt"),
+        model.join("1/model.pt"),
+    )
+    .unwrap();
+    let out = trtis(
+        dir.path(),
+        &[
+            "gen-config",
+            "repo/strings/1/model.pt",
+            "--max-batch-size",
+            "4",
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(text.matches("reshape {}").count(), 2, "{text}");
+    std::fs::write(model.join("config.pbtxt"), &text).unwrap();
+    let out = trtis(dir.path(), &["validate-config", "repo"]);
+    assert_eq!(stdout(&out), "OK: 1 model checked, 0 errors, 0 warnings\n");
+
     // A Dict[str, Tensor]'s keys are not in the module: no inputs.
     let (code, text, stderr) = gen_config_pt(dir.path(), "dict_in.pt");
     assert_eq!(code, Some(0), "{stderr}");

@@ -32,4 +32,7 @@ fn main() {
         )
         .file("src/shim.cpp")
         .compile("trtis_torch_shim");
+    // The benchmark's reference (examples/torch_direct.rs) uses the shim too.
+    let out = env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    println!("cargo:rustc-link-arg-examples={out}/libtrtis_torch_shim.a");
 }

@@ -22,7 +22,7 @@ use trtis::core::backend::{onnx, torchscript};
 use trtis::core::config::autocomplete;
 use trtis::core::config::pb::{
     model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching,
-    ModelInput, ModelInstanceGroup, ModelOutput,
+    ModelInput, ModelInstanceGroup, ModelOutput, ModelTensorReshape,
 };
 use trtis::core::config::pbtxt::model_config_descriptor;
 use trtis::core::config::ModelConfig;
@@ -170,6 +170,16 @@ fn torchscript_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<Strin
             DataType::TypeFp32
         }
     };
+    // A List[str] is one-dimensional counting the batch (Triton's rule): a
+    // batching model declares [1], reshaped to [] for the model.
+    let batching = config.max_batch_size > 0;
+    let string_shape = |ty: &str| -> (Vec<i64>, Option<ModelTensorReshape>) {
+        if ty == "List[str]" && batching {
+            (vec![1], Some(ModelTensorReshape { shape: vec![] }))
+        } else {
+            (vec![-1], None)
+        }
+    };
     let params: Vec<String> = sig
         .args
         .iter()
@@ -210,10 +220,12 @@ fn torchscript_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<Strin
                     a.name, a.ty
                 ));
             }
+            let (dims, reshape) = string_shape(&a.ty);
             config.input.push(ModelInput {
                 name: a.name.clone(),
                 data_type: string_or_fp32(&a.ty) as i32,
-                dims: vec![-1],
+                dims,
+                reshape,
                 ..Default::default()
             });
         }
@@ -235,10 +247,12 @@ fn torchscript_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<Strin
         header.push(format!("forward() returns {}: no outputs.", sig.returns));
     }
     for (i, ty) in returns.iter().enumerate() {
+        let (dims, reshape) = string_shape(ty);
         config.output.push(ModelOutput {
             name: format!("OUTPUT__{i}"),
             data_type: string_or_fp32(ty) as i32,
-            dims: vec![-1],
+            dims,
+            reshape,
             ..Default::default()
         });
     }

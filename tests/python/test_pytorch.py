@@ -455,6 +455,13 @@ input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
 parameters [ { key: "INFERENCE_MODE" value: { string_value: "maybe" } } ]""", "identity.pt",
         "failed to convert 'maybe' to boolean"),
+    # Triton's pytorch backend takes no string correlation IDs.
+    "string_corrid": ("""backend: "pytorch"
+max_batch_size: 1
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching { control_input [ { name: "CORRID__1" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ] }""",
+        "identity.pt", "input 'CORRID__1' type 'TYPE_STRING' is not supported by PyTorch."),
     "batched_2d_strings": ("""backend: "pytorch"
 max_batch_size: 4
 input [ { name: "x" data_type: TYPE_STRING dims: [ 1 ] } ]

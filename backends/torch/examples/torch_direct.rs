@@ -1,10 +1,10 @@
 //! The in-process reference for the PyTorch backend's benchmark
 //! (`scripts/bench.sh pytorch`): a TorchScript module called directly
-//! through tch, as the backend calls it (CPU, eval mode, no-grad), without a
-//! server. Prints one JSON line: inferences per second and process CPU
+//! through tch, as the backend calls it (CPU, eval mode, no-grad and, by
+//! default as in the backend, InferenceMode), without a server. Prints one JSON line: inferences per second and process CPU
 //! microseconds per inference.
 //!
-//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5
+//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5 [--inference-mode 0|1]
 //!   torch_direct make-mlp OUT.pt     (8 x Linear 1024 + ReLU, traced, fixed seed)
 //!
 //! `cargo run --release -p trtis-torch --example torch_direct -- ...`.
@@ -12,6 +12,13 @@
 use std::time::Instant;
 
 use tch::{CModule, Device, Kind, Tensor};
+
+// The backend's own shim (src/shim.cpp, linked by this package's build.rs):
+// the reference runs under c10::InferenceMode as the backend does by default.
+extern "C" {
+    fn trtis_inference_mode_enter(enabled: i32) -> *mut std::ffi::c_void;
+    fn trtis_inference_mode_exit(guard: *mut std::ffi::c_void);
+}
 
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage fills the struct.
@@ -69,6 +76,9 @@ fn run(args: &[String]) {
     dims.extend(&shape);
     let x = Tensor::randn(&dims, (Kind::Float, Device::Cpu));
     let _guard = tch::no_grad_guard();
+    let inference_mode = arg(args, "--inference-mode", "1") == "1";
+    // SAFETY: entered and left on this thread, around the runs.
+    let mode = unsafe { trtis_inference_mode_enter(i32::from(inference_mode)) };
     for _ in 0..3 {
         let _ = module.forward_ts(&[&x]).expect("forward");
     }
@@ -82,6 +92,8 @@ fn run(args: &[String]) {
         n += 1;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    // SAFETY: made above on this thread.
+    unsafe { trtis_inference_mode_exit(mode) };
     let inferences = (n * batch as u64) as f64;
     println!(
         "{{\"infer_per_s\": {:.2}, \"cpu_us\": {:.1}, \"batch\": {batch}, \"threads\": {threads}}}",

@@ -16,10 +16,9 @@
 //! - Tensors: every numeric type of the protocol (UINT16/32/64 and BF16 too,
 //!   which Triton's backend refuses; tch's `Kind` has no unsigned wide types,
 //!   so tensors are made and read by libtorch's scalar-type codes through
-//!   torch-sys). An input is handed to libtorch without a copy (`from_blob`
-//!   on the request's buffer, which outlives the call) when its buffer is
-//!   aligned for its type, else copied once. An output is copied once into
-//!   the response (our tensors own their bytes). BYTES are `List[str]`.
+//!   torch-sys). An input is copied once into a tensor libtorch owns (a
+//!   module may keep or change its inputs); an output is copied once, into
+//!   the server's response buffer. BYTES are `List[str]`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -113,7 +112,16 @@ fn apply_inter_op(settings: &TorchSettings, model: &str) {
     let mut set = INTER_OP.lock().unwrap_or_else(|e| e.into_inner());
     match *set {
         None => {
-            tch::set_num_interop_threads(n as i32);
+            // libtorch refuses once its pool has started (e.g. a model used
+            // fork): said, not fatal, as Triton ignores it.
+            // SAFETY: a plain libtorch setter; its error is read below.
+            unsafe { torch_sys::at_set_num_interop_threads(n as i32) };
+            if let Some(msg) = last_torch_error() {
+                log(
+                    1,
+                    &format!("model '{model}': INTER_OP_THREAD_COUNT {n} not applied: {msg}"),
+                );
+            }
             *set = Some(n);
         }
         Some(m) if m != n => log(
@@ -143,12 +151,10 @@ fn apply_thread_settings(settings: &TorchSettings) {
     tch::jit::set_graph_executor_optimize(settings.optimized_execution);
 }
 
-/// Process-wide switches, set before every run when the model asks for
-/// them (as Triton does).
+/// Process-wide switches, set before every run (cuDNN always, the JIT
+/// switches when the model asks), as Triton does.
 fn apply_process_settings(settings: &TorchSettings) {
-    if settings.disable_cudnn {
-        tch::Cuda::set_user_enabled_cudnn(false);
-    }
+    tch::Cuda::set_user_enabled_cudnn(!settings.disable_cudnn);
     if let Some(on) = settings.jit_executor {
         // SAFETY: plain setter of a libtorch atomic.
         unsafe { trtis_set_executor_mode(i32::from(on)) };
@@ -201,9 +207,9 @@ fn last_torch_error() -> Option<String> {
     }
 }
 
-/// A numeric input as a libtorch tensor: a view of `t.data` when it is
-/// aligned for the type (the caller keeps `t` alive until the run is over),
-/// else a copy.
+/// A numeric input as a libtorch tensor that owns a copy of the bytes. (Not
+/// a view of the server's buffer: a module may keep an input past the call,
+/// as an attribute or in a forked task, or change it in place.)
 fn to_tch(t: &View) -> Result<tch::Tensor> {
     let code = scalar_type(t.datatype).expect("numeric");
     let size = t.datatype.size().expect("numeric");
@@ -217,29 +223,16 @@ fn to_tch(t: &View) -> Result<tch::Tensor> {
             count.saturating_mul(size)
         )));
     }
-    let ptr = t.data.as_ptr();
-    // SAFETY: `ptr` holds `count` elements of the type (checked above); a
-    // blob is only used while the caller holds `t`.
+    // SAFETY: `data` holds `count` elements of the type (checked above);
+    // libtorch copies them.
     let raw = unsafe {
-        if count > 0 && (ptr as usize) % size == 0 {
-            torch_sys::at_tensor_of_blob(
-                ptr as *const std::ffi::c_void,
-                t.shape.as_ptr(),
-                t.shape.len(),
-                std::ptr::null(),
-                0,
-                code,
-                -1,
-            )
-        } else {
-            torch_sys::at_tensor_of_data(
-                ptr as *const std::ffi::c_void,
-                t.shape.as_ptr(),
-                t.shape.len(),
-                size,
-                code,
-            )
-        }
+        torch_sys::at_tensor_of_data(
+            t.data.as_ptr() as *const c_void,
+            t.shape.as_ptr(),
+            t.shape.len(),
+            size,
+            code,
+        )
     };
     if let Some(msg) = last_torch_error() {
         return Err(Error::internal(format!("input '{}': {msg}", t.name)));
@@ -262,6 +255,13 @@ fn to_strings(t: &View) -> Result<Vec<String>> {
     elements
         .into_iter()
         .map(|e| {
+            if e.contains(&0) {
+                // tch hands strings to libtorch as C strings.
+                return Err(Error::invalid_arg(format!(
+                    "input '{}': TorchScript strings cannot hold NUL bytes here",
+                    t.name
+                )));
+            }
             String::from_utf8(e.to_vec()).map_err(|_| {
                 Error::invalid_arg(format!(
                     "input '{}': TorchScript strings must be valid UTF-8",
@@ -327,7 +327,8 @@ fn emit_tensor(
         };
         return Err(Error::invalid_arg(format!(
             "configuration expects datatype {} for output '{name}', model provides {}",
-            name_of(want),
+            // The config's TYPE_STRING is `None` here (a List[str]).
+            want.map_or_else(|| "TYPE_STRING".to_string(), |_| name_of(want)),
             name_of(actual)
         )));
     }
@@ -338,13 +339,23 @@ fn emit_tensor(
             "output '{name}' is a scalar which is not supported."
         )));
     }
-    let value = value.contiguous();
+    // On the CPU (a model may return a tensor on another device), dense and
+    // contiguous.
+    let value = value
+        .f_to_device(tch::Device::Cpu)
+        .and_then(|v| v.f_to_dense(None, false))
+        .and_then(|v| v.f_contiguous())
+        .map_err(|e| Error::internal(format!("output '{name}': {e}")))?;
     let bytes = value.numel() * datatype.size().expect("numeric");
+    let ptr = value.data_ptr() as *const u8;
+    if bytes > 0 && ptr.is_null() {
+        return Err(Error::internal(format!("output '{name}' has no data")));
+    }
     let data: &[u8] = if bytes == 0 {
         &[]
     } else {
         // SAFETY: a contiguous CPU tensor of `bytes` bytes, alive here.
-        unsafe { std::slice::from_raw_parts(value.data_ptr() as *const u8, bytes) }
+        unsafe { std::slice::from_raw_parts(ptr, bytes) }
     };
     put(out, index, name, datatype, &shape, data)
 }
@@ -614,6 +625,12 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         Err(Error::internal(format!("PyTorch backend failure: {why}")))
     })
 }
+
+// The exports have the ABI's types.
+const _: abi::InitFn = trtis_torch_init;
+const _: abi::LoadFn = trtis_torch_load;
+const _: abi::ExecuteFn = trtis_torch_execute;
+const _: abi::UnloadFn = trtis_torch_unload;
 
 /// # Safety
 /// Called once by the server before any other call.

@@ -94,11 +94,17 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
             } else {
                 config.default_model_filename.as_str()
             };
-            // Every version's file must be a TorchScript archive (libtorch
-            // refuses anything else); the binding is checked against the
-            // first whose forward() can be read, else by the config's own
-            // rules, as the backend does.
-            let mut signature = None;
+            // Each version's file is checked as its load checks it: a
+            // TorchScript archive (libtorch refuses anything else), bound
+            // against its forward() when that can be read, else by the
+            // config's own rules. The same finding from several versions is
+            // reported once.
+            let mut push = |out: &mut Vec<Issue>, issue: Issue| {
+                if !out.contains(&issue) {
+                    out.push(issue);
+                }
+            };
+            let mut bound = false;
             for path in version_dirs
                 .iter()
                 .map(|d| d.join(file))
@@ -113,36 +119,56 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
                 );
                 let relative =
                     |e: Error| e.message.replacen(&path.display().to_string(), &shown, 1);
-                match torchscript::forward_signature(&path) {
-                    Ok(s) => {
-                        signature.get_or_insert(s);
-                    }
+                let signature = match torchscript::forward_signature(&path) {
+                    Ok(s) => Some(s),
                     Err(e) if e.kind == crate::core::error::ErrorKind::Unsupported => {
-                        out.push(Issue::warning(
+                        push(&mut out, Issue::warning(
                             "default_model_filename",
                             format!(
                                 "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
                                 relative(e)
                             ),
-                        ))
+                        ));
+                        None
                     }
-                    Err(e) => out.push(Issue::error("default_model_filename", relative(e))),
-                }
+                    Err(e) => {
+                        push(
+                            &mut out,
+                            Issue::error("default_model_filename", relative(e)),
+                        );
+                        continue;
+                    }
+                };
+                bound = true;
+                check_binding(&mut out, &mut push, config, signature.as_ref());
             }
-            match pytorch_binding::bind(config, signature.as_ref().map(|s| s.args.as_slice())) {
-                Err(e) => out.push(Issue::error("input", e.message)),
-                Ok(binding) => {
-                    if let Some(count) = signature.as_ref().and_then(|s| s.return_count()) {
-                        if let Err(e) = pytorch_binding::check_return_count(&binding, count) {
-                            out.push(Issue::error("output", e.message));
-                        }
-                    }
-                }
+            if !bound {
+                check_binding(&mut out, &mut push, config, None);
             }
         }
         _ => {}
     }
     out
+}
+
+/// The PyTorch binding of `config` against one `forward()` (or the config's
+/// own rules without one), as the load checks it.
+fn check_binding(
+    out: &mut Vec<Issue>,
+    push: &mut impl FnMut(&mut Vec<Issue>, Issue),
+    config: &ModelConfig,
+    signature: Option<&torchscript::Signature>,
+) {
+    match pytorch_binding::bind(config, signature.map(|s| s.args.as_slice())) {
+        Err(e) => push(out, Issue::error("input", e.message)),
+        Ok(binding) => {
+            if let Some(count) = signature.and_then(|s| s.return_count()) {
+                if let Err(e) = pytorch_binding::check_return_count(&binding, count) {
+                    push(out, Issue::error("output", e.message));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -133,6 +133,15 @@ extern "C" fn alloc(
     } else {
         unsafe { std::slice::from_raw_parts(shape, rank) }.to_vec()
     };
+    // A numeric output's size follows from its shape.
+    if let Some(size) = datatype.size() {
+        let fits = crate::core::types::element_count(&shape)
+            .and_then(|n| n.checked_mul(size))
+            .is_some_and(|n| n == bytes);
+        if !fits {
+            return std::ptr::null_mut();
+        }
+    }
     out.tensors.push(Tensor {
         name: name.clone(),
         datatype,
@@ -239,9 +248,15 @@ impl super::InstanceExec for TorchInstance {
             Duration::from_nanos(timing[0]),
             Duration::from_nanos(timing[1]),
         );
-        // In the order asked for (the library fills them in that order).
-        let mut tensors = out.tensors;
-        tensors.sort_by_key(|t| outputs.iter().position(|n| *n == t.name));
+        // Each output asked for, once, in that order.
+        let tensors = out.tensors;
+        let complete = tensors.len() == outputs.len()
+            && tensors.iter().zip(outputs).all(|(t, name)| t.name == *name);
+        if !complete {
+            return Err(Error::internal(
+                "the PyTorch backend did not produce the outputs asked for",
+            ));
+        }
         Ok(tensors)
     }
 

@@ -107,13 +107,30 @@ pub type ExecuteFn = unsafe extern "C" fn(
 ) -> i32;
 pub type UnloadFn = unsafe extern "C" fn(instance: *mut c_void);
 
-/// A datatype's number on the wire between the two.
+/// A datatype's number between the two: the model config's `TYPE_*` value
+/// (fixed by the schema; TYPE_STRING for BYTES).
 pub fn datatype_code(t: DataType) -> u32 {
-    DataType::ALL.iter().position(|d| *d == t).unwrap_or(0) as u32
+    use crate::core::config::pb::DataType as C;
+    (match t {
+        DataType::Bool => C::TypeBool,
+        DataType::Uint8 => C::TypeUint8,
+        DataType::Uint16 => C::TypeUint16,
+        DataType::Uint32 => C::TypeUint32,
+        DataType::Uint64 => C::TypeUint64,
+        DataType::Int8 => C::TypeInt8,
+        DataType::Int16 => C::TypeInt16,
+        DataType::Int32 => C::TypeInt32,
+        DataType::Int64 => C::TypeInt64,
+        DataType::Fp16 => C::TypeFp16,
+        DataType::Fp32 => C::TypeFp32,
+        DataType::Fp64 => C::TypeFp64,
+        DataType::Bytes => C::TypeString,
+        DataType::Bf16 => C::TypeBf16,
+    }) as u32
 }
 
 pub fn datatype_of(code: u32) -> Option<DataType> {
-    DataType::ALL.get(code as usize).copied()
+    DataType::from_config(i32::try_from(code).ok()?)
 }
 
 const KINDS: [ErrorKind; 8] = [
@@ -150,6 +167,10 @@ mod tests {
         for t in DataType::ALL {
             assert_eq!(datatype_of(datatype_code(t)), Some(t));
         }
+        // Fixed numbers, whatever the order of DataType::ALL.
+        assert_eq!(datatype_code(DataType::Fp32), 11);
+        assert_eq!(datatype_code(DataType::Bytes), 13);
+        assert_eq!(datatype_of(0), None);
         for k in KINDS {
             assert_eq!(error_of(kind_code(k), "m").kind, k);
         }

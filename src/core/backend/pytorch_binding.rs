@@ -77,8 +77,11 @@ pub struct Binding {
 /// `<name>__<index>` → index (Triton: the digits after the first `__`).
 pub fn named_index(name: &str) -> Option<usize> {
     let (_, suffix) = name.split_once("__")?;
+    if suffix.is_empty() {
+        return Some(0);
+    }
     if suffix.bytes().all(|b| b.is_ascii_digit()) {
-        Some(suffix.parse().unwrap_or(0))
+        suffix.parse().ok()
     } else {
         None
     }
@@ -89,6 +92,8 @@ pub fn named_index(name: &str) -> Option<usize> {
 /// state outputs it asks back.
 struct Extras {
     controls: Vec<String>,
+    /// Controls whose value is a string (a TYPE_STRING correlation ID).
+    string_controls: Vec<String>,
     state_inputs: Vec<(String, i32)>,
     state_outputs: Vec<(String, i32)>,
     batch_inputs: Vec<String>,
@@ -97,6 +102,7 @@ struct Extras {
 fn extras(config: &ModelConfig) -> Extras {
     let mut e = Extras {
         controls: Vec::new(),
+        string_controls: Vec::new(),
         state_inputs: Vec::new(),
         state_outputs: Vec::new(),
         batch_inputs: config
@@ -107,6 +113,16 @@ fn extras(config: &ModelConfig) -> Extras {
     };
     if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
         e.controls = sb.control_input.iter().map(|c| c.name.clone()).collect();
+        e.string_controls = sb
+            .control_input
+            .iter()
+            .filter(|c| {
+                c.control
+                    .iter()
+                    .any(|k| k.data_type == ConfigType::TypeString as i32)
+            })
+            .map(|c| c.name.clone())
+            .collect();
         for s in &sb.state {
             e.state_inputs.push((s.input_name.clone(), s.data_type));
             e.state_outputs.push((s.output_name.clone(), s.data_type));
@@ -227,6 +243,11 @@ pub fn bind(config: &ModelConfig, args: Option<&[Argument]>) -> Result<Binding> 
                 "PyTorch model '{model}' is using sequence batching with state but state '{name}' does not follow the <name>__<index> naming convention."
             )));
         }
+    }
+    if let Some(name) = extra.string_controls.first() {
+        return Err(Error::internal(format!(
+            "input '{name}' type 'TYPE_STRING' is not supported by PyTorch."
+        )));
     }
     for name in &extra.controls {
         if named_index(name).is_none() && !dict {
@@ -582,5 +603,6 @@ mod tests {
         assert_eq!(named_index("X__"), Some(0));
         assert_eq!(named_index("a__b__0"), None);
         assert_eq!(named_index("plain"), None);
+        assert_eq!(named_index("X__99999999999999999999999"), None);
     }
 }

@@ -25,7 +25,8 @@
 //! it asks for. The default is one thread per instance, not libtorch's one
 //! per core: on a small CPU machine OpenMP with 2 threads on 2 cores ran a
 //! TorchScript MLP 6x slower than one thread (rust-deps-notes §5); more
-//! instances, not more threads, use more cores. 0 means the default.
+//! instances, not more threads, use more cores. 0 or less means the default
+//! (as Triton ignores such values).
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -103,13 +104,15 @@ impl TorchSettings {
                     .ok_or_else(|| bad(key, "boolean", v)),
             }
         };
+        // libtorch takes an int; 0 or less means the default (Triton
+        // ignores such values too).
         let count = |key: &str| -> Result<Option<usize>> {
             match param(key) {
                 None => Ok(None),
-                Some(v) => match v.trim().parse::<usize>() {
-                    Ok(0) => Ok(None),
-                    Ok(n) => Ok(Some(n)),
-                    Err(_) => Err(bad(key, "a whole number of threads (0: the default)", v)),
+                Some(v) => match v.trim().parse::<i32>() {
+                    Ok(n) if n <= 0 => Ok(None),
+                    Ok(n) => Ok(Some(n as usize)),
+                    Err(_) => Err(bad(key, "integral number", v)),
                 },
             }
         };
@@ -208,7 +211,11 @@ mod tests {
             "{}",
             e.message
         );
-        assert!(TorchSettings::from_config(&with(&[("INTRA_OP_THREAD_COUNT", "-1")])).is_err());
+        let s = TorchSettings::from_config(&with(&[("INTRA_OP_THREAD_COUNT", "-1")])).unwrap();
+        assert_eq!(s.intra_threads, 1);
         assert!(TorchSettings::from_config(&with(&[("INTER_OP_THREAD_COUNT", "4x")])).is_err());
+        assert!(
+            TorchSettings::from_config(&with(&[("INTRA_OP_THREAD_COUNT", "2147483648")])).is_err()
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! default as in the backend, InferenceMode), without a server. Prints one JSON line: inferences per second and process CPU
 //! microseconds per inference.
 //!
-//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5 [--inference-mode 0|1]
+//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5
+//!                    [--inference-mode 0|1] [--data uniform|zero|normal]
 //!   torch_direct make-mlp OUT.pt     (8 x Linear 1024 + ReLU, traced, fixed seed)
 //!
 //! `cargo run --release -p trtis-torch --example torch_direct -- ...`.
@@ -74,7 +75,13 @@ fn run(args: &[String]) {
     module.set_eval();
     let mut dims = vec![batch];
     dims.extend(&shape);
-    let x = Tensor::randn(&dims, (Kind::Float, Device::Cpu));
+    // The data perf_analyzer sends by default (--input-data random: uniform
+    // values), or zeros or a normal distribution.
+    let x = match arg(args, "--data", "uniform") {
+        "zero" => Tensor::zeros(&dims, (Kind::Float, Device::Cpu)),
+        "normal" => Tensor::randn(&dims, (Kind::Float, Device::Cpu)),
+        _ => Tensor::rand(&dims, (Kind::Float, Device::Cpu)),
+    };
     let _guard = tch::no_grad_guard();
     let inference_mode = arg(args, "--inference-mode", "1") == "1";
     // SAFETY: entered and left on this thread, around the runs.

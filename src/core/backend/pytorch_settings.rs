@@ -31,21 +31,6 @@
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 
-/// Every key this module reads (`config::support` lists them as the
-/// pytorch backend's parameters; a test holds the two together).
-pub const KEYS: &[&str] = &[
-    "DISABLE_OPTIMIZED_EXECUTION",
-    "INFERENCE_MODE",
-    "DISABLE_CUDNN",
-    "ENABLE_WEIGHT_SHARING",
-    "ENABLE_CACHE_CLEANING",
-    "ENABLE_JIT_EXECUTOR",
-    "ENABLE_JIT_PROFILING",
-    "ENABLE_TENSOR_FUSER",
-    "INTRA_OP_THREAD_COUNT",
-    "INTER_OP_THREAD_COUNT",
-];
-
 /// What a PyTorch instance runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TorchSettings {
@@ -193,12 +178,21 @@ mod tests {
                 inter_threads: Some(3),
             }
         );
-        // The table in config::support names exactly these keys.
-        let mut listed = crate::core::config::support::backend_parameters("pytorch").to_vec();
-        let mut keys = KEYS.to_vec();
-        listed.sort();
-        keys.sort();
-        assert_eq!(listed, keys);
+        // config::support lists exactly the keys read here: each one set
+        // alone changes the settings.
+        let listed = crate::core::config::support::backend_parameters("pytorch");
+        assert_eq!(listed.len(), 10);
+        for key in listed {
+            let value = if key.ends_with("_COUNT") {
+                "3"
+            } else {
+                "false"
+            };
+            let one = TorchSettings::from_config(&with(&[(key, value)])).unwrap();
+            let other = if key.ends_with("_COUNT") { "5" } else { "true" };
+            let two = TorchSettings::from_config(&with(&[(key, other)])).unwrap();
+            assert_ne!(one, two, "{key} is not read");
+        }
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "enable_mem_pattern",
             "memory.enable_memory_arena_shrinkage",
         ],
-        // backend::pytorch_settings::KEYS (a test there checks).
+        // What backend::pytorch_settings reads (a test there checks).
         "pytorch" => &[
             "DISABLE_OPTIMIZED_EXECUTION",
             "INFERENCE_MODE",

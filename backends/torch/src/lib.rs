@@ -34,9 +34,8 @@ use tch::CModule;
 use trtis::core::backend::pytorch_abi::{self as abi, ErrorSink, LogFn, OutputSink, Str, TensorIn};
 use trtis::core::backend::pytorch_binding::{self, Binding, Inputs, OutputSlot};
 use trtis::core::backend::pytorch_settings::TorchSettings;
-use trtis::core::backend::torchscript;
 use trtis::core::config::ModelConfig;
-use trtis::core::error::{Error, ErrorKind, Result};
+use trtis::core::error::{Error, Result};
 use trtis::core::types::{element_count, DataType, Tensor};
 
 /// The server's log, set by `trtis_torch_init` (this library's copy of
@@ -417,29 +416,27 @@ impl TorchInstance {
     fn load(config: &ModelConfig, version_dir: &Path, instance: &str) -> Result<Self> {
         let settings = TorchSettings::from_config(config)?;
         let path = model_file(config, version_dir, instance)?;
-        let signature = match torchscript::forward_signature(&path) {
-            Ok(s) => Some(s),
-            Err(e) if e.kind != ErrorKind::Unsupported => {
+        let binding = match pytorch_binding::bind_file(config, &path) {
+            Ok((binding, unread)) => {
+                if let Some(why) = unread {
+                    log(
+                        1,
+                        &format!(
+                            "model '{}': forward()'s signature not read ({why}); inputs bind by <name>__<index> or config order, unchecked",
+                            config.name
+                        ),
+                    );
+                }
+                binding
+            }
+            Err(("default_model_filename", e)) => {
                 return Err(Error::internal(format!(
                     "failed to load model '{}': {}",
                     config.name, e.message
                 )))
             }
-            Err(e) => {
-                log(
-                    1,
-                    &format!(
-                        "model '{}': forward()'s signature not read ({}); inputs bind by <name>__<index> or config order, unchecked",
-                        config.name, e.message
-                    ),
-                );
-                None
-            }
+            Err((_, e)) => return Err(e),
         };
-        let binding = pytorch_binding::bind(config, signature.as_ref().map(|s| s.args.as_slice()))?;
-        if let Some(count) = signature.as_ref().and_then(|s| s.return_count()) {
-            pytorch_binding::check_return_count(&binding, count)?;
-        }
         apply_inter_op(&settings, &config.name);
         apply_thread_settings(&settings);
         let module = if settings.weight_sharing {

@@ -94,22 +94,20 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
             } else {
                 config.default_model_filename.as_str()
             };
-            // Each version's file is checked as its load checks it: a
-            // TorchScript archive (libtorch refuses anything else), bound
-            // against its forward() when that can be read, else by the
-            // config's own rules. The same finding from several versions is
-            // reported once.
-            let mut push = |out: &mut Vec<Issue>, issue: Issue| {
-                if !out.contains(&issue) {
-                    out.push(issue);
-                }
-            };
-            let mut bound = false;
-            for path in version_dirs
+            // Each version's file is checked as its load checks it
+            // (`bind_file`); without a file, by the config's own rules. The
+            // same finding from several versions is reported once.
+            let mut files = version_dirs
                 .iter()
                 .map(|d| d.join(file))
                 .filter(|p| p.is_file())
-            {
+                .peekable();
+            if files.peek().is_none() {
+                if let Err(e) = pytorch_binding::bind(config, None) {
+                    out.push(Issue::error("input", e.message));
+                }
+            }
+            for path in files {
                 // Named from the model directory, as the finding's place is.
                 let shown: Vec<_> = path.iter().rev().take(2).collect();
                 let shown = format!(
@@ -117,58 +115,26 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
                     shown[1].to_string_lossy(),
                     shown[0].to_string_lossy()
                 );
-                let relative =
-                    |e: Error| e.message.replacen(&path.display().to_string(), &shown, 1);
-                let signature = match torchscript::forward_signature(&path) {
-                    Ok(s) => Some(s),
-                    Err(e) if e.kind == crate::core::error::ErrorKind::Unsupported => {
-                        push(&mut out, Issue::warning(
-                            "default_model_filename",
-                            format!(
-                                "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
-                                relative(e)
-                            ),
-                        ));
-                        None
-                    }
-                    Err(e) => {
-                        push(
-                            &mut out,
-                            Issue::error("default_model_filename", relative(e)),
-                        );
-                        continue;
-                    }
+                let relative = |m: &str| m.replacen(&path.display().to_string(), &shown, 1);
+                let issue = match pytorch_binding::bind_file(config, &path) {
+                    Ok((_, None)) => continue,
+                    Ok((_, Some(why))) => Issue::warning(
+                        "default_model_filename",
+                        format!(
+                            "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
+                            relative(&why)
+                        ),
+                    ),
+                    Err((field, e)) => Issue::error(field, relative(&e.message)),
                 };
-                bound = true;
-                check_binding(&mut out, &mut push, config, signature.as_ref());
-            }
-            if !bound {
-                check_binding(&mut out, &mut push, config, None);
+                if !out.contains(&issue) {
+                    out.push(issue);
+                }
             }
         }
         _ => {}
     }
     out
-}
-
-/// The PyTorch binding of `config` against one `forward()` (or the config's
-/// own rules without one), as the load checks it.
-fn check_binding(
-    out: &mut Vec<Issue>,
-    push: &mut impl FnMut(&mut Vec<Issue>, Issue),
-    config: &ModelConfig,
-    signature: Option<&torchscript::Signature>,
-) {
-    match pytorch_binding::bind(config, signature.map(|s| s.args.as_slice())) {
-        Err(e) => push(out, Issue::error("input", e.message)),
-        Ok(binding) => {
-            if let Some(count) = signature.and_then(|s| s.return_count()) {
-                if let Err(e) = pytorch_binding::check_return_count(&binding, count) {
-                    push(out, Issue::error("output", e.message));
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -395,6 +395,33 @@ fn bind_outputs(config: &ModelConfig, extra: &Extras) -> Result<Vec<OutputSlot>>
     Ok(out)
 }
 
+/// Why a model file does not bind: the config field the finding is about
+/// (`default_model_filename` for the file itself, `input`, `output`) and
+/// the error.
+pub type BindError = (&'static str, Error);
+
+/// Binds `config` to the TorchScript file at `path` as a load does, for the
+/// load and for `validate-config` alike: the file must be a TorchScript
+/// archive; its `forward()` binds the config (Triton's conventions and
+/// counts). When the archive's `forward()` cannot be read, the config's own
+/// rules bind it and the second value says why.
+pub fn bind_file(
+    config: &ModelConfig,
+    path: &std::path::Path,
+) -> std::result::Result<(Binding, Option<String>), BindError> {
+    let (signature, unread) = match super::torchscript::forward_signature(path) {
+        Ok(s) => (Some(s), None),
+        Err(e) if e.kind == crate::core::error::ErrorKind::Unsupported => (None, Some(e.message)),
+        Err(e) => return Err(("default_model_filename", e)),
+    };
+    let binding =
+        bind(config, signature.as_ref().map(|s| s.args.as_slice())).map_err(|e| ("input", e))?;
+    if let Some(count) = signature.as_ref().and_then(|s| s.return_count()) {
+        check_return_count(&binding, count).map_err(|e| ("output", e))?;
+    }
+    Ok((binding, unread))
+}
+
 /// The load-time check against what `forward()` is annotated to return:
 /// Triton's message for an output index past the values returned.
 pub fn check_return_count(binding: &Binding, count: usize) -> Result<()> {

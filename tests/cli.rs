@@ -329,3 +329,39 @@ fn gen_config_refuses_other_files() {
         "{stderr}"
     );
 }
+
+/// Piped into a reader that stops early (`trtis ... | head -1`), a command
+/// ends quietly by SIGPIPE, as Unix tools do: no panic on the closed pipe.
+#[test]
+fn a_closed_output_pipe_ends_a_command_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_trtis"))
+        .current_dir(fixtures())
+        // About 200 KB of findings: more than a pipe holds, so the command
+        // is still writing when the reader goes.
+        .arg("validate-config")
+        .args(["config_cases"; 8])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+}

@@ -36,7 +36,8 @@ pub enum Command {
     /// Measure a model's throughput and latency under load (Triton's
     /// perf_client / perf_analyzer, with their flags and CSV).
     Perf(perf::Args),
-    /// Print the config.pbtxt that auto-complete makes for an ONNX model.
+    /// Print the config.pbtxt that auto-complete makes for an ONNX model, or
+    /// what a TorchScript module's forward() allows (placeholders to edit).
     GenConfig(gen_config::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
     /// model: every finding with file, line and field.
@@ -45,6 +46,15 @@ pub enum Command {
 
 /// Runs the chosen subcommand.
 pub fn dispatch(cli: Cli) -> ExitCode {
+    if !matches!(cli.command, Command::Serve(_)) {
+        // A command whose output is piped into `head` ends quietly when the
+        // reader does, as Unix tools do (Rust ignores SIGPIPE, so `println!`
+        // panicked on the closed pipe). Socket writes are not affected: the
+        // standard library sends with MSG_NOSIGNAL. The server keeps
+        // ignoring it.
+        // SAFETY: setting a signal's disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::ValidateConfig(args) => validate_config::run(args),

@@ -62,23 +62,15 @@ extern "C" {
     fn trtis_set_executor_mode(on: i32);
 }
 
-/// A loaded module. libtorch's `Module::forward` may run on several threads
-/// at once (Triton's weight sharing relies on it), so one module is shared
-/// by the instances that ask for it.
-struct SharedModule(CModule);
-
-// SAFETY: a TorchScript module's forward is safe to call concurrently
-// (libtorch guards its executor's state); nothing here mutates the module
-// after loading.
-unsafe impl Sync for SharedModule {}
-
-/// The modules loaded with ENABLE_WEIGHT_SHARING, by file (and its size and
+/// The modules loaded with ENABLE_WEIGHT_SHARING (tch's `CModule` is `Sync`:
+/// libtorch's `forward` may run on several threads at once, which Triton's
+/// weight sharing relies on too), by file (and its size and
 /// time, so that a changed file is loaded anew).
 type ShareKey = (PathBuf, u64, Option<SystemTime>);
-static SHARED: Mutex<Option<HashMap<ShareKey, Weak<SharedModule>>>> = Mutex::new(None);
+static SHARED: Mutex<Option<HashMap<ShareKey, Weak<CModule>>>> = Mutex::new(None);
 
 pub struct TorchInstance {
-    module: Arc<SharedModule>,
+    module: Arc<CModule>,
     binding: Binding,
     settings: TorchSettings,
 }
@@ -442,7 +434,7 @@ impl TorchInstance {
         let module = if settings.weight_sharing {
             load_shared(&path, &config.name, instance)?
         } else {
-            Arc::new(SharedModule(load_module(&path, &config.name)?))
+            Arc::new(load_module(&path, &config.name)?)
         };
         Ok(TorchInstance {
             module,
@@ -459,7 +451,7 @@ fn load_module(path: &Path, model: &str) -> Result<CModule> {
     Ok(module)
 }
 
-fn load_shared(path: &Path, model: &str, instance: &str) -> Result<Arc<SharedModule>> {
+fn load_shared(path: &Path, model: &str, instance: &str) -> Result<Arc<CModule>> {
     let meta = std::fs::metadata(path)
         .map_err(|e| Error::internal(format!("model '{model}': {}: {e}", path.display())))?;
     let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
@@ -473,7 +465,7 @@ fn load_shared(path: &Path, model: &str, instance: &str) -> Result<Arc<SharedMod
         );
         return Ok(module);
     }
-    let module = Arc::new(SharedModule(load_module(path, model)?));
+    let module = Arc::new(load_module(path, model)?);
     map.insert(key, Arc::downgrade(&module));
     Ok(module)
 }
@@ -508,7 +500,7 @@ impl TorchInstance {
             } else {
                 std::ptr::null_mut()
             });
-            self.module.0.forward_is(&args)
+            self.module.forward_is(&args)
         }
         .map_err(|e| Error::internal(format!("PyTorch execute failure: {e}")))?;
         let ran = Instant::now();

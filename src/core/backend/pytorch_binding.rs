@@ -30,7 +30,8 @@ use std::collections::BTreeMap;
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::DataType as ConfigType;
 use crate::core::config::ModelConfig;
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, ErrorKind, Result};
+use crate::core::types::DataType;
 
 use super::torchscript::Argument;
 
@@ -64,7 +65,7 @@ pub struct OutputSlot {
     pub index: usize,
     /// The config's type: the model must return exactly this (Triton does
     /// not cast); `None` for TYPE_STRING (a `List[str]`).
-    pub datatype: Option<crate::core::types::DataType>,
+    pub datatype: Option<DataType>,
 }
 
 /// The whole binding of a model.
@@ -138,14 +139,9 @@ fn type_name(dt: i32) -> &'static str {
 }
 
 /// The tensor type of a config datatype; `Ok(None)` for TYPE_STRING.
-fn tensor_type(
-    dt: i32,
-    what: &str,
-    name: &str,
-    model: &str,
-) -> Result<Option<crate::core::types::DataType>> {
-    match crate::core::types::DataType::from_config(dt) {
-        Some(crate::core::types::DataType::Bytes) => Ok(None),
+fn tensor_type(dt: i32, what: &str, name: &str, model: &str) -> Result<Option<DataType>> {
+    match DataType::from_config(dt) {
+        Some(DataType::Bytes) => Ok(None),
         Some(t) => Ok(Some(t)),
         None => Err(Error::internal(format!(
             "unsupported datatype {} for {what} '{name}' for model '{model}'",
@@ -411,7 +407,7 @@ pub fn bind_file(
 ) -> std::result::Result<(Binding, Option<String>), BindError> {
     let (signature, unread) = match super::torchscript::forward_signature(path) {
         Ok(s) => (Some(s), None),
-        Err(e) if e.kind == crate::core::error::ErrorKind::Unsupported => (None, Some(e.message)),
+        Err(e) if e.kind == ErrorKind::Unsupported => (None, Some(e.message)),
         Err(e) => return Err(("default_model_filename", e)),
     };
     let binding =
@@ -424,7 +420,7 @@ pub fn bind_file(
 
 /// The load-time check against what `forward()` is annotated to return:
 /// Triton's message for an output index past the values returned.
-pub fn check_return_count(binding: &Binding, count: usize) -> Result<()> {
+fn check_return_count(binding: &Binding, count: usize) -> Result<()> {
     match binding.outputs.iter().find(|o| o.index >= count) {
         Some(o) => Err(Error::invalid_arg(format!(
             "The output {} in the model configuration refers to an output index which doesn't exist. This model has {count} outputs",

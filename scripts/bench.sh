@@ -20,6 +20,7 @@ benches=(
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
+  "python    the Python backend (add_sub model.py) vs the same model.py in a plain Python loop"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
 )
 

@@ -85,7 +85,9 @@ fn top3(model: &str, url: &str, protocol: &str, image: &str) -> Vec<Value> {
 /// The TorchScript classifier (PyTorch backend, `efficientnet_lite0_pt`)
 /// answers as the ONNX one does: coffee.jpg is an espresso, the top logits
 /// within 1e-3, over HTTP and gRPC, directly and through the ensemble that
-/// mixes the ONNX preprocessing model with it.
+/// mixes the ONNX preprocessing model with it. So does the ensemble whose
+/// preprocessing step is a Python model (`preprocess_py`, run by the
+/// project's .venv python).
 #[test]
 fn the_torchscript_classifier_agrees_with_the_onnx_one() {
     if !onnx_available() {
@@ -97,6 +99,7 @@ fn the_torchscript_classifier_agrees_with_the_onnx_one() {
         for (torch, onnx) in [
             ("efficientnet_lite0_pt", "efficientnet_lite0"),
             ("efficientnet_pt_ensemble", "efficientnet_ensemble"),
+            ("efficientnet_py_ensemble", "efficientnet_ensemble"),
         ] {
             for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
                 let t = top3(torch, &url, protocol, image);

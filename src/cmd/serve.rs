@@ -111,6 +111,19 @@ pub struct Args {
     #[arg(long, env = "TRTIS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
     exit_timeout_secs: u64,
 
+    /// The Python interpreter that runs Python models (`backend: "python"`;
+    /// it needs numpy). Default: the project's .venv/bin/python3 when there
+    /// is one, else python3 on PATH. A model's EXECUTION_ENV_PATH wins.
+    #[arg(long, env = "TRTIS_PYTHON")]
+    python: Option<PathBuf>,
+
+    /// A backend setting, as Triton's --backend-config=BACKEND,KEY=VALUE:
+    /// python,stub-timeout-seconds=N (how long a Python worker may take to
+    /// start; 30 by default) is read; Triton's python shm-* and
+    /// thread-pool-size settings are accepted and have nothing to tune here.
+    #[arg(long = "backend-config", value_name = "BACKEND,KEY=VALUE")]
+    backend_config: Vec<String>,
+
     /// Use config.pbtxt files exactly as written: no completion of inputs,
     /// outputs or batching from the model file.
     #[arg(long, env = "TRTIS_DISABLE_AUTO_COMPLETE_CONFIG")]
@@ -288,6 +301,17 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    config.python = args.python.clone();
+    for setting in &args.backend_config {
+        match backend_setting(setting) {
+            Ok(Some(timeout)) => config.stub_timeout = Some(timeout),
+            Ok(None) => {}
+            Err(why) => {
+                log('E', &format!("--backend-config={setting}: {why}"));
+                return ExitCode::from(2);
+            }
+        }
+    }
     config.rate_limit = match trtis::core::rate_limit::RateLimitSettings::from_flags(
         &args.rate_limit,
         &args.rate_limit_resource,
@@ -355,6 +379,7 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    engine.attach_runtime(runtime.handle().clone());
     let code = runtime.block_on(serve(engine.clone(), &args, started));
     engine.shutdown();
     code
@@ -579,4 +604,38 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             _ = terminate.recv() => {}
         }
     })
+}
+
+/// One `--backend-config=BACKEND,KEY=VALUE`: the Python worker's start-up
+/// timeout, or a setting with nothing to tune here (logged), or an error.
+fn backend_setting(setting: &str) -> Result<Option<Duration>, String> {
+    let (backend, rest) = setting
+        .split_once(',')
+        .ok_or("expected BACKEND,KEY=VALUE")?;
+    let (key, value) = rest.split_once('=').ok_or("expected BACKEND,KEY=VALUE")?;
+    match (backend, key) {
+        ("python", "stub-timeout-seconds") => value
+            .parse::<u64>()
+            .ok()
+            .filter(|&s| s > 0)
+            .map(|s| Some(Duration::from_secs(s)))
+            .ok_or_else(|| format!("'{value}' is not a positive number of seconds")),
+        (
+            "python",
+            "shm-default-byte-size"
+            | "shm-growth-byte-size"
+            | "shm-region-prefix-name"
+            | "shm_message_queue_size"
+            | "thread-pool-size",
+        ) => {
+            log(
+                'I',
+                &format!(
+                    "--backend-config={setting}: trtis's Python workers exchange tensors over a socket and run BLS calls on the server's runtime, so there is nothing to tune"
+                ),
+            );
+            Ok(None)
+        }
+        _ => Err("not supported by trtis (it reads python,stub-timeout-seconds)".to_string()),
+    }
 }

@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 use crate::core::backend::InstanceExec;
 use crate::core::error::{Error, Result};
 use crate::core::rate_limit::Claim;
+use crate::core::responder::Responder;
+pub use crate::core::responder::{BackendRequest, Done};
 use crate::core::types::Tensor;
 
 /// One request for an instance.
@@ -29,6 +31,12 @@ pub struct Work {
     pub inputs: Vec<Tensor>,
     /// Output names to produce.
     pub outputs: Vec<String>,
+    /// For a backend that takes a batch's requests apart
+    /// (`InstanceExec::execute_requests`): the requests, each answering
+    /// through its own responder; `inputs` and `outputs` are then empty and
+    /// `reply` hears only how the execution ended (`Ok` with no tensors,
+    /// or the error that failed the requests still unanswered).
+    pub requests: Vec<BackendRequest>,
     /// When the request entered the queue.
     pub enqueued: Instant,
     /// Where the result goes.
@@ -60,38 +68,6 @@ impl Reply {
                 let _ = tx.send(done);
             }
             Reply::Callback(f) => f(done),
-        }
-    }
-}
-
-/// A finished request with its timing.
-pub struct Done {
-    pub result: Result<Vec<Tensor>>,
-    /// Time in the queue before an instance took it.
-    pub queue: Duration,
-    /// Triton's compute_input: gathering the batch's inputs and handing
-    /// them to the framework.
-    pub input: Duration,
-    /// Triton's compute_infer: the model run itself.
-    pub compute: Duration,
-    /// Triton's compute_output: taking the outputs from the framework and
-    /// giving each request its part.
-    pub output: Duration,
-    /// Refused before reaching an instance (a queue timeout).
-    pub rejected: bool,
-}
-
-impl Done {
-    /// A request that failed without running: `queue` long in the queue,
-    /// `rejected` when refused there (a timeout), no compute time.
-    pub fn failed(error: Error, queue: Duration, rejected: bool) -> Done {
-        Done {
-            result: Err(error),
-            queue,
-            input: Duration::ZERO,
-            compute: Duration::ZERO,
-            output: Duration::ZERO,
-            rejected,
         }
     }
 }
@@ -212,6 +188,30 @@ impl Drop for InstancePool {
     }
 }
 
+/// Runs a batch of requests that answer on their own; when the execution
+/// fails, the requests it left unanswered get its error.
+fn execute_requests(
+    instance: &mut dyn InstanceExec,
+    requests: Vec<BackendRequest>,
+) -> Result<Vec<Tensor>> {
+    let responders: Vec<Responder> = requests.iter().map(|r| r.respond.clone()).collect();
+    for r in &responders {
+        r.start();
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| instance.execute_requests(requests)))
+        .unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the backend panicked while executing the requests",
+            ))
+        });
+    if let Err(e) = &result {
+        for r in &responders {
+            r.fail(e.clone());
+        }
+    }
+    result.map(|()| Vec::new())
+}
+
 fn run_instance(
     loader: Loader,
     claim: Option<Claim>,
@@ -243,14 +243,18 @@ fn run_instance(
         // and holds them while it runs (Triton counts the wait as queue).
         let permit = claim.as_ref().map(Claim::acquire);
         let taken = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
-        }))
-        .unwrap_or_else(|_| {
-            Err(Error::internal(
-                "the backend panicked while executing the request",
-            ))
-        });
+        let result = if work.requests.is_empty() {
+            catch_unwind(AssertUnwindSafe(|| {
+                instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
+            }))
+            .unwrap_or_else(|_| {
+                Err(Error::internal(
+                    "the backend panicked while executing the request",
+                ))
+            })
+        } else {
+            execute_requests(instance.as_mut(), std::mem::take(&mut work.requests))
+        };
         let total = taken.elapsed();
         drop(permit);
         // The backend's own split of its time (zero where it does not

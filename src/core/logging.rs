@@ -69,11 +69,23 @@ pub fn verbose(message: &str) {
     }
 }
 
+/// Logs a line of this level located at `file`:`line` (a Python model's
+/// `pb_utils.Logger` call, located in the model's file).
+pub fn log_at(level: char, message: &str, file: &str, line: u32) {
+    if enabled(level, 1) {
+        installed();
+        emit_at(level, message, file, line);
+    }
+}
+
 /// The `tracing` event of a line, with the caller's file and line as the
 /// `src_file` and `src_line` fields (which `TritonFormat` prints in place of
 /// this function's own location).
 fn emit(level: char, message: &str, at: &Location<'_>) {
-    let (file, line) = (at.file(), at.line());
+    emit_at(level, message, at.file(), at.line())
+}
+
+fn emit_at(level: char, message: &str, file: &str, line: u32) {
     match level {
         'I' => tracing::info!(target: "trtis", src_file = file, src_line = line, "{message}"),
         'W' => tracing::warn!(target: "trtis", src_file = file, src_line = line, "{message}"),

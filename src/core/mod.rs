@@ -18,6 +18,7 @@ pub mod protocol;
 pub mod rate_limit;
 pub mod repository;
 pub mod request;
+pub mod responder;
 pub mod scheduler;
 pub mod shm;
 pub mod stats;

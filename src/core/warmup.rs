@@ -264,10 +264,16 @@ pub fn run(
                         }
                         inputs
                     });
-                let result = checked
-                    // A sample is one request, as the model takes it alone.
-                    .and_then(|inputs| io.model_inputs(vec![inputs]))
-                    .and_then(|inputs| instance.execute(inputs, &outputs));
+                let result = checked.and_then(|inputs| {
+                    if crate::core::backend::takes_request_lists(config) {
+                        run_request(config, instance, inputs, &outputs)
+                    } else {
+                        // A sample is one request, as the model takes it alone.
+                        io.model_inputs(vec![inputs])
+                            .and_then(|inputs| instance.execute(inputs, &outputs))
+                            .map(drop)
+                    }
+                });
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(
                         "failed to run warmup sample '{}': {}; ",
@@ -276,6 +282,41 @@ pub fn run(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Runs one sample as a request of its own (a backend that takes requests
+/// apart) and waits for its answers: one, or a decoupled model's stream
+/// until its final flag. The first error fails it.
+fn run_request(
+    config: &ModelConfig,
+    instance: &mut dyn InstanceExec,
+    inputs: Vec<Tensor>,
+    outputs: &[String],
+) -> Result<()> {
+    use crate::core::responder::{Responder, Sink};
+    let decoupled = config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = if decoupled {
+        Sink::Stream(tx)
+    } else {
+        Sink::Once(Box::new(move |done| {
+            let _ = tx.send(done);
+        }))
+    };
+    let respond = Responder::new(sink, std::time::Instant::now());
+    instance.execute_requests(vec![crate::core::responder::BackendRequest {
+        inputs,
+        outputs: outputs.to_vec(),
+        info: Default::default(),
+        respond,
+    }])?;
+    while let Some(done) = rx.blocking_recv() {
+        done.result?;
     }
     Ok(())
 }

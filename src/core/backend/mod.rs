@@ -15,6 +15,7 @@ pub mod onnx;
 #[path = "onnx_disabled.rs"]
 pub mod onnx;
 pub mod onnx_settings;
+pub mod python;
 pub mod pytorch;
 pub mod pytorch_abi;
 pub mod pytorch_binding;
@@ -26,7 +27,10 @@ use std::path::{Path, PathBuf};
 
 use crate::core::config::{Issue, ModelConfig};
 use crate::core::error::{Error, Result};
-use crate::core::types::Tensor;
+use crate::core::responder::BackendRequest;
+use crate::core::types::{InferRequest, InferResponse, Tensor};
+
+pub use crate::core::config::support::takes_request_lists;
 
 /// One loaded instance of a model version.
 pub trait InstanceExec: Send {
@@ -36,11 +40,61 @@ pub trait InstanceExec: Send {
     /// named in `outputs`, in that order.
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>>;
 
+    /// Runs a batch the scheduler formed as separate requests, for a
+    /// backend that takes them apart (`takes_request_lists`): each request
+    /// answers through its responder, now or later (a decoupled model). An
+    /// error fails the requests left unanswered.
+    fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
+        drop(requests);
+        Err(Error::internal(
+            "this backend takes batches, not lists of requests",
+        ))
+    }
+
     /// Of the last `execute`, the time spent handing the inputs to the
     /// framework and taking the outputs back (Triton's compute_input and
     /// compute_output); zero where the backend has no such step.
     fn timing(&self) -> (std::time::Duration, std::time::Duration) {
         Default::default()
+    }
+}
+
+/// What a backend may ask of the server it runs in: a Python model's own
+/// inference calls (BLS) go through the server's engine, its schedulers
+/// and every backend, never over the network.
+pub trait Host: Send + Sync {
+    /// Runs `request` on model `name` (`version` "" for the one the policy
+    /// serves), without blocking: `each` gets every response as it comes
+    /// (one, or a decoupled model's any number), or the error, then `None`.
+    fn infer(
+        &self,
+        name: String,
+        version: String,
+        request: InferRequest,
+        each: Box<dyn FnMut(Option<Result<InferResponse>>) + Send>,
+    );
+}
+
+/// What the server's command line gives the backends.
+#[derive(Clone, Default)]
+pub struct BackendOptions {
+    /// The interpreter that runs Python models (`--python`,
+    /// `TRTIS_PYTHON`); else the project's `.venv`, else `python3`.
+    pub python: Option<PathBuf>,
+    /// How long a Python worker may take to start and initialize (Triton's
+    /// `--backend-config=python,stub-timeout-seconds=N`; default 30 s).
+    pub stub_timeout: Option<std::time::Duration>,
+    /// The server, for BLS.
+    pub host: Option<std::sync::Arc<dyn Host>>,
+}
+
+impl std::fmt::Debug for BackendOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendOptions")
+            .field("python", &self.python)
+            .field("stub_timeout", &self.stub_timeout)
+            .field("host", &self.host.is_some())
+            .finish()
     }
 }
 
@@ -54,6 +108,7 @@ pub struct LoadContext<'a> {
     pub version_dir: PathBuf,
     /// `<group name>_<index>`.
     pub instance_name: String,
+    pub options: &'a BackendOptions,
 }
 
 /// Loads one instance with the backend the (normalized) config names.
@@ -63,6 +118,7 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
+        "python" => return Ok(Box::new(python::PythonInstance::load(ctx)?)),
         other => {
             return Err(Error::unsupported(format!(
                 "unable to find backend library for backend '{other}', try specifying runtime on the model configuration."
@@ -157,6 +213,7 @@ mod tests {
                 model_dir: &dir,
                 version_dir: dir.join("no-such-version"),
                 instance_name: "m_0".into(),
+                options: &Default::default(),
             };
             if let Err(e) = load_instance(&ctx) {
                 assert!(

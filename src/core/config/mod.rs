@@ -7,6 +7,7 @@
 
 pub mod autocomplete;
 pub mod diagnostic;
+pub mod json;
 mod lexer;
 pub mod normalize;
 pub mod pbtxt;

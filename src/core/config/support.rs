@@ -30,10 +30,17 @@ pub fn built_backends() -> &'static [&'static str] {
     // model loads (backend::pytorch); a missing library fails that load, as
     // a missing ONNX Runtime library does.
     if cfg!(feature = "onnx") {
-        &["identity", "onnxruntime", "pytorch"]
+        &["identity", "onnxruntime", "pytorch", "python"]
     } else {
-        &["identity", "pytorch"]
+        &["identity", "pytorch", "python"]
     }
+}
+
+/// Whether the config's backend takes a batch's requests apart rather than
+/// concatenated (Triton's Python backend hands `execute` a list of
+/// requests); the schedulers then hand it `BackendRequest`s.
+pub fn takes_request_lists(config: &ModelConfig) -> bool {
+    config.backend == "python"
 }
 
 /// The `parameters` each built-in backend reads.
@@ -306,7 +313,9 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "Triton does not use them either; metrics carry the model and version labels",
         );
     }
-    if !ensemble {
+    let python = config.backend == "python";
+    // A Python model reads any parameter from its config JSON.
+    if !ensemble && !python {
         let known = backend_parameters(&config.backend);
         for key in config.parameters.keys() {
             let session_entry = config.backend == "onnxruntime" && key.starts_with("session.");
@@ -330,16 +339,59 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "custom operation libraries are a TensorFlow feature",
         );
     }
-    if config
+    let decoupled = config
         .model_transaction_policy
         .as_ref()
-        .is_some_and(|p| p.decoupled)
-    {
+        .is_some_and(|p| p.decoupled);
+    if decoupled && !python {
         refuse(
             &mut out,
             "model_transaction_policy.decoupled".into(),
-            "no backend here answers a request more than once yet",
+            "only Python models answer a request more than once here",
         );
+    }
+    if python {
+        // The Python backend takes each batch as a list of requests; the
+        // sequence batcher and reshape work on concatenated batches.
+        if matches!(
+            config.scheduling_choice,
+            Some(SchedulingChoice::SequenceBatching(_))
+        ) {
+            refuse(
+                &mut out,
+                "sequence_batching".into(),
+                "the sequence batcher does not serve Python models yet",
+            );
+        }
+        for (i, input) in config.input.iter().enumerate() {
+            if input.reshape.is_some() {
+                refuse(
+                    &mut out,
+                    format!("input[{i}].reshape"),
+                    "reshape is not applied to Python models yet",
+                );
+            }
+        }
+        for (i, output) in config.output.iter().enumerate() {
+            if output.reshape.is_some() {
+                refuse(
+                    &mut out,
+                    format!("output[{i}].reshape"),
+                    "reshape is not applied to Python models yet",
+                );
+            }
+        }
+        if config
+            .parameters
+            .get("FORCE_CPU_ONLY_INPUT_TENSORS")
+            .is_some_and(|p| p.string_value.eq_ignore_ascii_case("no"))
+        {
+            hint(
+                &mut out,
+                "parameters[\"FORCE_CPU_ONLY_INPUT_TENSORS\"]".into(),
+                "there is no GPU: inputs are always in CPU memory",
+            );
+        }
     }
     if config
         .model_repository_agents

@@ -55,24 +55,13 @@ impl Engine {
             stats.record_failure(start.elapsed());
             e
         };
-        let mut request = request;
-        for (i, r) in std::mem::take(&mut request.shm_inputs) {
-            request.inputs[i].data = self.inner.shm.read(&r).map_err(fail)?;
-        }
-        let (inputs, outputs, batch) =
-            validate(&model.config, &request.id, request.inputs, &request.outputs).map_err(fail)?;
-        model.batch_io.check(&inputs).map_err(|e| {
-            fail(Error::new(
-                e.kind,
-                format!("{}{}", request_prefix(&request.id), e.message),
-            ))
-        })?;
-        if let Some(why) = self.ensemble_unready(&model, 0) {
-            return Err(fail(Error::unavailable(format!(
-                "ensemble '{}' is not ready: {why}",
+        if model.decoupled() {
+            return Err(fail(Error::unsupported(format!(
+                "model '{}' is decoupled (any number of responses per request): it is served by streaming calls only",
                 model.name
             ))));
         }
+        let (request, inputs, outputs, batch) = self.checked(&model, request).map_err(fail)?;
         // The response cache: an answer seen before goes back at once.
         let cache = self.inner.cache.as_ref().filter(|_| {
             model
@@ -110,6 +99,7 @@ impl Engine {
             timeout_us: request.timeout_us,
             sequence: &request.sequence,
             enqueued,
+            parameters: &request.parameters,
         };
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
@@ -187,6 +177,129 @@ impl Engine {
             id: request.id,
             outputs: tensors,
         })
+    }
+}
+
+impl Engine {
+    /// Checks a request against its model: shared-memory inputs read,
+    /// inputs and outputs validated (Triton's messages), the batch inputs'
+    /// needs met, an ensemble's steps ready. Returns the request (its
+    /// inputs taken), the inputs in config order, the outputs to produce
+    /// and the batch size.
+    fn checked(
+        &self,
+        model: &LoadedModel,
+        mut request: InferRequest,
+    ) -> Result<(InferRequest, Vec<Tensor>, Vec<RequestedOutput>, usize)> {
+        for (i, r) in std::mem::take(&mut request.shm_inputs) {
+            request.inputs[i].data = self.inner.shm.read(&r)?;
+        }
+        let (inputs, outputs, batch) = validate(
+            &model.config,
+            &request.id,
+            std::mem::take(&mut request.inputs),
+            &request.outputs,
+        )?;
+        model.batch_io.check(&inputs).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!("{}{}", request_prefix(&request.id), e.message),
+            )
+        })?;
+        if let Some(why) = self.ensemble_unready(model, 0) {
+            return Err(Error::unavailable(format!(
+                "ensemble '{}' is not ready: {why}",
+                model.name
+            )));
+        }
+        Ok((request, inputs, outputs, batch))
+    }
+
+    /// Runs one request on a decoupled model (any number of responses):
+    /// `each` gets every response as it comes, or the error that ended the
+    /// request; returning means the final flag. The request counts once in
+    /// the statistics, as Triton counts a decoupled model's requests.
+    pub async fn infer_each(
+        &self,
+        model: Arc<LoadedModel>,
+        request: InferRequest,
+        mut each: impl FnMut(Result<InferResponse>),
+    ) {
+        let start = Instant::now();
+        self.inner.inflight.fetch_add(1, SeqCst);
+        let _inflight = InflightGuard(&self.inner.inflight);
+        let stats = &model.stats;
+        let (request, inputs, outputs, batch) = match self.checked(&model, request) {
+            Ok(checked) => checked,
+            Err(e) => {
+                stats.record_failure(start.elapsed());
+                return each(Err(e));
+            }
+        };
+        let submission = Submission {
+            id: &request.id,
+            inputs,
+            outputs: &outputs,
+            batch,
+            priority: request.priority,
+            timeout_us: request.timeout_us,
+            sequence: &request.sequence,
+            enqueued: Instant::now(),
+            parameters: &request.parameters,
+        };
+        let mut completion = match model.scheduler.submit(submission, self) {
+            Ok(c) => c,
+            Err(e) if e.kind == ErrorKind::InvalidArg => {
+                stats.record_failure(start.elapsed());
+                return each(Err(e));
+            }
+            Err(e) => {
+                stats.record_rejected(start.elapsed());
+                return each(Err(e));
+            }
+        };
+        let mut canceled = CancelGuard {
+            stats,
+            start,
+            armed: true,
+        };
+        let labels = &model.labels;
+        let batching = model.config.max_batch_size > 0;
+        let mut last = None;
+        let mut failed = false;
+        while let Some(done) = completion.next().await {
+            let timing = (done.queue, (done.input, done.compute, done.output));
+            let rejected = done.rejected;
+            let tensors = done
+                .result
+                .and_then(|t| classify(labels, batching, &outputs, t, batch))
+                .and_then(|t| self.write_shm_outputs(&outputs, t));
+            match tensors {
+                Ok(outputs) => each(Ok(InferResponse {
+                    model_name: model.name.clone(),
+                    model_version: model.version.to_string(),
+                    id: request.id.clone(),
+                    outputs,
+                })),
+                Err(e) => {
+                    if rejected {
+                        stats.record_rejected(start.elapsed());
+                        canceled.armed = false;
+                        return each(Err(e));
+                    }
+                    failed = true;
+                    each(Err(e));
+                }
+            }
+            last = Some(timing);
+        }
+        canceled.armed = false;
+        if failed {
+            stats.record_backend_failure(start.elapsed());
+        } else {
+            let (queue, compute) = last.unwrap_or_default();
+            stats.record_success(batch, None, start.elapsed(), queue, compute);
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! metadata, the index, load and unload), shared memory and trace settings.
 //! The request path (`infer`) is in `infer`.
 
+mod host;
 mod infer;
 
 use std::path::PathBuf;
@@ -48,6 +49,11 @@ pub struct ServerConfig {
     pub cache: Option<CacheSettings>,
     /// The rate limiter (`--rate-limit=execution_count`), if on.
     pub rate_limit: Option<RateLimitSettings>,
+    /// The interpreter for Python models (`--python`, `TRTIS_PYTHON`).
+    pub python: Option<PathBuf>,
+    /// How long a Python worker may take to start
+    /// (`--backend-config=python,stub-timeout-seconds=N`).
+    pub stub_timeout: Option<std::time::Duration>,
 }
 
 impl ServerConfig {
@@ -65,6 +71,8 @@ impl ServerConfig {
             trace: TraceSettings::default(),
             cache: None,
             rate_limit: None,
+            python: None,
+            stub_timeout: None,
         }
     }
 }
@@ -104,6 +112,9 @@ struct Inner {
     tracer: Tracer,
     /// Shared by the models whose config enables `response_cache`.
     cache: Option<ResponseCache>,
+    /// The async runtime serving the engine, where the backends' own
+    /// inference calls (BLS) run (`attach_runtime`).
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
 }
 
 impl Engine {
@@ -117,23 +128,23 @@ impl Engine {
                 config.model_repository.display()
             )));
         }
-        let manager = ModelManager::new(ManagerOptions {
-            repository: config.model_repository.clone(),
-            gpu_count: config.gpu_count,
-            queue_capacity: config.queue_capacity,
-            auto_complete: config.auto_complete,
-            rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),
-        });
-        let names = match config.control_mode {
-            ControlMode::Explicit if !config.load_models.iter().any(|m| m == "*") => {
-                config.load_models.clone()
-            }
-            _ => manager.repository_models()?,
-        };
         let tracer = Tracer::new(config.trace.clone());
         let cache = config.cache.map(ResponseCache::new);
-        let engine = Engine {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let backend = crate::core::backend::BackendOptions {
+                python: config.python.clone(),
+                stub_timeout: config.stub_timeout,
+                host: Some(Arc::new(host::EngineHost::new(weak.clone()))),
+            };
+            let manager = ModelManager::new(ManagerOptions {
+                repository: config.model_repository.clone(),
+                gpu_count: config.gpu_count,
+                queue_capacity: config.queue_capacity,
+                auto_complete: config.auto_complete,
+                rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),
+                backend,
+            });
+            Inner {
                 config,
                 manager,
                 shm: SharedMemoryManager::default(),
@@ -142,7 +153,16 @@ impl Engine {
                 refusing: Default::default(),
                 tracer,
                 cache,
-            }),
+                runtime: std::sync::OnceLock::new(),
+            }
+        });
+        let engine = Engine { inner };
+        let config = &engine.inner.config;
+        let names = match config.control_mode {
+            ControlMode::Explicit if !config.load_models.iter().any(|m| m == "*") => {
+                config.load_models.clone()
+            }
+            _ => engine.inner.manager.repository_models()?,
         };
         // In explicit mode an ensemble named by --load-model brings its
         // composing models (in the other modes every model loads anyway).
@@ -200,6 +220,12 @@ impl Engine {
                 ),
             );
         }
+    }
+
+    /// Where the backends' own inference calls (BLS) run: the runtime
+    /// serving this engine. Without one, each runs on a thread of its own.
+    pub fn attach_runtime(&self, runtime: tokio::runtime::Handle) {
+        let _ = self.inner.runtime.set(runtime);
     }
 
     pub fn config(&self) -> &ServerConfig {

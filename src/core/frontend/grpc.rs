@@ -19,10 +19,18 @@ use crate::core::protocol::pb::health::{
 };
 use crate::core::protocol::pb::inference::{
     grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer},
+    infer_parameter::ParameterChoice,
     model_repository_parameter::ParameterChoice as RepoParam,
     repository_index_response::ModelIndex,
     *,
 };
+
+/// One answer of a stream, as a stream of its own.
+type Answers = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+
+fn once(item: Result<ModelStreamInferResponse, Status>) -> Answers {
+    Box::pin(futures_util::stream::once(std::future::ready(item)))
+}
 
 /// Triton's mapping of error kinds to gRPC codes.
 pub fn code_of(kind: ErrorKind) -> tonic::Code {
@@ -89,12 +97,95 @@ impl GrpcService {
     }
 
     async fn infer(engine: &Engine, req: ModelInferRequest) -> Result<ModelInferResponse, Error> {
-        let name = req.model_name.clone();
-        let version = req.model_version.clone();
+        let model = engine.model(&req.model_name, &req.model_version)?;
+        if model.decoupled() {
+            return Err(Error::unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            ));
+        }
         let request = grpc_convert::infer_request(req)?;
         engine.admit(&request)?;
-        let response = engine.infer(&name, &version, request).await?;
+        let response = engine.infer_on(model, request).await?;
         Ok(grpc_convert::infer_response(response))
+    }
+
+    /// A streamed request to a decoupled model: its responses as they
+    /// come (each marked `triton_final_response: false` when the client
+    /// set `triton_enable_empty_final_response`, which also gets the empty
+    /// final response Triton sends then), an error as the stream's
+    /// `error_message`.
+    fn infer_decoupled(
+        engine: &Engine,
+        model: std::sync::Arc<crate::core::repository::LoadedModel>,
+        req: ModelInferRequest,
+    ) -> Answers {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let id = req.id.clone();
+        let empty_final = matches!(
+            req.parameters
+                .get("triton_enable_empty_final_response")
+                .and_then(|p| p.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
+        let final_flag = |last: bool| {
+            std::collections::HashMap::from([(
+                "triton_final_response".to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(last)),
+                },
+            )])
+        };
+        let error = |id: &str, e: Error| ModelStreamInferResponse {
+            error_message: e.message,
+            infer_response: Some(ModelInferResponse {
+                id: id.to_string(),
+                ..Default::default()
+            }),
+        };
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let request =
+                match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Ok(error(&id, e)));
+                        return;
+                    }
+                };
+            let model_name = model.name.clone();
+            let model_version = model.version.to_string();
+            engine
+                .infer_each(model, request, |answer| {
+                    let item = match answer {
+                        Ok(response) => {
+                            let mut response = grpc_convert::infer_response(response);
+                            if empty_final {
+                                response.parameters = final_flag(false);
+                            }
+                            ModelStreamInferResponse {
+                                error_message: String::new(),
+                                infer_response: Some(response),
+                            }
+                        }
+                        Err(e) => error(&id, e),
+                    };
+                    let _ = tx.send(Ok(item));
+                })
+                .await;
+            if empty_final {
+                let _ = tx.send(Ok(ModelStreamInferResponse {
+                    error_message: String::new(),
+                    infer_response: Some(ModelInferResponse {
+                        model_name,
+                        model_version,
+                        id,
+                        parameters: final_flag(true),
+                        ..Default::default()
+                    }),
+                }));
+            }
+        });
+        Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
     }
 }
 
@@ -191,9 +282,19 @@ impl GrpcInferenceService for GrpcService {
             .map(move |request| {
                 let engine = engine.clone();
                 async move {
-                    let request = request?;
+                    let request = match request {
+                        Ok(r) => r,
+                        Err(e) => return once(Err(e)),
+                    };
+                    // A decoupled model's responses stream out as they
+                    // come (the requests after it keep running).
+                    if let Ok(model) = engine.model(&request.model_name, &request.model_version) {
+                        if model.decoupled() {
+                            return Self::infer_decoupled(&engine, model, request);
+                        }
+                    }
                     let id = request.id.clone();
-                    Ok(match Self::infer(&engine, request).await {
+                    once(Ok(match Self::infer(&engine, request).await {
                         Ok(response) => ModelStreamInferResponse {
                             error_message: String::new(),
                             infer_response: Some(response),
@@ -206,10 +307,11 @@ impl GrpcInferenceService for GrpcService {
                                 ..Default::default()
                             }),
                         },
-                    })
+                    }))
                 }
             })
-            .buffered(STREAM_IN_FLIGHT);
+            .buffered(STREAM_IN_FLIGHT)
+            .flatten();
         Ok(Response::new(Box::pin(responses)))
     }
 

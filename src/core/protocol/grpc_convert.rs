@@ -124,7 +124,31 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
         priority,
         timeout_us,
         sequence,
+        parameters: backend_params(&req.parameters),
     })
+}
+
+/// The request parameters that are not Triton's own, as JSON values.
+fn backend_params(
+    params: &std::collections::HashMap<String, InferParameter>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut keys: Vec<&String> = params
+        .keys()
+        .filter(|k| !crate::core::types::reserved_parameter(k))
+        .collect();
+    keys.sort();
+    keys.into_iter()
+        .filter_map(|k| {
+            let v = match params[k].parameter_choice.as_ref()? {
+                ParameterChoice::BoolParam(b) => serde_json::Value::from(*b),
+                ParameterChoice::Int64Param(v) => serde_json::Value::from(*v),
+                ParameterChoice::Uint64Param(v) => serde_json::Value::from(*v),
+                ParameterChoice::DoubleParam(v) => serde_json::Value::from(*v),
+                ParameterChoice::StringParam(v) => serde_json::Value::from(v.clone()),
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
 }
 
 /// The sequence extension's parameters with Triton's gRPC checks:

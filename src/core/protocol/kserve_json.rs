@@ -72,6 +72,7 @@ pub fn parse_request(
     let mut format = OutputFormat::default();
     let (mut priority, mut timeout_us) = (0, 0);
     let mut sequence = SequenceParams::default();
+    let mut parameters = serde_json::Map::new();
     if let Some(params) = obj.get("parameters") {
         let params = params
             .as_object()
@@ -91,6 +92,11 @@ pub fn parse_request(
             }
         }
         sequence = sequence_params(params)?;
+        parameters = params
+            .iter()
+            .filter(|(k, _)| !crate::core::types::reserved_parameter(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
     }
     let inputs_json = obj
         .get("inputs")
@@ -171,6 +177,7 @@ pub fn parse_request(
             priority,
             timeout_us,
             sequence,
+            parameters,
         },
         format,
     ))

@@ -135,6 +135,9 @@ pub struct ManagerOptions {
     pub auto_complete: bool,
     /// The server's rate limiter (`--rate-limit=execution_count`).
     pub rate_limiter: Option<Arc<RateLimiter>>,
+    /// What the backends get from the server (the Python interpreter, the
+    /// engine for BLS).
+    pub backend: crate::core::backend::BackendOptions,
 }
 
 /// All models of the repository and their versions.

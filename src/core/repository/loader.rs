@@ -47,6 +47,15 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// `model_transaction_policy { decoupled: true }`: any number of
+    /// responses per request, served by streaming calls only.
+    pub fn decoupled(&self) -> bool {
+        self.config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled)
+    }
+
     /// Closes the version's schedulers: new requests are refused as
     /// unloading, queued ones run at once.
     pub fn close(&self) {
@@ -62,7 +71,11 @@ pub(super) fn auto_complete(
     model: &CheckedModel,
 ) -> Result<ModelConfig> {
     let needs = config.input.is_empty() || config.output.is_empty();
-    if !opts.auto_complete || !needs || config.backend != "onnxruntime" {
+    let onnx = needs && config.backend == "onnxruntime";
+    // A Python model completes its own config when its class has
+    // `auto_complete_config` (Triton calls it whenever auto-complete is on).
+    let python = config.backend == "python";
+    if !opts.auto_complete || !(onnx || python) {
         return Ok(config);
     }
     let Some(version_dir) = model
@@ -72,12 +85,33 @@ pub(super) fn auto_complete(
     else {
         return Ok(config);
     };
-    let (inputs, outputs) =
-        crate::core::backend::onnx::model_io(&version_dir.join(&config.default_model_filename))?;
     let name = config.name.clone();
     let fail = |e: String| Error::invalid_arg(format!("load failed for model '{name}': {e}"));
-    let unset = config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
-    autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
+    if python {
+        config = crate::core::backend::python::auto_complete(
+            &config,
+            &model.dir.path,
+            &version_dir,
+            &opts.backend,
+        )
+        .map_err(|e| fail(e.message))?;
+        // Triton's defaults for what the model added (dynamic batching,
+        // instance groups).
+        let ctx = crate::core::config::normalize::NormalizeContext {
+            model_name: name.clone(),
+            first_version_entries: Vec::new(),
+            gpu_count: opts.gpu_count,
+        };
+        crate::core::config::normalize::normalize(&mut config, &ctx)
+            .map_err(|issue| fail(issue.message))?;
+    } else {
+        let (inputs, outputs) = crate::core::backend::onnx::model_io(
+            &version_dir.join(&config.default_model_filename),
+        )?;
+        let unset =
+            config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
+        autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
+    }
     let vctx = ValidateContext {
         gpu_count: opts.gpu_count,
         missing_gpu: Severity::Error,
@@ -150,12 +184,14 @@ pub(super) fn load_version(
             let samples = Arc::clone(&samples);
             let sequence = sequencing.clone();
             let io = io.clone();
+            let options = opts.backend.clone();
             loaders.push(Box::new(move || {
                 let mut instance = load_instance(&LoadContext {
                     config: &ctx_config,
                     model_dir: &model_dir,
                     version_dir,
                     instance_name: instance_name.clone(),
+                    options: &options,
                 })?;
                 crate::core::warmup::run(
                     &ctx_config,

@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{pending, Completion, Submission};
+use super::{pending, Answering, Completion, Submission};
 use crate::core::batch_io::BatchIo;
 use crate::core::error::Result;
-use crate::core::instance::{Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::responder::{Responder, Sink};
 use crate::core::stats::ModelStats;
 
 /// The default scheduler of one model version.
@@ -18,15 +19,29 @@ pub struct DefaultScheduler {
     /// The model's batch inputs, scattered outputs and ragged inputs: a
     /// request is a batch of one.
     io: BatchIo,
+    answering: Answering,
     stats: Arc<ModelStats>,
 }
 
 impl DefaultScheduler {
-    pub fn new(pool: Arc<InstancePool>, io: BatchIo, stats: Arc<ModelStats>) -> Self {
-        DefaultScheduler { pool, io, stats }
+    pub fn new(
+        pool: Arc<InstancePool>,
+        io: BatchIo,
+        answering: Answering,
+        stats: Arc<ModelStats>,
+    ) -> Self {
+        DefaultScheduler {
+            pool,
+            io,
+            answering,
+            stats,
+        }
     }
 
     pub fn submit<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
+        if self.answering.lists {
+            return self.submit_request(submission);
+        }
         let outputs = submission.output_names();
         let batch = submission.batch;
         // A batch of one: scattered outputs take their shapes from the
@@ -41,6 +56,7 @@ impl DefaultScheduler {
                 .submit(Work {
                     inputs,
                     outputs,
+                    requests: Vec::new(),
                     enqueued: submission.enqueued,
                     reply: Reply::Caller(reply),
                     pending: Some((Arc::clone(gauge), 1)),
@@ -61,5 +77,62 @@ impl DefaultScheduler {
             }
         };
         Ok(Completion::one_then(rx, Box::new(after)))
+    }
+
+    /// A request for a backend that takes requests apart: it answers
+    /// through its responder (once, or any number of times when the model
+    /// is decoupled); the execution's end is counted here.
+    fn submit_request<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
+        let (sink, completion) = answer_sink(self.answering.decoupled);
+        let batch = submission.batch;
+        let request = BackendRequest {
+            outputs: submission.output_names(),
+            info: submission.info(),
+            respond: Responder::new(sink, submission.enqueued),
+            inputs: submission.inputs,
+        };
+        let stats = Arc::clone(&self.stats);
+        let counted = move |done: Done| {
+            if done.result.is_ok() {
+                stats.record_execution(batch, (done.input, done.compute, done.output));
+            }
+        };
+        let gauge = &self.stats.pending;
+        pending(gauge, || {
+            self.pool
+                .submit(Work {
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    requests: vec![request],
+                    enqueued: submission.enqueued,
+                    reply: Reply::Callback(Box::new(counted)),
+                    pending: Some((Arc::clone(gauge), 1)),
+                    gather: std::time::Duration::ZERO,
+                })
+                .map_err(|(e, work)| {
+                    // Refused: the request is answered by the error
+                    // returned, not through its responder.
+                    for r in work.requests {
+                        r.respond.finish(|| e.clone());
+                    }
+                    e
+                })
+        })?;
+        Ok(completion)
+    }
+}
+
+/// Where a request that answers through a responder sends its answers, and
+/// the completion its caller awaits: one answer, or a stream of them.
+pub(super) fn answer_sink<'a>(decoupled: bool) -> (Sink, Completion<'a>) {
+    if decoupled {
+        let (tx, completion) = Completion::stream();
+        (Sink::Stream(tx), completion)
+    } else {
+        let (tx, rx) = oneshot::channel();
+        let sink = Sink::Once(Box::new(move |done| {
+            let _ = tx.send(done);
+        }));
+        (sink, Completion::one(rx))
     }
 }

@@ -75,7 +75,7 @@ impl EnsembleScheduler {
         Completion::running(Box::pin(async move {
             let start = Instant::now();
             let s = submission;
-            let request = (s.id, s.priority, s.timeout_us, s.sequence);
+            let request = (s.id, s.priority, s.timeout_us, s.sequence, s.parameters);
             let result = run(steps, &self.config, request, s.inputs, s.outputs).await;
             let compute = start.elapsed();
             if result.is_ok() {
@@ -99,9 +99,15 @@ impl EnsembleScheduler {
 async fn run(
     runner: &dyn StepRunner,
     config: &ModelConfig,
-    // The request's id, priority, timeout and sequence parameters, passed
-    // to every step (stateful composing models get the sequence).
-    (id, priority, timeout_us, sequence): (&str, u64, u64, &SequenceParams),
+    // The request's id, priority, timeout, sequence and backend parameters,
+    // passed to every step (stateful composing models get the sequence).
+    (id, priority, timeout_us, sequence, parameters): (
+        &str,
+        u64,
+        u64,
+        &SequenceParams,
+        &serde_json::Map<String, serde_json::Value>,
+    ),
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
 ) -> Result<Vec<Tensor>> {
@@ -163,6 +169,7 @@ async fn run(
                 priority,
                 timeout_us,
                 sequence: sequence.clone(),
+                parameters: parameters.clone(),
             };
             let version = step_version(step);
             running.push(async move {

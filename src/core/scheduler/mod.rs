@@ -33,7 +33,7 @@ use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::instance::{Done, InstancePool};
 use crate::core::stats::ModelStats;
-use crate::core::types::{RequestedOutput, SequenceParams, Tensor};
+use crate::core::types::{RequestInfo, RequestedOutput, SequenceParams, Tensor};
 
 pub use default::DefaultScheduler;
 pub use dynamic::{BatchConfig, DynamicBatcher};
@@ -56,11 +56,47 @@ pub struct Submission<'a> {
     pub sequence: &'a SequenceParams,
     /// When the request reached the scheduler (queue time runs from here).
     pub enqueued: Instant,
+    /// The request's parameters for the backend (not Triton's own).
+    pub parameters: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 impl Submission<'_> {
     fn output_names(&self) -> Vec<String> {
         self.outputs.iter().map(|o| o.name.clone()).collect()
+    }
+
+    /// What a backend that takes requests apart reads of this one.
+    fn info(&self) -> RequestInfo {
+        RequestInfo {
+            id: self.id.to_string(),
+            correlation_id: self.sequence.id.clone(),
+            flags: u32::from(self.sequence.start) | (u32::from(self.sequence.end) << 1),
+            timeout_us: self.timeout_us,
+            parameters: self.parameters.clone(),
+        }
+    }
+}
+
+/// How a model's instances take a batch and answer (from its config).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answering {
+    /// The backend takes a batch's requests apart
+    /// (`backend::takes_request_lists`).
+    pub lists: bool,
+    /// `model_transaction_policy { decoupled: true }`: any number of
+    /// responses per request.
+    pub decoupled: bool,
+}
+
+impl Answering {
+    pub fn of(config: &ModelConfig) -> Self {
+        Answering {
+            lists: crate::core::config::support::takes_request_lists(config),
+            decoupled: config
+                .model_transaction_policy
+                .as_ref()
+                .is_some_and(|p| p.decoupled),
+        }
     }
 }
 
@@ -85,15 +121,32 @@ impl Scheduler {
         stats: Arc<ModelStats>,
     ) -> Result<Scheduler> {
         let name = &config.name;
+        let answering = Answering::of(config);
+        if answering.lists && sequence.is_some() {
+            return Err(Error::unsupported(format!(
+                "model '{name}': the sequence batcher does not serve the '{}' backend yet",
+                config.backend
+            )));
+        }
         if let Some(settings) = sequence {
             return SequenceBatcher::start(name, settings, pool, stats).map(Scheduler::Sequence);
         }
         if let Some(batching) = BatchConfig::from_config(config) {
             let instances = pool.instances();
-            return DynamicBatcher::start(name, batching, pool, instances, queue_capacity, stats)
-                .map(Scheduler::Dynamic);
+            return DynamicBatcher::start(
+                name,
+                batching,
+                answering,
+                pool,
+                instances,
+                queue_capacity,
+                stats,
+            )
+            .map(Scheduler::Dynamic);
         }
-        Ok(Scheduler::Default(DefaultScheduler::new(pool, io, stats)))
+        Ok(Scheduler::Default(DefaultScheduler::new(
+            pool, io, answering, stats,
+        )))
     }
 
     /// Takes a request, or refuses it at once with the reason. An

@@ -214,6 +214,37 @@ pub struct InferRequest {
     pub timeout_us: u64,
     /// The sequence extension's parameters.
     pub sequence: SequenceParams,
+    /// The request's other `parameters` (not Triton's reserved keys), for
+    /// the backend: a Python model reads them as `request.parameters()`.
+    pub parameters: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Whether a request parameter is one of Triton's own (the sequence and
+/// schedule policy extensions, the HTTP output format, `headers`, any
+/// `triton_*`), not passed to the backend.
+pub fn reserved_parameter(key: &str) -> bool {
+    matches!(
+        key,
+        "sequence_id"
+            | "sequence_start"
+            | "sequence_end"
+            | "priority"
+            | "timeout"
+            | "headers"
+            | "binary_data_output"
+    ) || key.starts_with("triton_")
+}
+
+/// What a backend that takes requests apart reads of a request besides its
+/// tensors (Triton's request accessors).
+#[derive(Debug, Clone, Default)]
+pub struct RequestInfo {
+    pub id: String,
+    pub correlation_id: SequenceId,
+    /// Sequence start 1, sequence end 2.
+    pub flags: u32,
+    pub timeout_us: u64,
+    pub parameters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A sequence's correlation id: the `sequence_id` request parameter, a

@@ -371,6 +371,11 @@ async fn infer(
         ),
     };
     let model = s.engine.model(&name, &version)?;
+    if model.decoupled() {
+        return Err(ApiError(Error::unsupported(
+            "HTTP end point doesn't support models with decoupled transaction policy",
+        )));
+    }
     let (request, format) = kserve_json::parse_request(&body, header_length, &model.config)?;
     s.engine.admit(&request)?;
     let response = s.engine.infer_on(model, request).await?;

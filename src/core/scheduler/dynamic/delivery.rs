@@ -4,9 +4,39 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
+use super::queue::Caller;
 use crate::core::instance::Done;
+
+/// Where a queued request's answers go: one answer, or (a decoupled model)
+/// a stream of them, ended by dropping the sender.
+pub enum Answer {
+    Once(oneshot::Sender<Done>),
+    Stream(mpsc::UnboundedSender<Done>),
+}
+
+impl Answer {
+    fn send(self, done: Done) {
+        match self {
+            Answer::Once(tx) => {
+                let _ = tx.send(done);
+            }
+            Answer::Stream(tx) => {
+                let _ = tx.send(done);
+            }
+        }
+    }
+}
+
+impl Caller for Answer {
+    fn gone(&self) -> bool {
+        match self {
+            Answer::Once(tx) => tx.is_closed(),
+            Answer::Stream(tx) => tx.is_closed(),
+        }
+    }
+}
 
 /// How answers reach the callers: at once, or in arrival order.
 pub(super) enum Delivery {
@@ -19,15 +49,15 @@ pub(super) struct Ordered {
     /// The next sequence number to release.
     next: u64,
     /// Answers waiting for earlier ones (`None`: nothing to send).
-    ready: BTreeMap<u64, Option<(oneshot::Sender<Done>, Done)>>,
+    ready: BTreeMap<u64, Option<(Answer, Done)>>,
 }
 
 impl Delivery {
-    pub(super) fn deliver(&self, seq: u64, answer: Option<(oneshot::Sender<Done>, Done)>) {
+    pub(super) fn deliver(&self, seq: u64, answer: Option<(Answer, Done)>) {
         match self {
             Delivery::Direct => {
                 if let Some((tx, done)) = answer {
-                    let _ = tx.send(done);
+                    tx.send(done);
                 }
             }
             Delivery::Ordered(ordered) => {
@@ -40,7 +70,7 @@ impl Delivery {
                     };
                     o.next += 1;
                     if let Some((tx, done)) = answer {
-                        let _ = tx.send(done);
+                        tx.send(done);
                     }
                 }
             }
@@ -77,10 +107,10 @@ mod tests {
         let (tx0, mut rx0) = oneshot::channel();
         let (tx2, mut rx2) = oneshot::channel();
         let (tx3, mut rx3) = oneshot::channel();
-        d.deliver(2, Some((tx2, done(2))));
-        d.deliver(3, Some((tx3, done(3))));
+        d.deliver(2, Some((Answer::Once(tx2), done(2))));
+        d.deliver(3, Some((Answer::Once(tx3), done(3))));
         assert!(rx2.try_recv().is_err(), "2 waits for 0 and 1");
-        d.deliver(0, Some((tx0, done(0))));
+        d.deliver(0, Some((Answer::Once(tx0), done(0))));
         assert!(rx0.try_recv().is_ok());
         assert!(rx2.try_recv().is_err(), "2 still waits for 1");
         d.deliver(1, None); // 1's caller went away

@@ -21,20 +21,21 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::core::error::{Error, Result};
-use crate::core::instance::{Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::responder::{Responder, Sink};
 use crate::core::types::Tensor;
 
 use super::split::split;
 use super::worker::{self, Batcher, Worker};
-use super::{pending, Completion, Submission};
+use super::{pending, Answering, Completion, Submission};
 use crate::core::error::request_prefix;
-use delivery::Delivery;
+use delivery::{Answer, Delivery};
 pub use queue::{decide, BatchConfig, Decision, QueuePolicy, TimeoutAction};
 
-/// A request in the dynamic batcher's queue: its answer goes back on a
-/// oneshot channel.
-pub type Request = queue::Request<oneshot::Sender<Done>>;
-type Queue = queue::Queue<oneshot::Sender<Done>>;
+/// A request in the dynamic batcher's queue: its answers go back on a
+/// oneshot channel, or (a decoupled model) a stream.
+pub type Request = queue::Request<Answer>;
+type Queue = queue::Queue<Answer>;
 
 /// The most requests waiting in one batcher, whatever the policies say.
 const HARD_LIMIT_MESSAGE: &str = "inference request queue is full";
@@ -55,6 +56,7 @@ struct Dyn {
     config: BatchConfig,
     capacity: usize,
     delivery: Delivery,
+    answering: Answering,
 }
 
 type Shared = worker::Shared<Dyn>;
@@ -90,6 +92,7 @@ impl DynamicBatcher {
     pub fn start(
         label: &str,
         config: BatchConfig,
+        answering: Answering,
         pool: Arc<InstancePool>,
         instances: usize,
         capacity: usize,
@@ -112,6 +115,7 @@ impl DynamicBatcher {
                 capacity: capacity.max(1),
                 config,
                 delivery,
+                answering,
             },
             state,
             pool,
@@ -123,7 +127,14 @@ impl DynamicBatcher {
     /// priority level's queue is full).
     pub fn submit<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
         let shared = self.worker.shared();
-        let (reply, rx) = oneshot::channel();
+        let (reply, completion) = if shared.answering.decoupled {
+            let (tx, completion) = Completion::stream();
+            (Answer::Stream(tx), completion)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            (Answer::Once(tx), Completion::one(rx))
+        };
+        let info = shared.answering.lists.then(|| Box::new(submission.info()));
         let request = Request {
             outputs: submission.output_names(),
             inputs: submission.inputs,
@@ -135,9 +146,10 @@ impl DynamicBatcher {
             timeout_us: submission.timeout_us,
             deadline: None,
             seq: 0,
+            info,
         };
         pending(&shared.stats.pending, || self.push(request, submission.id))?;
-        Ok(Completion::one(rx))
+        Ok(completion)
     }
 
     fn push(&self, request: Request, id: &str) -> Result<()> {
@@ -245,6 +257,9 @@ fn run_batcher(shared: &Arc<Shared>, pool: &InstancePool) {
 
 /// Runs a batch on the next instance and splits the outputs.
 fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
+    if shared.answering.lists {
+        return dispatch_requests(batch, pool, shared);
+    }
     let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
     let total: usize = sizes.iter().sum();
     let first_enqueued = batch
@@ -270,7 +285,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let waiting: Vec<(oneshot::Sender<Done>, Instant, u64)> = batch
+    let waiting: Vec<(Answer, Instant, u64)> = batch
         .into_iter()
         .map(|r| (r.reply, r.enqueued, r.seq))
         .collect();
@@ -324,6 +339,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     let work = Work {
         inputs,
         outputs,
+        requests: Vec::new(),
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
@@ -331,6 +347,71 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
     };
     if let Err((e, work)) = pool.submit(work) {
         // The pool refused (it is stopping): the batch fails with the reason.
+        work.reply.send(Done::failed(e, Duration::ZERO, false));
+    }
+}
+
+/// Runs a batch on the next instance as separate requests (a backend that
+/// takes requests apart): each answers through its responder; the
+/// execution's end counts the batch and frees the instance.
+fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
+    let total: usize = batch.iter().map(|r| r.batch).sum();
+    let first_enqueued = batch
+        .iter()
+        .map(|r| r.enqueued)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let requests: Vec<BackendRequest> = batch
+        .into_iter()
+        .map(|r| {
+            r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            let sink = match r.reply {
+                Answer::Once(tx) => {
+                    let (seq, delivery) = (r.seq, Arc::clone(shared));
+                    Sink::Once(Box::new(move |done| {
+                        delivery
+                            .delivery
+                            .deliver(seq, Some((Answer::Once(tx), done)))
+                    }))
+                }
+                Answer::Stream(tx) => {
+                    // A stream's answers go out as they come; its place
+                    // in the arrival order is released now.
+                    shared.delivery.deliver(r.seq, None);
+                    Sink::Stream(tx)
+                }
+            };
+            BackendRequest {
+                inputs: r.inputs,
+                outputs: r.outputs,
+                info: r.info.map(|i| *i).unwrap_or_default(),
+                respond: Responder::new(sink, r.enqueued),
+            }
+        })
+        .collect();
+    let finish_shared = Arc::clone(shared);
+    let finish = move |done: Done| {
+        if done.result.is_ok() {
+            finish_shared
+                .stats
+                .record_execution(total, (done.input, done.compute, done.output));
+        }
+        finish_shared.state.lock().unwrap().free += 1;
+        finish_shared.cv.notify_all();
+    };
+    let work = Work {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        requests,
+        enqueued: first_enqueued,
+        reply: Reply::Callback(Box::new(finish)),
+        pending: None,
+        gather: Duration::ZERO,
+    };
+    if let Err((e, work)) = pool.submit(work) {
+        for r in &work.requests {
+            r.respond.fail(e.clone());
+        }
         work.reply.send(Done::failed(e, Duration::ZERO, false));
     }
 }

@@ -142,6 +142,7 @@ pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowI
     Work {
         inputs,
         outputs,
+        requests: Vec::new(),
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,

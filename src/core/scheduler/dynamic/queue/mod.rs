@@ -191,6 +191,9 @@ pub struct Request<R> {
     pub deadline: Option<Instant>,
     /// Set by the batcher: arrival order, for `preserve_ordering`.
     pub seq: u64,
+    /// For a backend that takes requests apart: what it reads of the
+    /// request besides its tensors.
+    pub info: Option<Box<crate::core::types::RequestInfo>>,
 }
 
 impl<R: Caller> Request<R> {

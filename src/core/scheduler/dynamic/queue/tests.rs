@@ -29,6 +29,7 @@ fn prio(batch: usize, width: i64, enqueued: Instant, priority: u64, timeout_us: 
         timeout_us,
         deadline: None,
         seq: width as u64,
+        info: None,
     }
 }
 

@@ -1,0 +1,132 @@
+"""Benchmark of the Python backend: what serving a model.py costs per request.
+
+In one run on this machine it measures:
+  - the reference: the example add_sub model.py called in a plain Python loop
+    (the same interpreter, our triton_python_backend_utils, a request object
+    built once per call as a received request would be), µs per execute();
+  - add_sub through `trtis serve` (1 worker process), driven by perf_analyzer
+    over gRPC at concurrency 1 and 2: throughput, p50 latency, and the CPU
+    per inference of the server plus its worker processes (from /proc);
+  - the overhead per request: server + worker CPU per inference minus the
+    reference's CPU per call, and p50 latency minus the reference's time.
+
+Triton's figure to beat (python-backend-facts.md §10 / measuring.md: its
+Python backend costs about 120-180 µs per request in the stub on this
+machine class); the target is half of that.
+
+Run it with scripts/bench.sh python. Results: target/bench/python-bench.md.
+"""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve import OUT, PA, ROOT, Server  # noqa: E402
+
+UTILS_DIR = os.path.join(ROOT, "src/core/backend/python")
+MODEL = os.path.join(ROOT, "examples/model_repository/add_sub")
+
+
+def reference(seconds=3.0):
+    """add_sub's execute() in a plain loop, in a child interpreter (the
+    worker's own python) so this driver's imports do not count."""
+    code = f"""
+import importlib.util, json, sys, time, resource
+sys.path.insert(0, {UTILS_DIR!r})
+import numpy as np
+import triton_python_backend_utils as pb_utils
+spec = importlib.util.spec_from_file_location("1.model", {os.path.join(MODEL, "1", "model.py")!r})
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+m = mod.TritonPythonModel()
+config = {{"output": [{{"name": "OUTPUT0", "data_type": "TYPE_FP32"}}, {{"name": "OUTPUT1", "data_type": "TYPE_FP32"}}]}}
+m.initialize({{"model_config": json.dumps(config)}})
+a = np.arange(4, dtype=np.float32); b = np.ones(4, dtype=np.float32)
+n = 0; t0 = time.perf_counter(); c0 = time.process_time()
+while time.perf_counter() - t0 < {seconds}:
+    req = pb_utils.InferenceRequest(model_name="add_sub", inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)],
+                                    requested_output_names=["OUTPUT0", "OUTPUT1"])
+    m.execute([req]); n += 1
+wall = time.perf_counter() - t0; cpu = time.process_time() - c0
+print(json.dumps({{"us": wall / n * 1e6, "cpu_us": cpu / n * 1e6}}))
+"""
+    python = os.path.join(ROOT, ".venv/bin/python")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tree_cpu(pid):
+    """CPU seconds of a process and its live children (the workers)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    seen = set()
+    while pids:
+        p = pids.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{p}/task"):
+                kids = open(f"/proc/{p}/task/{task}/children").read().split()
+                pids += [int(k) for k in kids]
+        except OSError:
+            pass
+    return total
+
+
+def perf(server, model, concurrency):
+    csv_path = os.path.join(OUT, f"python-{model}-c{concurrency}.csv")
+    cpu0, n0 = tree_cpu(server.proc.pid), server.inferences(model)
+    cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
+           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        return {"error": "perf_analyzer failed"}
+    cpu1, n1 = tree_cpu(server.proc.pid), server.inferences(model)
+    row = next(csv.DictReader(open(csv_path)))
+    return {
+        "throughput": float(row["Inferences/Second"]),
+        "p50_us": float(row["p50 latency"]),
+        "cpu_us": (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6,
+    }
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    repo = tempfile.mkdtemp(prefix="trtis-python-")
+    shutil.copytree(MODEL, os.path.join(repo, "add_sub"))
+    ref = reference()
+    lines = ["# Python backend benchmark", "",
+             f"{os.cpu_count()} CPUs. Reference: add_sub's execute() in a plain Python loop, same interpreter, "
+             f"same run: {ref['us']:.1f} µs per call ({ref['cpu_us']:.1f} µs CPU).", "",
+             "| client | concurrency | infer/s | p50 µs | server+worker CPU µs/inf | overhead CPU µs/inf | overhead p50 µs |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    server = Server(repo, 18400)
+    for conc in (1, 2):
+        r = perf(server, "add_sub", conc)
+        if "error" in r:
+            lines.append(f"| perf_analyzer | {conc} | {r['error']} | | | | |")
+        else:
+            lines.append(f"| perf_analyzer | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['cpu_us']:.0f} | "
+                         f"{r['cpu_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
+        print(lines[-1], flush=True)
+    server.stop()
+    again = reference()
+    lines += ["", f"Reference again after the server runs: {again['us']:.1f} µs per call "
+              f"({again['cpu_us']:.1f} µs CPU).", "",
+              "Overhead = what serving adds per request to the model's own Python work: the gRPC "
+              "protocol, the scheduler, the socket frames both ways and the worker's request and "
+              "response objects. Triton's Python backend: about 120-180 µs per request in the stub "
+              "alone on this machine class (python-backend-facts.md §10); target: half of that.", ""]
+    shutil.rmtree(repo)
+    open(os.path.join(OUT, "python-bench.md"), "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

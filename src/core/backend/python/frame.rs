@@ -1,0 +1,273 @@
+//! The frames between the server and a Python worker (PROTOCOL.md beside
+//! this file): a u32 header length, a u64 body length, a JSON header, then
+//! the bytes of the tensors the header lists. Pure: reads from any `Read`,
+//! writes to any `Write`.
+
+use std::io::{Read, Write};
+
+use serde_json::{json, Map, Value};
+
+use crate::core::error::{Error, ErrorKind, Result};
+use crate::core::types::{DataType, Tensor};
+
+/// The largest header a worker may send (a header lists names and shapes;
+/// the data is in the body).
+const MAX_HEADER: u32 = 64 << 20;
+
+/// One frame: its JSON header and its body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub header: Map<String, Value>,
+    pub body: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame with no tensors.
+    pub fn new(header: Value) -> Self {
+        Frame {
+            header: match header {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+            body: Vec::new(),
+        }
+    }
+
+    /// The header's `kind`.
+    pub fn kind(&self) -> &str {
+        self.header
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    pub fn str(&self, key: &str) -> &str {
+        self.header.get(key).and_then(Value::as_str).unwrap_or("")
+    }
+
+    pub fn u64(&self, key: &str) -> u64 {
+        self.header.get(key).and_then(Value::as_u64).unwrap_or(0)
+    }
+
+    pub fn bool(&self, key: &str) -> bool {
+        self.header
+            .get(key)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// The frame's error object (`{"message", "code"}`), if any.
+    pub fn error(&self) -> Option<Error> {
+        match self.header.get("error") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(Error::internal(s.clone())),
+            Some(e) => {
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+                let code = e.get("code").and_then(Value::as_str).unwrap_or("INTERNAL");
+                Some(Error::new(error_kind(code), message.to_string()))
+            }
+        }
+    }
+
+    /// The tensors listed under `key` (an array of `{name, datatype, shape,
+    /// size}`), cut from the body starting at `*offset`.
+    pub fn tensors_at(&self, list: &Value, offset: &mut usize) -> Result<Vec<Tensor>> {
+        let bad = |why: String| {
+            Error::internal(format!("a malformed frame from the Python worker: {why}"))
+        };
+        let Some(items) = list.as_array() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for t in items {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            let datatype = t.get("datatype").and_then(Value::as_str).unwrap_or("");
+            let datatype = DataType::from_name(datatype)
+                .ok_or_else(|| bad(format!("tensor '{name}' has datatype '{datatype}'")))?;
+            let shape = t
+                .get("shape")
+                .and_then(Value::as_array)
+                .map(|s| {
+                    s.iter()
+                        .map(|d| d.as_i64().unwrap_or(-1))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            let size = t.get("size").and_then(Value::as_u64).unwrap_or(0) as usize;
+            let end = offset
+                .checked_add(size)
+                .filter(|&e| e <= self.body.len())
+                .ok_or_else(|| bad(format!("tensor '{name}' runs past the frame's body")))?;
+            out.push(Tensor {
+                name: name.to_string(),
+                datatype,
+                shape,
+                data: self.body[*offset..end].to_vec(),
+            });
+            *offset = end;
+        }
+        Ok(out)
+    }
+
+    /// The tensors of a `response`-like frame (`tensors` in the header).
+    pub fn tensors(&self) -> Result<Vec<Tensor>> {
+        let list = self.header.get("tensors").cloned().unwrap_or(Value::Null);
+        self.tensors_at(&list, &mut 0)
+    }
+
+    /// Appends tensors to the body and returns their header entries.
+    pub fn add_tensors(&mut self, tensors: &[Tensor]) -> Value {
+        let mut list = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            list.push(json!({
+                "name": t.name,
+                "datatype": t.datatype.name(),
+                "shape": t.shape,
+                "size": t.data.len(),
+            }));
+            self.body.extend_from_slice(&t.data);
+        }
+        Value::Array(list)
+    }
+
+    /// Writes the frame.
+    pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        let header = serde_json::to_vec(&self.header)?;
+        let mut head = Vec::with_capacity(12 + header.len());
+        head.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(self.body.len() as u64).to_le_bytes());
+        head.extend_from_slice(&header);
+        w.write_all(&head)?;
+        w.write_all(&self.body)?;
+        w.flush()
+    }
+
+    /// Reads one frame; `Ok(None)` at a clean end of the stream.
+    pub fn read_from(r: &mut impl Read) -> std::io::Result<Option<Frame>> {
+        let mut lengths = [0u8; 12];
+        match r.read_exact(&mut lengths[..1]) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            other => other?,
+        }
+        r.read_exact(&mut lengths[1..])?;
+        let header_len = u32::from_le_bytes(lengths[..4].try_into().expect("4 bytes"));
+        let body_len = u64::from_le_bytes(lengths[4..].try_into().expect("8 bytes"));
+        if header_len > MAX_HEADER {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a frame header of {header_len} bytes"),
+            ));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        r.read_exact(&mut header)?;
+        let header: Map<String, Value> = serde_json::from_slice(&header)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let mut body = Vec::new();
+        r.take(body_len).read_to_end(&mut body)?;
+        if body.len() as u64 != body_len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(Some(Frame { header, body }))
+    }
+}
+
+/// `pb_utils.TritonError`'s code names as the server's error kinds.
+pub fn error_kind(code: &str) -> ErrorKind {
+    match code {
+        "INTERNAL" => ErrorKind::Internal,
+        "NOT_FOUND" => ErrorKind::NotFound,
+        "INVALID_ARG" => ErrorKind::InvalidArg,
+        "UNAVAILABLE" => ErrorKind::Unavailable,
+        "UNSUPPORTED" => ErrorKind::Unsupported,
+        "ALREADY_EXISTS" => ErrorKind::AlreadyExists,
+        "CANCELLED" => ErrorKind::Cancelled,
+        _ => ErrorKind::Unknown,
+    }
+}
+
+/// The server's error kinds as `pb_utils.TritonError`'s code names.
+pub fn code_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Internal => "INTERNAL",
+        ErrorKind::NotFound => "NOT_FOUND",
+        ErrorKind::InvalidArg => "INVALID_ARG",
+        ErrorKind::Unavailable => "UNAVAILABLE",
+        ErrorKind::Unsupported => "UNSUPPORTED",
+        ErrorKind::AlreadyExists => "ALREADY_EXISTS",
+        ErrorKind::Cancelled => "CANCELLED",
+        ErrorKind::Unknown => "UNKNOWN",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_round_trips_with_its_tensors() {
+        let mut f = Frame::new(json!({"kind": "response", "rid": 7}));
+        let tensors = vec![
+            Tensor {
+                name: "A".into(),
+                datatype: DataType::Fp32,
+                shape: vec![1, 2],
+                data: [1f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+            Tensor {
+                name: "S".into(),
+                datatype: DataType::Bytes,
+                shape: vec![1],
+                data: vec![2, 0, 0, 0, b'h', b'i'],
+            },
+        ];
+        let list = f.add_tensors(&tensors);
+        f.header.insert("tensors".into(), list);
+        let mut wire = Vec::new();
+        f.write_to(&mut wire).unwrap();
+        let mut r = wire.as_slice();
+        let back = Frame::read_from(&mut r).unwrap().unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.kind(), "response");
+        assert_eq!(back.u64("rid"), 7);
+        assert_eq!(back.tensors().unwrap(), tensors);
+        assert!(Frame::read_from(&mut r).unwrap().is_none(), "a clean end");
+    }
+
+    #[test]
+    fn a_cut_or_lying_frame_is_an_error_not_a_panic() {
+        let mut f = Frame::new(json!({"kind": "x"}));
+        f.body = vec![1, 2, 3];
+        let mut wire = Vec::new();
+        f.write_to(&mut wire).unwrap();
+        for cut in 1..wire.len() {
+            assert!(Frame::read_from(&mut &wire[..cut]).is_err(), "cut at {cut}");
+        }
+        f.header.insert(
+            "tensors".into(),
+            json!([{"name": "T", "datatype": "UINT8", "shape": [9], "size": 9}]),
+        );
+        assert!(f.tensors().is_err(), "a tensor past the body");
+        f.header.insert(
+            "tensors".into(),
+            json!([{"name": "T", "datatype": "NOPE", "shape": [3], "size": 3}]),
+        );
+        assert!(f.tensors().is_err());
+        let huge = [0xffu8, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert!(Frame::read_from(&mut &huge[..]).is_err());
+    }
+
+    #[test]
+    fn error_objects_keep_their_code() {
+        let f = Frame::new(json!({"error": {"message": "nf", "code": "NOT_FOUND"}}));
+        let e = f.error().unwrap();
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::NotFound, "nf"));
+        assert!(Frame::new(json!({"error": null})).error().is_none());
+        for kind in [
+            ErrorKind::Internal,
+            ErrorKind::Cancelled,
+            ErrorKind::Unknown,
+        ] {
+            assert_eq!(error_kind(code_name(kind)), kind);
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The Python backend: a Triton `model.py` (`class TritonPythonModel`)
+//! run unchanged, one worker process per model instance, as Triton runs
+//! one stub process per instance.
+//!
+//! The parts: `frame` (the wire format, pure), `worker` (the process, its
+//! socket and the thread reading it), and this module, the instance: it
+//! starts the worker with Triton's `initialize` arguments, hands it each
+//! batch the scheduler formed as one `execute` frame (the requests kept
+//! apart, as Triton hands `execute` a list), and stops it with `finalize`
+//! at unload. The Python side (`worker.py`, `triton_python_backend_utils.py`)
+//! ships inside the executable. The protocol is in `PROTOCOL.md` here.
+//!
+//! A worker that dies fails the requests it held (the reader thread sees to
+//! that); the next batch starts a new worker, so the model stays served.
+
+mod frame;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{InstanceExec, LoadContext};
+use crate::core::error::{Error, Result};
+use crate::core::responder::BackendRequest;
+use crate::core::types::{SequenceId, Tensor};
+use frame::Frame;
+use worker::{Launch, Worker};
+
+/// Triton's default `stub-timeout-seconds`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One instance of a Python model.
+pub struct PythonInstance {
+    worker: Option<Worker>,
+    /// The `init` frame, kept to start a new worker after one died.
+    init: Frame,
+    python: PathBuf,
+    library_path: Option<PathBuf>,
+    name: String,
+    timeout: Duration,
+    host: Option<std::sync::Arc<dyn super::Host>>,
+}
+
+impl PythonInstance {
+    pub fn load(ctx: &LoadContext) -> Result<Self> {
+        let config = ctx.config;
+        let file = if config.default_model_filename.is_empty() {
+            "model.py"
+        } else {
+            config.default_model_filename.as_str()
+        };
+        let model_file = ctx.version_dir.join(file);
+        if !model_file.is_file() {
+            return Err(Error::not_found(format!(
+                "unable to find '{}' for model instance '{}'",
+                model_file.display(),
+                ctx.instance_name
+            )));
+        }
+        let (python, library_path) = interpreter(ctx)?;
+        let version = ctx
+            .version_dir
+            .file_name()
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stem = Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let config_json = crate::core::config::json::to_json(config)?;
+        let decoupled = config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled);
+        let init = Frame::new(json!({
+            "kind": "init",
+            "args": {
+                "model_config": config_json.to_string(),
+                "model_instance_kind": "CPU",
+                "model_instance_name": ctx.instance_name,
+                "model_instance_device_id": "0",
+                "model_repository": ctx.model_dir.display().to_string(),
+                "model_version": version,
+                "model_name": config.name,
+            },
+            "model_file": model_file.display().to_string(),
+            "module_name": format!("{version}.{stem}"),
+            "version_dir": ctx.version_dir.display().to_string(),
+            "model_dir": ctx.model_dir.display().to_string(),
+            "decoupled": decoupled,
+            "log_verbose": crate::core::logging::enabled('V', 1),
+        }));
+        let mut instance = PythonInstance {
+            worker: None,
+            init,
+            python,
+            library_path,
+            name: ctx.instance_name.clone(),
+            timeout: ctx.options.stub_timeout.unwrap_or(DEFAULT_TIMEOUT),
+            host: ctx.options.host.clone(),
+        };
+        instance.start()?;
+        Ok(instance)
+    }
+
+    /// Starts a worker and runs `initialize` in it.
+    fn start(&mut self) -> Result<()> {
+        let mut worker = Worker::start(&Launch {
+            python: &self.python,
+            library_path: self.library_path.clone(),
+            instance: &self.name,
+            host: self.host.clone(),
+        })?;
+        worker.link.send(&self.init)?;
+        let answer = worker.control(Some(self.timeout))?;
+        match answer.kind() {
+            "ready" => {
+                self.worker = Some(worker);
+                Ok(())
+            }
+            "error" => Err(Error::internal(answer.str("message").to_string())),
+            other => Err(Error::internal(format!(
+                "the Python worker of model instance '{}' answered '{other}' to initialize",
+                self.name
+            ))),
+        }
+    }
+
+    /// The running worker, started again if the last one died.
+    fn worker(&mut self) -> Result<&mut Worker> {
+        if !self.worker.as_mut().is_some_and(Worker::alive) {
+            if self.worker.take().is_some() {
+                crate::core::logging::log(
+                    'W',
+                    &format!(
+                        "the Python worker of model instance '{}' had exited: starting a new one",
+                        self.name
+                    ),
+                );
+            }
+            self.start()?;
+        }
+        Ok(self.worker.as_mut().expect("started"))
+    }
+}
+
+/// Triton's `auto_complete_config`: when the model's class has the static
+/// method, it runs in a short-lived worker with the config as a
+/// `pb_utils.ModelConfig` and its answer becomes the config (validated by
+/// the caller as any config is).
+pub fn auto_complete(
+    config: &crate::core::config::ModelConfig,
+    model_dir: &Path,
+    version_dir: &Path,
+    options: &super::BackendOptions,
+) -> Result<crate::core::config::ModelConfig> {
+    let ctx = LoadContext {
+        config,
+        model_dir,
+        version_dir: version_dir.to_path_buf(),
+        instance_name: config.name.clone(),
+        options,
+    };
+    let file = if config.default_model_filename.is_empty() {
+        "model.py"
+    } else {
+        config.default_model_filename.as_str()
+    };
+    let model_file = version_dir.join(file);
+    if !model_file.is_file() {
+        return Ok(config.clone());
+    }
+    let (python, library_path) = interpreter(&ctx)?;
+    let version = version_dir
+        .file_name()
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = Path::new(file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let mut worker = Worker::start(&Launch {
+        python: &python,
+        library_path,
+        instance: &config.name,
+        host: None,
+    })?;
+    worker.link.send(&Frame::new(json!({
+        "kind": "auto_complete",
+        "config": crate::core::config::json::to_json(config)?,
+        "model_file": model_file.display().to_string(),
+        "module_name": format!("{version}.{stem}"),
+        "version_dir": version_dir.display().to_string(),
+        "model_dir": model_dir.display().to_string(),
+    })))?;
+    let answer = worker.control(Some(options.stub_timeout.unwrap_or(DEFAULT_TIMEOUT)))?;
+    match answer.kind() {
+        "config" => {
+            let json = answer.header.get("config").cloned().unwrap_or(Value::Null);
+            crate::core::config::json::from_json(&json).map_err(|e| {
+                Error::invalid_arg(format!(
+                    "auto_complete_config of model '{}' returned a config trtis cannot read: {}",
+                    config.name, e.message
+                ))
+            })
+        }
+        "error" => Err(Error::internal(answer.str("message").to_string())),
+        other => Err(Error::internal(format!(
+            "the Python worker of model '{}' answered '{other}' to auto_complete_config",
+            config.name
+        ))),
+    }
+}
+
+impl InstanceExec for PythonInstance {
+    fn execute(&mut self, _: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
+        Err(Error::internal(
+            "the Python backend takes lists of requests, not batches",
+        ))
+    }
+
+    fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
+        let worker = self.worker()?;
+        let link = std::sync::Arc::clone(&worker.link);
+        let mut frame = Frame::new(json!({"kind": "execute"}));
+        let mut list = Vec::with_capacity(requests.len());
+        let mut ids = Vec::with_capacity(requests.len());
+        for r in requests {
+            let id = link.next_id();
+            let inputs = frame.add_tensors(&r.inputs);
+            let info = &r.info;
+            list.push(json!({
+                "rid": id,
+                "id": info.id,
+                "correlation_id": match &info.correlation_id {
+                    SequenceId::None => json!(0),
+                    SequenceId::Number(n) => json!(n),
+                    SequenceId::Text(s) => json!(s),
+                },
+                "flags": info.flags,
+                "timeout": info.timeout_us,
+                "parameters": Value::Object(info.parameters.clone()).to_string(),
+                "outputs": r.outputs,
+                "inputs": inputs,
+            }));
+            link.requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, r.respond);
+            ids.push(id);
+        }
+        frame.header.insert("requests".into(), Value::Array(list));
+        let forget = |link: &worker::Link| {
+            let mut open = link.requests.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &ids {
+                open.remove(id);
+            }
+        };
+        if let Err(e) = link.send(&frame) {
+            forget(&link);
+            return Err(e);
+        }
+        // The batch is done with when `execute` returned; a decoupled
+        // model's responses may still come after.
+        let answer = loop {
+            match worker.control(None) {
+                Ok(f) if f.kind() == "executed" => break Ok(f),
+                Ok(_) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        match answer {
+            Ok(f) => match f.error() {
+                None => Ok(()),
+                Some(e) => {
+                    // The requests still open fail with the error
+                    // (`run_instance` answers them).
+                    forget(&link);
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                forget(&link);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for PythonInstance {
+    fn drop(&mut self) {
+        if let Some(mut worker) = self.worker.take() {
+            worker.stop(self.timeout);
+        }
+    }
+}
+
+/// The interpreter for a model: its `EXECUTION_ENV_PATH` environment's,
+/// else the server's choice (`--python`, `TRTIS_PYTHON`), else the
+/// project's `.venv`, else `python3`. With an environment, also the
+/// library directory to put first on `LD_LIBRARY_PATH`, as Triton does.
+fn interpreter(ctx: &LoadContext) -> Result<(PathBuf, Option<PathBuf>)> {
+    if let Some(env) = ctx.config.parameters.get("EXECUTION_ENV_PATH") {
+        let path = env.string_value.replace(
+            "$$TRITON_MODEL_DIRECTORY",
+            &ctx.model_dir.display().to_string(),
+        );
+        let dir = PathBuf::from(&path);
+        if !dir.is_dir() {
+            return Err(Error::invalid_arg(format!(
+                "EXECUTION_ENV_PATH '{path}' of model '{}' is not a directory: trtis runs an unpacked environment (a directory with bin/python3); unpack a conda-pack archive with `mkdir env && tar -xzf env.tar.gz -C env`",
+                ctx.config.name
+            )));
+        }
+        let python = ["bin/python3", "bin/python"]
+            .iter()
+            .map(|p| dir.join(p))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "EXECUTION_ENV_PATH '{path}' of model '{}' has no bin/python3",
+                    ctx.config.name
+                ))
+            })?;
+        return Ok((python, Some(dir.join("lib"))));
+    }
+    if let Some(p) = &ctx.options.python {
+        return Ok((p.clone(), None));
+    }
+    for venv in [".venv/bin/python3", ".venv/bin/python"] {
+        let p = Path::new(venv);
+        if p.is_file() {
+            return Ok((
+                std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+                None,
+            ));
+        }
+    }
+    Ok((PathBuf::from("python3"), None))
+}

@@ -1,0 +1,932 @@
+"""trtis's `triton_python_backend_utils`: the module a Triton Python model
+imports as `pb_utils`.
+
+Written for trtis from the documented behaviour of Triton's Python backend.
+It needs only numpy (1.x or 2.x) and Python >= 3.8. It runs inside the trtis
+worker process (worker.py, in the same directory), which installs itself as
+`_runtime` at start-up; everything that crosses the socket to the server
+(responses, BLS calls, log lines) goes through that object:
+
+    _runtime.instance_name             the model instance name, for messages
+    _runtime.model_dir                 what get_model_dir() returns
+    _runtime.bls_allowed               False before initialize() returned and
+                                       once finalize started
+    _runtime.send_frame(header, parts) write one frame (thread-safe)
+    _runtime.start_bls(header, parts)  send a `bls` frame; returns a queue of
+                                       (header, body) replies
+    _runtime.request_abandoned(rid, index, sender_used)
+                                       a request's state was garbage collected
+                                       without its final response (must be safe
+                                       to call from __del__)
+"""
+
+import asyncio
+import json
+import os
+import struct
+import sys
+import threading
+
+import numpy as np
+
+_runtime = None
+
+# ---------------------------------------------------------------------------
+# Constants
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_GPU = 2
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+# Protocol datatype name -> (numpy dtype of its bytes in a frame body,
+# Triton's TRITONSERVER_DataType code). BF16 has no numpy type: its bytes are
+# kept as little-endian uint16 and as_numpy() refuses it.
+_DATATYPES = {
+    "BOOL": (np.dtype(np.bool_), 1),
+    "UINT8": (np.dtype("<u1"), 2),
+    "UINT16": (np.dtype("<u2"), 3),
+    "UINT32": (np.dtype("<u4"), 4),
+    "UINT64": (np.dtype("<u8"), 5),
+    "INT8": (np.dtype("<i1"), 6),
+    "INT16": (np.dtype("<i2"), 7),
+    "INT32": (np.dtype("<i4"), 8),
+    "INT64": (np.dtype("<i8"), 9),
+    "FP16": (np.dtype("<f2"), 10),
+    "FP32": (np.dtype("<f4"), 11),
+    "FP64": (np.dtype("<f8"), 12),
+    "BYTES": (np.dtype(np.object_), 13),
+    "BF16": (np.dtype("<u2"), 14),
+}
+_CODE_TO_NUMPY = {
+    code: (bool if name == "BOOL" else dtype.type)
+    for name, (dtype, code) in _DATATYPES.items()
+    if name != "BF16"
+}
+_INT_NAMES = {1: "INT8", 2: "INT16", 4: "INT32", 8: "INT64"}
+_UINT_NAMES = {1: "UINT8", 2: "UINT16", 4: "UINT32", 8: "UINT64"}
+_FLOAT_NAMES = {2: "FP16", 4: "FP32", 8: "FP64"}
+
+
+def _datatype_of(dtype):
+    """The protocol datatype name of a numpy dtype, or None if unsupported."""
+    kind, size = dtype.kind, dtype.itemsize
+    if kind == "b":
+        return "BOOL"
+    if kind == "u":
+        return _UINT_NAMES.get(size)
+    if kind == "i":
+        return _INT_NAMES.get(size)
+    if kind == "f":
+        return _FLOAT_NAMES.get(size)
+    if kind in ("O", "S"):
+        return "BYTES"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+class TritonModelException(Exception):
+    """Raised by pb_utils calls that are used wrongly; models may raise it too."""
+
+
+class TritonError:
+    """An error attached to one InferenceResponse."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    # Index = code; the names are the protocol's `code` strings.
+    _NAMES = (
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    )
+
+    def __init__(self, message, code=INTERNAL):
+        if code not in range(len(self._NAMES)):
+            raise ValueError("invalid TritonError code: {!r}".format(code))
+        self._message = str(message)
+        self._code = code
+
+    def message(self):
+        return self._message
+
+    def code(self):
+        return self._code
+
+    def __repr__(self):
+        return "TritonError({!r}, {})".format(self._message, self._NAMES[self._code])
+
+    def _to_wire(self):
+        return {"message": self._message, "code": self._NAMES[self._code]}
+
+    @classmethod
+    def _from_wire(cls, error):
+        code = error.get("code", "INTERNAL")
+        index = cls._NAMES.index(code) if code in cls._NAMES else cls.INTERNAL
+        return cls(error.get("message", ""), index)
+
+
+# Frames from these files are left out of tracebacks shown to users: this
+# module and the worker written beside it (Triton shows only model frames).
+_HIDDEN_FILES = frozenset(
+    os.path.abspath(os.path.join(os.path.dirname(__file__), name))
+    for name in ("triton_python_backend_utils.py", "worker.py")
+)
+
+
+def _format_exception(exc):
+    """`<Type>: <text>\\n\\nAt:\\n  <file>(<line>): <function>\\n...`, innermost
+    frame first (the shape of Triton's pybind11 error texts)."""
+    text = "{}: {}".format(type(exc).__name__, exc)
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        filename = code.co_filename
+        if os.path.abspath(filename) not in _HIDDEN_FILES and not filename.startswith(
+            "<frozen importlib"
+        ):
+            frames.append("  {}({}): {}\n".format(filename, tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    if frames:
+        text += "\n\nAt:\n" + "".join(reversed(frames))
+    return text
+
+
+# ---------------------------------------------------------------------------
+# BYTES serialization (per element: u32 little-endian length, then the bytes)
+
+
+def serialize_byte_tensor(input_tensor):
+    """Serialize an object or bytes_ array to Triton's BYTES format.
+
+    Returns a 0-d object array holding the serialized `bytes`, as Triton does
+    (`.item()` gives the bytes). Items that are not bytes are encoded as
+    `str(item).encode("utf-8")`."""
+    return np.array(_serialize_bytes(np.asarray(input_tensor)), dtype=np.object_)
+
+
+def _serialize_bytes(array):
+    if array.dtype.kind not in ("O", "S"):
+        raise TritonModelException("cannot serialize bytes tensor: invalid datatype")
+    parts = []
+    for item in array.reshape(-1):
+        if not isinstance(item, (bytes, bytearray)):
+            item = str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """Parse Triton's BYTES format into a 1-D object array of `bytes`.
+
+    Accepts any bytes-like object, or what serialize_byte_tensor returns."""
+    if isinstance(encoded_tensor, np.ndarray) and encoded_tensor.dtype == np.object_:
+        encoded_tensor = encoded_tensor.item()
+    buffer = memoryview(encoded_tensor).cast("B")
+    items = []
+    offset = 0
+    while offset < len(buffer):
+        if offset + 4 > len(buffer):
+            raise TritonModelException("truncated BYTES tensor")
+        (length,) = struct.unpack_from("<I", buffer, offset)
+        offset += 4
+        if offset + length > len(buffer):
+            raise TritonModelException("truncated BYTES tensor")
+        items.append(bytes(buffer[offset : offset + length]))
+        offset += length
+    result = np.empty(len(items), dtype=np.object_)
+    result[:] = items
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Type helpers
+
+
+def triton_string_to_numpy(triton_type_string):
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type):
+    """Numpy type of a TRITONSERVER_DataType code (1..13), or None."""
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """TRITONSERVER_DataType code (1..13) of a numpy type, or None."""
+    if data_type is None:
+        return None
+    try:
+        name = _datatype_of(np.dtype(data_type))
+    except TypeError:
+        return None
+    return None if name is None else _DATATYPES[name][1]
+
+
+# ---------------------------------------------------------------------------
+# Tensor
+
+
+class Tensor:
+    """A named tensor: a request input, a response output, or a BLS input."""
+
+    def __init__(self, name, array):
+        if not isinstance(name, str):
+            raise TypeError("Tensor name must be a str, not {}".format(type(name)))
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array = np.asarray(array)
+        datatype = _datatype_of(array.dtype)
+        if datatype is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
+        if datatype == "BYTES":
+            # Serialized now, as Triton does: a bad item fails in model code.
+            payload = _serialize_bytes(array)
+        else:
+            if array.dtype.byteorder == ">":
+                array = array.astype(array.dtype.newbyteorder("<"))
+            payload = None
+        self._name = name
+        self._datatype = datatype
+        self._array = array
+        self._shape = list(array.shape)
+        self._payload = payload
+
+    @classmethod
+    def _from_wire(cls, desc, body, offset):
+        """The tensor a frame header's descriptor `desc` describes, its bytes at
+        `offset` in `body` (a bytearray): a zero-copy view for numbers."""
+        tensor = cls.__new__(cls)
+        datatype = desc["datatype"]
+        if datatype not in _DATATYPES:
+            raise TritonModelException("unknown datatype '{}'".format(datatype))
+        shape = [int(d) for d in desc["shape"]]
+        size = int(desc["size"])
+        if offset + size > len(body):
+            raise TritonModelException(
+                "tensor '{}' lies outside the frame body".format(desc["name"])
+            )
+        data = memoryview(body)[offset : offset + size]
+        if datatype == "BYTES":
+            array = deserialize_bytes_tensor(data).reshape(shape)
+            tensor._payload = data
+        else:
+            array = np.frombuffer(data, dtype=_DATATYPES[datatype][0]).reshape(shape)
+            tensor._payload = None
+        tensor._name = desc["name"]
+        tensor._datatype = datatype
+        tensor._array = array
+        tensor._shape = shape
+        return tensor
+
+    def _to_wire(self):
+        """(descriptor, bytes-like payload) for a frame."""
+        if self._payload is not None:
+            payload = self._payload
+        else:
+            payload = self._array.reshape(-1).view(np.uint8)
+        desc = {
+            "name": self._name,
+            "datatype": self._datatype,
+            "shape": self._shape,
+            "size": len(payload) if self._datatype == "BYTES" else payload.nbytes,
+        }
+        return desc, payload
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        if self._datatype == "BF16":
+            raise TritonModelException("BF16 tensors cannot be converted to NumPy.")
+        return self._array
+
+    def shape(self):
+        return list(self._shape)
+
+    def is_cpu(self):
+        return True
+
+    def triton_dtype(self):
+        return _DATATYPES[self._datatype][1]
+
+    def __repr__(self):
+        return "Tensor({!r}, {}, {})".format(self._name, self._datatype, self._shape)
+
+
+def _tensors_to_wire(tensors):
+    """(list of descriptors, list of payloads) for a frame."""
+    descs, parts = [], []
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor):
+            raise TypeError("expected a pb_utils.Tensor, found {}".format(type(tensor)))
+        desc, payload = tensor._to_wire()
+        descs.append(desc)
+        parts.append(payload)
+    return descs, parts
+
+
+def _tensors_from_wire(descs, body, offset=0):
+    """(tensors, offset after them) for the descriptors `descs` in `body`."""
+    tensors = []
+    for desc in descs:
+        tensors.append(Tensor._from_wire(desc, body, offset))
+        offset += int(desc["size"])
+    return tensors, offset
+
+
+# ---------------------------------------------------------------------------
+# Responses
+
+
+class InferenceResponse:
+    """Output tensors for one request, or an error for it."""
+
+    def __init__(self, output_tensors=None, error=None):
+        output_tensors = [] if output_tensors is None else list(output_tensors)
+        for tensor in output_tensors:
+            if not isinstance(tensor, Tensor):
+                raise TypeError(
+                    "output_tensors must hold pb_utils.Tensor objects, found {}".format(
+                        type(tensor)
+                    )
+                )
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError("error must be a pb_utils.TritonError or None")
+        self._output_tensors = output_tensors
+        self._error = error
+
+    def output_tensors(self):
+        return self._output_tensors
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+
+def _response_frame(rid, response, final, requested):
+    """(header, parts) of a `response` frame. `response` None is a bare final
+    flag; only tensors named in `requested` go out. A response that cannot be
+    serialized becomes an error response (the worker must not fail)."""
+    header = {"kind": "response", "rid": rid, "final": final, "error": None, "tensors": []}
+    parts = []
+    if response is None:
+        header["bare"] = True
+        return header, parts
+    try:
+        if response.has_error():
+            header["error"] = response.error()._to_wire()
+        else:
+            tensors = [t for t in response.output_tensors() if t.name() in requested]
+            header["tensors"], parts = _tensors_to_wire(tensors)
+    except Exception as exc:  # any model object may misbehave
+        message = "Failed to send a response of model '{}', message: {}".format(
+            _runtime.instance_name, _format_exception(exc)
+        )
+        header["tensors"], parts = [], []
+        header["error"] = {"message": message, "code": "INTERNAL"}
+    return header, parts
+
+
+class _RequestState:
+    """What the worker and the response sender share about one received
+    request. It refers to neither the request nor the sender, so it is
+    collected when both are gone; if that happens before the final response
+    went out, the request is reported as abandoned."""
+
+    def __init__(self, rid, index, requested, decoupled):
+        self.rid = rid
+        self.index = index  # position in its batch, for messages
+        self.requested = frozenset(requested)
+        self.decoupled = decoupled
+        self.cancelled = False
+        self.sender_used = False
+        self.closed = False
+        self._sent = 0
+        self._held = None  # default mode: a response waiting for the final flag
+        self._lock = threading.Lock()
+
+    def send(self, response, flags):
+        """InferenceResponseSender.send's rules (texts are Triton's)."""
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if response is None and flags == 0:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response "
+                "flags is set to zero."
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(
+                "response must be a pb_utils.InferenceResponse, found {}".format(
+                    type(response)
+                )
+            )
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        with self._lock:
+            if not self.decoupled:
+                if response is not None and self._sent > 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send "
+                        "more than one response."
+                    )
+                if response is None and self._sent == 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send "
+                        "complete final before sending a response."
+                    )
+            if self.closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if response is not None:
+                self._sent += 1
+            if not self.decoupled:
+                # The one response goes out together with the final flag.
+                if not final:
+                    self._held = response
+                    return
+                if response is None:
+                    response = self._held
+                self._held = None
+            self.closed = final
+            self._emit(response, final)
+
+    def complete(self, response):
+        """Send `response` as the final one, unless the request is finished."""
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self._emit(response, True)
+
+    def fail(self, message):
+        """Finish the request with an INTERNAL error, unless it is finished."""
+        self.complete(InferenceResponse(error=TritonError(message)))
+
+    def close(self):
+        """The server finished the request (its batch failed): send nothing more."""
+        with self._lock:
+            self.closed = True
+
+    def _emit(self, response, final):
+        header, parts = _response_frame(self.rid, response, final, self.requested)
+        _runtime.send_frame(header, parts)
+
+    def __del__(self):
+        if not self.closed and _runtime is not None:
+            _runtime.request_abandoned(self.rid, self.index, self.sender_used)
+
+
+class InferenceResponseSender:
+    """Sends a request's responses, from any thread, also after execute returned."""
+
+    def __init__(self, state):
+        self._state = state
+
+    def send(self, response=None, flags=0):
+        self._state.send(response, flags)
+
+    def is_cancelled(self):
+        return self._state.cancelled
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS call, up to and including the final one."""
+
+    def __init__(self, replies):
+        self._replies = replies
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        header, body = self._replies.get()
+        self._done = bool(header.get("final", True))
+        return _response_from_reply(header, body)
+
+
+def _response_from_reply(header, body):
+    """The InferenceResponse a `bls_response` frame describes."""
+    if header.get("error"):
+        return InferenceResponse(error=TritonError._from_wire(header["error"]))
+    try:
+        tensors, _ = _tensors_from_wire(header.get("tensors", []), body)
+    except Exception as exc:  # a malformed reply must not raise
+        return InferenceResponse(error=TritonError(_format_exception(exc)))
+    return InferenceResponse(output_tensors=tensors)
+
+
+class _Replies:
+    """A stand-in reply queue holding one error reply (a BLS call that could
+    not be sent)."""
+
+    def __init__(self, message):
+        self._reply = ({"final": True, "error": {"message": message, "code": "INTERNAL"}}, b"")
+
+    def get(self):
+        return self._reply
+
+
+# ---------------------------------------------------------------------------
+# Requests
+
+
+class InferenceRequest:
+    """A request the model received, or one it builds for a BLS call."""
+
+    def __init__(
+        self,
+        request_id="",
+        correlation_id=0,
+        inputs=None,
+        requested_output_names=None,
+        model_name=None,
+        model_version=-1,
+        flags=0,
+        timeout=0,
+        preferred_memory=None,  # accepted for compatibility: trtis is CPU-only
+        trace=None,  # accepted for compatibility: BLS calls are not traced
+        parameters=None,
+    ):
+        for arg, value in (
+            ("model_name", model_name),
+            ("inputs", inputs),
+            ("requested_output_names", requested_output_names),
+        ):
+            if value is None:
+                raise TypeError("InferenceRequest() missing required argument '{}'".format(arg))
+        if not isinstance(model_name, str):
+            raise TypeError("model_name must be a str")
+        if not isinstance(correlation_id, (int, str)):
+            raise TypeError("correlation_id must be an int or a str")
+        inputs = list(inputs)
+        for tensor in inputs:
+            if not isinstance(tensor, Tensor):
+                raise TypeError(
+                    "inputs must hold pb_utils.Tensor objects, found {}".format(type(tensor))
+                )
+        outputs = [str(name) for name in requested_output_names]
+        if "" in outputs:
+            raise TritonModelException(
+                "Requested output name for request with id '{}' and model name '{}' "
+                "should not be empty.".format(request_id, model_name)
+            )
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict) or not all(
+            isinstance(k, str) and isinstance(v, (bool, int, str)) for k, v in parameters.items()
+        ):
+            raise TritonModelException(
+                "Expected a dict of str keys and bool, int or str values for 'parameters'."
+            )
+        self._request_id = str(request_id)
+        self._correlation_id = correlation_id
+        self._inputs = inputs
+        self._outputs = outputs
+        self._model_name = model_name
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._parameters = parameters
+        self._state = None
+        self._sender = None
+
+    @classmethod
+    def _received(cls, header, inputs, state):
+        """A request of an `execute` frame; `state` is its _RequestState."""
+        request = cls.__new__(cls)
+        request._request_id = header.get("id", "")
+        request._correlation_id = header.get("correlation_id", 0)
+        request._inputs = inputs
+        request._outputs = list(header.get("outputs", []))
+        request._model_name = ""
+        request._model_version = -1
+        request._flags = header.get("flags", 0)
+        request._timeout = header.get("timeout", 0)
+        request._parameters = header.get("parameters", "{}")
+        request._state = state
+        request._sender = None
+        return request
+
+    def inputs(self):
+        return self._inputs
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self):
+        return self._flags
+
+    def timeout(self):
+        return self._timeout
+
+    def parameters(self):
+        """The request's parameters as a JSON string ("{}" when none)."""
+        if isinstance(self._parameters, str):
+            return self._parameters
+        return json.dumps(self._parameters, separators=(",", ":"))
+
+    def requested_output_names(self):
+        return set(self._outputs)
+
+    def is_cancelled(self):
+        return self._state is not None and self._state.cancelled
+
+    def get_response_sender(self):
+        if self._state is None:
+            raise TritonModelException(
+                "A response sender is only available for requests the model received."
+            )
+        if self._sender is None:
+            self._state.sender_used = True
+            self._sender = InferenceResponseSender(self._state)
+        return self._sender
+
+    def exec(self, decoupled=False):
+        """Run this request on another model and wait (BLS). Returns an
+        InferenceResponse, or with decoupled=True an iterator of them;
+        inference failures come back as responses with has_error()."""
+        if _runtime is None or not _runtime.bls_allowed:
+            raise TritonModelException("BLS is only supported during the 'execute' function.")
+        try:
+            descs, parts = _tensors_to_wire(self._inputs)
+            header = {
+                "kind": "bls",
+                "model": self._model_name,
+                "version": "" if self._model_version < 0 else str(self._model_version),
+                "id": self._request_id,
+                "correlation_id": self._correlation_id,
+                "flags": self._flags,
+                "timeout": self._timeout,
+                "parameters": (
+                    json.loads(self._parameters)
+                    if isinstance(self._parameters, str)
+                    else self._parameters
+                ),
+                "outputs": self._outputs,
+                "inputs": descs,
+                "decoupled": bool(decoupled),
+            }
+            replies = _runtime.start_bls(header, parts)
+        except Exception as exc:  # exec never raises for failures
+            replies = _Replies(
+                "Model {} - Error when running inference: {}".format(
+                    self._model_name, _format_exception(exc)
+                )
+            )
+        if decoupled:
+            return ResponseIterator(replies)
+        return _response_from_reply(*replies.get())
+
+    def async_exec(self, decoupled=False):
+        """exec() as an awaitable, run in the running event loop's executor."""
+        return asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
+
+
+# ---------------------------------------------------------------------------
+# Module functions
+
+
+def get_input_tensor_by_name(inference_request, name):
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    for config in model_config.get("input", []):
+        if config["name"] == name:
+            return config
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    for config in model_config.get("output", []):
+        if config["name"] == name:
+            return config
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def get_model_dir():
+    """The model's version directory, e.g. `<repo>/add_sub/1`."""
+    return _runtime.model_dir if _runtime is not None else ""
+
+
+# ---------------------------------------------------------------------------
+# auto_complete_config
+
+
+class ModelConfig:
+    """The model config handed to `auto_complete_config`, with Triton's helpers."""
+
+    def __init__(self, model_config):
+        """`model_config`: the config as a JSON string (as in Triton) or a dict."""
+        if isinstance(model_config, str):
+            model_config = json.loads(model_config)
+        self._model_config = model_config
+
+    def as_dict(self):
+        return self._model_config
+
+    def _name(self):
+        return self._model_config.get("name", "")
+
+    def set_max_batch_size(self, max_batch_size):
+        current = self._model_config.get("max_batch_size", 0)
+        if current > max_batch_size:
+            raise ValueError(
+                "configuration specified max_batch_size {}, but in auto-complete-config "
+                "function for model '{}' specified max_batch_size {}".format(
+                    current, self._name(), max_batch_size
+                )
+            )
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        for scheduler in ("sequence_batching", "ensemble_scheduling"):
+            if self._model_config.get(scheduler) is not None:
+                raise ValueError(
+                    "Configuration specified scheduling_choice as '{}', but "
+                    "auto-complete-config function for model '{}' tries to set "
+                    "scheduling_choice as 'dynamic_batching'".format(scheduler, self._name())
+                )
+        if self._model_config.get("dynamic_batching") is None:
+            self._model_config["dynamic_batching"] = {}
+
+    def add_input(self, input):
+        self._add_io("input", input)
+
+    def add_output(self, output):
+        self._add_io("output", output)
+
+    def _add_io(self, kind, entry):
+        """Append `entry` to the config's `kind` list, or fill in the entry of
+        the same name (a conflicting data_type or dims is an error)."""
+        if not isinstance(entry, dict):
+            raise ValueError(
+                "{} passed to the add_{} function for model '{}' must be a dict".format(
+                    kind, kind, self._name()
+                )
+            )
+        for key in ("name", "data_type", "dims"):
+            if key not in entry:
+                raise ValueError(
+                    "{} in auto-complete-config function for model '{}' is missing "
+                    "'{}' property.".format(kind, self._name(), key)
+                )
+        entries = self._model_config.setdefault(kind, [])
+        for existing in entries:
+            if existing.get("name", "").strip() != entry["name"].strip():
+                continue
+            current_type = existing.get("data_type", "TYPE_INVALID")
+            if current_type not in ("TYPE_INVALID", entry["data_type"]):
+                raise ValueError(
+                    "unable to load model '{}', configuration expects datatype {} for "
+                    "{} '{}', model provides {}".format(
+                        self._name(), current_type, kind, entry["name"], entry["data_type"]
+                    )
+                )
+            current_dims = [int(d) for d in existing.get("dims", [])]
+            new_dims = [int(d) for d in entry["dims"]]
+            if current_dims and current_dims != new_dims:
+                raise ValueError(
+                    "unable to load model '{}', configuration expects dims {} for {} "
+                    "'{}', model provides dims {}".format(
+                        self._name(), current_dims, kind, entry["name"], new_dims
+                    )
+                )
+            existing["data_type"] = entry["data_type"]
+            existing["dims"] = entry["dims"]
+            if kind == "input" and "optional" in entry:
+                existing["optional"] = entry["optional"]
+            return
+        entries.append(entry)
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        for key in transaction_policy_dict:
+            if key != "decoupled":
+                raise ValueError(
+                    "model transaction property in auto-complete-config function for "
+                    "model '{}' contains property other than 'decoupled'".format(self._name())
+                )
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            decoupled = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != decoupled:
+                raise ValueError(
+                    "trying to change decoupled property in auto-complete-config for "
+                    "model '{}', which is already set to '{}'.".format(
+                        self._name(), policy["decoupled"]
+                    )
+                )
+            policy["decoupled"] = decoupled
+
+
+# ---------------------------------------------------------------------------
+# Logger
+
+
+class Logger:
+    """Lines for the server log, tagged with the calling file and line."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+    _LETTERS = {INFO: "I", WARNING: "W", ERROR: "E", VERBOSE: "V"}
+
+    @staticmethod
+    def log(message, level=INFO):
+        Logger._emit(message, level)
+
+    @staticmethod
+    def log_info(message):
+        Logger._emit(message, Logger.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger._emit(message, Logger.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger._emit(message, Logger.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger._emit(message, Logger.VERBOSE)
+
+    @staticmethod
+    def _emit(message, level):
+        if level not in Logger._LETTERS:
+            raise ValueError("invalid log level: {!r}".format(level))
+        caller = sys._getframe(2)  # _emit <- log* <- the model's code
+        header = {
+            "kind": "log",
+            "level": Logger._LETTERS[level],
+            "file": os.path.basename(caller.f_code.co_filename),
+            "line": caller.f_lineno,
+            "message": str(message),
+        }
+        if _runtime is None:
+            # Imported outside a trtis worker (e.g. a model's own unit test).
+            sys.stderr.write("{}:{}] {}\n".format(header["file"], header["line"], message))
+        else:
+            _runtime.send_frame(header, [])

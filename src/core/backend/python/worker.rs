@@ -1,0 +1,470 @@
+//! One Python worker process and the thread that reads its frames.
+//!
+//! The worker is the user's `python3` running our `worker.py` (written
+//! once per content into a cache directory, beside our
+//! `triton_python_backend_utils.py`), connected by a Unix socket pair whose
+//! child end it gets as `--fd N`. The reader thread routes what the worker
+//! sends: responses to the requests' responders, log lines to the server
+//! log, BLS calls to the server (`Host`), and everything else (`ready`,
+//! `executed`, `config`, `error`, `finalized`) to the instance thread.
+//! When the worker dies, the reader fails every request still open and
+//! closes the instance thread's channel, so nobody waits for it.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::frame::{code_name, Frame};
+use crate::core::backend::Host;
+use crate::core::error::{Error, Result};
+use crate::core::responder::Responder;
+use crate::core::types::{InferRequest, RequestedOutput, SequenceId, SequenceParams};
+
+const WORKER: &str = include_str!("worker.py");
+const UTILS: &str = include_str!("triton_python_backend_utils.py");
+
+/// What the instance thread and the reader thread share.
+pub(super) struct Link {
+    writer: Mutex<UnixStream>,
+    /// Open requests by id.
+    pub requests: Mutex<HashMap<u64, Responder>>,
+    next_id: AtomicU64,
+    /// The model instance's name, for messages.
+    pub instance: String,
+    host: Option<Arc<dyn Host>>,
+}
+
+impl Link {
+    /// Sends a frame; a worker that is gone is an error.
+    pub fn send(&self, frame: &Frame) -> Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        frame.write_to(&mut *w).map_err(|e| {
+            Error::internal(format!(
+                "the Python worker of model instance '{}' is gone: {e}",
+                self.instance
+            ))
+        })
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A running worker.
+pub(super) struct Worker {
+    child: Child,
+    pub link: Arc<Link>,
+    /// Frames for the instance thread; closed when the worker is gone.
+    pub control: mpsc::Receiver<Frame>,
+}
+
+/// How to start a worker.
+pub(super) struct Launch<'a> {
+    pub python: &'a Path,
+    /// Prepended to `LD_LIBRARY_PATH` (an `EXECUTION_ENV_PATH`'s `lib`).
+    pub library_path: Option<PathBuf>,
+    pub instance: &'a str,
+    pub host: Option<Arc<dyn Host>>,
+}
+
+impl Worker {
+    pub fn start(launch: &Launch) -> Result<Worker> {
+        let dir = scripts_dir()?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| Error::internal(format!("failed to make a socket pair: {e}")))?;
+        let fd = theirs.as_raw_fd();
+        let mut command = Command::new(launch.python);
+        command
+            .arg("-u")
+            .arg(dir.join("worker.py"))
+            .arg("--fd")
+            .arg(fd.to_string());
+        if let Some(lib) = &launch.library_path {
+            let mut path = lib.as_os_str().to_owned();
+            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                path.push(":");
+                path.push(old);
+            }
+            command.env("LD_LIBRARY_PATH", path);
+        }
+        // SAFETY: between fork and exec only async-signal-safe calls:
+        // fcntl to let the child keep its end of the socket, prctl so the
+        // worker dies with the server.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|e| {
+            Error::internal(format!(
+                "failed to start the Python interpreter '{}' for model instance '{}': {e} (choose one with --python or TRTIS_PYTHON)",
+                launch.python.display(),
+                launch.instance
+            ))
+        })?;
+        drop(theirs);
+        let reader = ours
+            .try_clone()
+            .map_err(|e| Error::internal(format!("failed to clone a socket: {e}")))?;
+        let link = Arc::new(Link {
+            writer: Mutex::new(ours),
+            requests: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            instance: launch.instance.to_string(),
+            host: launch.host.clone(),
+        });
+        let (tx, control) = mpsc::channel();
+        let thread_link = Arc::clone(&link);
+        std::thread::Builder::new()
+            .name("trtis:py-reader".to_string())
+            .spawn(move || read_frames(reader, &thread_link, tx))
+            .map_err(|e| Error::internal(format!("failed to start a thread: {e}")))?;
+        Ok(Worker {
+            child,
+            link,
+            control,
+        })
+    }
+
+    /// The next control frame within `timeout` (None: wait as long as it
+    /// takes); an error when the worker died or the time ran out.
+    pub fn control(&mut self, timeout: Option<Duration>) -> Result<Frame> {
+        let got = match timeout {
+            Some(t) => self.control.recv_timeout(t).map_err(|e| match e {
+                mpsc::RecvTimeoutError::Timeout => None,
+                mpsc::RecvTimeoutError::Disconnected => Some(()),
+            }),
+            None => self.control.recv().map_err(|_| Some(())),
+        };
+        match got {
+            Ok(frame) => Ok(frame),
+            Err(None) => {
+                let _ = self.child.kill();
+                Err(Error::internal(format!(
+                    "the Python worker of model instance '{}' did not answer within {} s",
+                    self.link.instance,
+                    timeout.unwrap_or_default().as_secs()
+                )))
+            }
+            Err(Some(())) => Err(self.died()),
+        }
+    }
+
+    /// Why the worker is gone, from its exit status.
+    pub fn died(&mut self) -> Error {
+        let status = self
+            .child
+            .try_wait()
+            .ok()
+            .flatten()
+            .or_else(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                self.child.try_wait().ok().flatten()
+            })
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "its socket closed".to_string());
+        Error::internal(format!(
+            "the Python worker of model instance '{}' exited unexpectedly ({status})",
+            self.link.instance
+        ))
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Asks the worker to finalize and waits for it (`timeout`), then makes
+    /// sure it is gone.
+    pub fn stop(&mut self, timeout: Duration) {
+        if self.alive()
+            && self
+                .link
+                .send(&Frame::new(json!({"kind": "finalize"})))
+                .is_ok()
+        {
+            let deadline = std::time::Instant::now() + timeout;
+            while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+                match self.control.recv_timeout(left) {
+                    Ok(f) if f.kind() == "finalized" => break,
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
+            }
+            // It exits by itself after `finalized`; give it a moment.
+            for _ in 0..50 {
+                if !self.alive() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The reader thread: routes every frame until the worker is gone, then
+/// fails what is still open.
+fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame>) {
+    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    let end = loop {
+        let frame = match Frame::read_from(&mut reader) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string()),
+        };
+        match frame.kind() {
+            "response" => respond(link, &frame),
+            "log" => {
+                let level = frame.str("level").chars().next().unwrap_or('I');
+                let level = if level == 'V' { 'V' } else { level };
+                crate::core::logging::log_at(
+                    level,
+                    frame.str("message"),
+                    frame.str("file"),
+                    frame.u64("line") as u32,
+                );
+            }
+            "bls" => bls(link, frame),
+            _ => {
+                if control.send(frame).is_err() {
+                    // Nobody listens (the instance is going away); keep
+                    // reading so responses still reach their callers.
+                }
+            }
+        }
+    };
+    if let Some(why) = end {
+        crate::core::logging::log(
+            'E',
+            &format!(
+                "reading from the Python worker of model instance '{}': {why}",
+                link.instance
+            ),
+        );
+    }
+    let open: Vec<Responder> = link
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(_, r)| r)
+        .collect();
+    let error = Error::internal(format!(
+        "the Python worker of model instance '{}' exited while running the request",
+        link.instance
+    ));
+    for r in open {
+        r.fail(error.clone());
+    }
+}
+
+/// A `response` frame: to its request's responder.
+fn respond(link: &Link, frame: &Frame) {
+    let id = frame.u64("rid");
+    let last = frame.bool("final");
+    let responder = {
+        let mut open = link.requests.lock().unwrap_or_else(|p| p.into_inner());
+        if last {
+            open.remove(&id)
+        } else {
+            open.get(&id).cloned()
+        }
+    };
+    let Some(responder) = responder else { return };
+    let has_tensors = frame
+        .header
+        .get("tensors")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    if let Some(e) = frame.error() {
+        responder.respond(Err(e), last);
+    } else if last && !has_tensors && frame.bool("bare") {
+        // A bare final flag: a decoupled stream ends; a one-answer request
+        // cannot end without its answer.
+        let instance = link.instance.clone();
+        responder.finish(move || {
+            Error::internal(format!(
+                "Python model '{instance}' sent the final flag without a response"
+            ))
+        });
+    } else {
+        responder.respond(frame.tensors(), last);
+    }
+}
+
+/// A `bls` frame: the request runs on the server; its answers go back as
+/// `bls_response` frames.
+fn bls(link: &Arc<Link>, frame: Frame) {
+    let id = frame.u64("bid");
+    let model = frame.str("model").to_string();
+    let reply = {
+        let link = Arc::clone(link);
+        move |header: Value, tensors: &[crate::core::types::Tensor]| {
+            let mut f = Frame::new(header);
+            let list = f.add_tensors(tensors);
+            f.header.insert("tensors".into(), list);
+            let _ = link.send(&f);
+        }
+    };
+    let error = {
+        let model = model.clone();
+        move |e: Error| {
+            json!({"kind": "bls_response", "bid": id, "final": true, "error": {
+                "message": format!("Model {model} - Error when running inference: {}", e.message),
+                "code": code_name(e.kind),
+            }})
+        }
+    };
+    let request = match bls_request(&frame) {
+        Ok(r) => r,
+        Err(e) => return reply(error(e), &[]),
+    };
+    let Some(host) = link.host.clone() else {
+        return reply(
+            error(Error::unavailable(
+                "this server runs no inference for models",
+            )),
+            &[],
+        );
+    };
+    let decoupled = frame.bool("decoupled");
+    let mut answered = 0usize;
+    let each = move |answer: Option<Result<crate::core::types::InferResponse>>| match answer {
+        Some(Ok(response)) => {
+            answered += 1;
+            reply(
+                json!({"kind": "bls_response", "bid": id, "final": !decoupled, "error": null}),
+                &response.outputs,
+            );
+        }
+        Some(Err(e)) => {
+            answered += 1;
+            reply(error(e), &[]);
+        }
+        None => {
+            if decoupled || answered == 0 {
+                reply(
+                    json!({"kind": "bls_response", "bid": id, "final": true, "error": null}),
+                    &[],
+                );
+            }
+        }
+    };
+    host.infer(
+        model.clone(),
+        frame.str("version").to_string(),
+        request,
+        Box::new(each),
+    );
+}
+
+/// The server request of a `bls` frame.
+fn bls_request(frame: &Frame) -> Result<InferRequest> {
+    let list = frame.header.get("inputs").cloned().unwrap_or(Value::Null);
+    let inputs = frame.tensors_at(&list, &mut 0)?;
+    let outputs = frame
+        .header
+        .get("outputs")
+        .and_then(Value::as_array)
+        .map(|o| {
+            o.iter()
+                .filter_map(Value::as_str)
+                .map(|name| RequestedOutput {
+                    name: name.to_string(),
+                    classification: None,
+                    shm: None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let flags = frame.u64("flags");
+    let id = match frame.header.get("correlation_id") {
+        Some(Value::String(s)) if !s.is_empty() => SequenceId::Text(s.clone()),
+        Some(Value::Number(n)) if n.as_u64().unwrap_or(0) != 0 => {
+            SequenceId::Number(n.as_u64().unwrap_or(0))
+        }
+        _ => SequenceId::None,
+    };
+    Ok(InferRequest {
+        id: frame.str("id").to_string(),
+        inputs,
+        shm_inputs: Vec::new(),
+        outputs,
+        priority: 0,
+        timeout_us: frame.u64("timeout"),
+        sequence: SequenceParams {
+            id,
+            start: flags & 1 != 0,
+            end: flags & 2 != 0,
+        },
+        parameters: frame
+            .header
+            .get("parameters")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+/// The directory holding our `worker.py` and
+/// `triton_python_backend_utils.py`, written once per content (a
+/// directory named by their hash, so two trtis versions never share one).
+fn scripts_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let mut hash: u64 = 0xcbf29ce484222325;
+        for b in WORKER.bytes().chain(UTILS.bytes()) {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
+        }
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::env::temp_dir().join(format!("trtis-python-{uid}-{hash:016x}"));
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            for (name, text) in [
+                ("worker.py", WORKER),
+                ("triton_python_backend_utils.py", UTILS),
+            ] {
+                let path = dir.join(name);
+                if std::fs::read_to_string(&path).is_ok_and(|t| t == text) {
+                    continue;
+                }
+                let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+                std::fs::write(&tmp, text)?;
+                std::fs::rename(&tmp, &path)?;
+            }
+            Ok(())
+        };
+        write().map(|()| dir.clone()).map_err(|e| {
+            format!(
+                "failed to write the Python backend's files to {}: {e}",
+                dir.display()
+            )
+        })
+    })
+    .clone()
+    .map_err(Error::internal)
+}

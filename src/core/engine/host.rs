@@ -1,0 +1,76 @@
+//! The engine as the backends' `Host`: a Python model's BLS call runs as a
+//! full inference request on the engine (the target's scheduler, batching,
+//! statistics, any backend), never over the network.
+//!
+//! The host holds the engine weakly: the engine owns the models, whose
+//! instances hold the host, and a strong handle would keep it alive forever.
+
+use std::sync::{Arc, Weak};
+
+use super::{Engine, Inner};
+use crate::core::backend::Host;
+use crate::core::error::{Error, Result};
+use crate::core::types::{InferRequest, InferResponse};
+
+pub(super) struct EngineHost {
+    engine: Weak<Inner>,
+}
+
+impl EngineHost {
+    pub(super) fn new(engine: Weak<Inner>) -> Self {
+        EngineHost { engine }
+    }
+}
+
+impl Host for EngineHost {
+    fn infer(
+        &self,
+        name: String,
+        version: String,
+        request: InferRequest,
+        mut each: Box<dyn FnMut(Option<Result<InferResponse>>) + Send>,
+    ) {
+        let Some(inner) = self.engine.upgrade() else {
+            each(Some(Err(Error::unavailable("the server is shutting down"))));
+            return each(None);
+        };
+        let engine = Engine { inner };
+        let runtime = engine.inner.runtime.get().cloned();
+        let call = async move {
+            match engine.model(&name, &version) {
+                Err(_) => each(Some(Err(Error::unavailable(format!(
+                    "Failed for execute the inference request. Model '{name}' is not ready."
+                ))))),
+                Ok(model) if model.decoupled() => {
+                    engine.infer_each(model, request, |r| each(Some(r))).await
+                }
+                Ok(model) => {
+                    let answer = engine.infer_on(Arc::clone(&model), request).await;
+                    each(Some(answer));
+                }
+            }
+            each(None);
+        };
+        match runtime {
+            Some(runtime) => {
+                runtime.spawn(call);
+            }
+            None => {
+                // No runtime serves the engine (a program embedding it
+                // without `attach_runtime`): the call gets a thread.
+                std::thread::spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt.block_on(call),
+                        Err(e) => crate::core::logging::log(
+                            'E',
+                            &format!("failed to start a runtime for a BLS call: {e}"),
+                        ),
+                    }
+                });
+            }
+        }
+    }
+}

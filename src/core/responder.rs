@@ -1,0 +1,270 @@
+//! How one request answers when its backend takes a batch's requests apart
+//! (Triton's Python backend hands `execute` a list of requests and each
+//! request answers on its own): a [`Responder`] per request, which the
+//! backend may hand to another thread and use after the execution returned.
+//!
+//! A request answers once (the default transaction policy: the first
+//! response goes to the caller) or any number of times (a decoupled model:
+//! every response goes out, the final flag ends the stream). Whatever the
+//! backend does, the caller is never left waiting: a responder dropped
+//! without its final flag answers with an error.
+//!
+//! Also here, below both the instances and the backends: `Done` (a finished
+//! request with Triton's time split) and `BackendRequest` (one request of a
+//! batch handed to a backend whole).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::core::error::{Error, Result};
+use crate::core::types::{RequestInfo, Tensor};
+
+/// A finished request with its timing.
+pub struct Done {
+    pub result: Result<Vec<Tensor>>,
+    /// Time in the queue before an instance took it.
+    pub queue: Duration,
+    /// Triton's compute_input: gathering the batch's inputs and handing
+    /// them to the framework.
+    pub input: Duration,
+    /// Triton's compute_infer: the model run itself.
+    pub compute: Duration,
+    /// Triton's compute_output: taking the outputs from the framework and
+    /// giving each request its part.
+    pub output: Duration,
+    /// Refused before reaching an instance (a queue timeout).
+    pub rejected: bool,
+}
+
+impl Done {
+    /// A request that failed without running: `queue` long in the queue,
+    /// `rejected` when refused there (a timeout), no compute time.
+    pub fn failed(error: Error, queue: Duration, rejected: bool) -> Done {
+        Done {
+            result: Err(error),
+            queue,
+            input: Duration::ZERO,
+            compute: Duration::ZERO,
+            output: Duration::ZERO,
+            rejected,
+        }
+    }
+}
+
+/// One request of a batch handed to a backend whole (Triton's Python
+/// backend: `execute` gets a list of requests, each with its own tensors).
+pub struct BackendRequest {
+    /// The request's inputs in config order, its batch dimension included.
+    pub inputs: Vec<Tensor>,
+    /// The outputs to answer with: the ones the client named, else every
+    /// output of the config.
+    pub outputs: Vec<String>,
+    pub info: RequestInfo,
+    pub respond: Responder,
+}
+
+/// Where a request's answers go.
+pub enum Sink {
+    /// Exactly one answer, to a function (the scheduler's delivery).
+    Once(Box<dyn FnOnce(Done) + Send>),
+    /// Any number of answers; dropping the sender is the final flag.
+    Stream(mpsc::UnboundedSender<Done>),
+}
+
+struct State {
+    sink: Option<Sink>,
+    enqueued: Instant,
+    /// When an instance took the request (queue time ends).
+    started: Option<Instant>,
+}
+
+/// One request's way to answer; clones share it.
+#[derive(Clone)]
+pub struct Responder(Arc<Mutex<State>>);
+
+impl Responder {
+    pub fn new(sink: Sink, enqueued: Instant) -> Self {
+        Responder(Arc::new(Mutex::new(State {
+            sink: Some(sink),
+            enqueued,
+            started: None,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The instance took the request now.
+    pub fn start(&self) {
+        self.lock().started.get_or_insert_with(Instant::now);
+    }
+
+    /// Whether the request has had its final answer.
+    pub fn is_finished(&self) -> bool {
+        self.lock().sink.is_none()
+    }
+
+    /// Whether nobody waits for the answers any more (the caller went
+    /// away): the request counts as cancelled.
+    pub fn is_abandoned(&self) -> bool {
+        match &self.lock().sink {
+            Some(Sink::Stream(tx)) => tx.is_closed(),
+            _ => false,
+        }
+    }
+
+    /// Sends one response; `last` ends the request. A one-answer request
+    /// ends with its first response. Returns false when the request had
+    /// already ended (nothing is sent).
+    pub fn respond(&self, result: Result<Vec<Tensor>>, last: bool) -> bool {
+        let mut state = self.lock();
+        let done = state.done(result);
+        match state.sink.take() {
+            None => false,
+            Some(Sink::Once(f)) => {
+                drop(state);
+                f(done);
+                true
+            }
+            Some(Sink::Stream(tx)) => {
+                let _ = tx.send(done);
+                if !last {
+                    state.sink = Some(Sink::Stream(tx));
+                }
+                true
+            }
+        }
+    }
+
+    /// Ends the request with no further response (a decoupled model's bare
+    /// final flag). A one-answer request cannot end without its answer: it
+    /// gets `error` instead.
+    pub fn finish(&self, error: impl FnOnce() -> Error) {
+        let mut state = self.lock();
+        match state.sink.take() {
+            Some(Sink::Once(f)) => {
+                let done = state.done(Err(error()));
+                drop(state);
+                f(done);
+            }
+            Some(Sink::Stream(_)) | None => {}
+        }
+    }
+
+    /// Ends the request with `error`, unless it has ended already.
+    pub fn fail(&self, error: Error) {
+        self.respond(Err(error), true);
+    }
+}
+
+impl State {
+    fn done(&self, result: Result<Vec<Tensor>>) -> Done {
+        let now = Instant::now();
+        let started = self.started.unwrap_or(now);
+        Done {
+            result,
+            queue: started.saturating_duration_since(self.enqueued),
+            input: Duration::ZERO,
+            compute: now.saturating_duration_since(started),
+            output: Duration::ZERO,
+            rejected: false,
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // The last handle went without the final answer: the caller hears
+        // why instead of waiting forever.
+        if self.sink.is_some() {
+            let done = self.done(Err(Error::internal(
+                "the model ended the request without a final response",
+            )));
+            match self.sink.take() {
+                Some(Sink::Once(f)) => f(done),
+                Some(Sink::Stream(tx)) => {
+                    let _ = tx.send(done);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::types::DataType;
+
+    fn tensor(n: u8) -> Vec<Tensor> {
+        vec![Tensor {
+            name: "OUT".into(),
+            datatype: DataType::Uint8,
+            shape: vec![1],
+            data: vec![n],
+        }]
+    }
+
+    fn once() -> (Responder, std::sync::mpsc::Receiver<Done>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = Responder::new(
+            Sink::Once(Box::new(move |d| {
+                let _ = tx.send(d);
+            })),
+            Instant::now(),
+        );
+        (r, rx)
+    }
+
+    #[test]
+    fn a_one_answer_request_takes_its_first_response_only() {
+        let (r, rx) = once();
+        assert!(r.respond(Ok(tensor(1)), false));
+        assert!(r.is_finished());
+        assert!(!r.respond(Ok(tensor(2)), true));
+        assert_eq!(rx.recv().unwrap().result.unwrap()[0].data, [1]);
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_one_answer_request_ended_without_an_answer_gets_the_error() {
+        let (r, rx) = once();
+        r.finish(|| Error::internal("no response"));
+        assert_eq!(
+            rx.recv().unwrap().result.unwrap_err().message,
+            "no response"
+        );
+    }
+
+    #[test]
+    fn a_stream_carries_every_response_until_the_final_flag() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let r = Responder::new(Sink::Stream(tx), Instant::now());
+        let other = r.clone();
+        assert!(r.respond(Ok(tensor(1)), false));
+        assert!(other.respond(Ok(tensor(2)), false));
+        other.finish(|| unreachable!());
+        assert!(!r.respond(Ok(tensor(3)), false), "closed by the final flag");
+        assert_eq!(rx.try_recv().unwrap().result.unwrap()[0].data, [1]);
+        assert_eq!(rx.try_recv().unwrap().result.unwrap()[0].data, [2]);
+        assert!(rx.try_recv().is_err(), "ended");
+    }
+
+    #[test]
+    fn a_dropped_responder_answers_with_an_error_rather_than_never() {
+        let (r, rx) = once();
+        let clone = r.clone();
+        drop(r);
+        assert!(rx.try_recv().is_err(), "a clone still lives");
+        drop(clone);
+        let e = rx.recv().unwrap().result.unwrap_err();
+        assert!(e.message.contains("without a final response"), "{e:?}");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let r = Responder::new(Sink::Stream(tx), Instant::now());
+        drop(r);
+        assert!(rx.try_recv().unwrap().result.is_err());
+    }
+}

@@ -1,0 +1,936 @@
+"""Tests of the Python backend's worker (src/core/backend/python/worker.py)
+and its `triton_python_backend_utils`, without the Rust server: each test
+writes a small model.py into tmp_path, starts `worker.py --fd N` on one end of
+a socket pair and speaks PROTOCOL.md's frames on the other end.
+
+Run: .venv/bin/python -m pytest tests/python/test_python_worker.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BACKEND_DIR = Path(__file__).resolve().parents[2] / "src" / "core" / "backend" / "python"
+WORKER = BACKEND_DIR / "worker.py"
+TIMEOUT_S = 10.0
+
+# Keep the source tree free of __pycache__ (here and in the workers' env).
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(BACKEND_DIR))
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+sys.dont_write_bytecode = False
+
+# -- frames and tensors, written independently of the worker's code -----------
+
+DATATYPES = {
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(np.object_): "BYTES",
+}
+NUMPY_TYPES = {name: dtype for dtype, name in DATATYPES.items()}
+
+
+def encode_bytes(items) -> bytes:
+    out = b""
+    for item in items:
+        item = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        out += struct.pack("<I", len(item)) + item
+    return out
+
+
+def decode_bytes(data: bytes) -> list:
+    items, offset = [], 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<I", data, offset)
+        items.append(data[offset + 4 : offset + 4 + length])
+        offset += 4 + length
+    return items
+
+
+def tensor(name: str, array) -> tuple[dict, bytes]:
+    """(descriptor, bytes) of a tensor for a frame."""
+    array = np.asarray(array)
+    datatype = DATATYPES[array.dtype]
+    data = encode_bytes(array.reshape(-1)) if datatype == "BYTES" else array.tobytes()
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "size": len(data)}, data
+
+
+def tensors_of(header: dict, body: bytes) -> dict:
+    """name -> numpy array (BYTES: list of bytes) of a frame's tensors."""
+    out, offset = {}, 0
+    for desc in header["tensors"]:
+        data = body[offset : offset + desc["size"]]
+        offset += desc["size"]
+        if desc["datatype"] == "BYTES":
+            out[desc["name"]] = decode_bytes(data)
+        else:
+            out[desc["name"]] = np.frombuffer(data, NUMPY_TYPES[desc["datatype"]]).reshape(
+                desc["shape"]
+            )
+    return out
+
+
+class Worker:
+    """A running worker.py and our end of its socket."""
+
+    def __init__(self, model_dir: Path):
+        self.model_dir = model_dir
+        self.model_file = model_dir / "1" / "model.py"
+        self.sock, child = socket.socketpair()
+        self.sock.settimeout(TIMEOUT_S)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", str(WORKER), "--fd", str(child.fileno())],
+            pass_fds=[child.fileno()],
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        child.close()
+
+    def send(self, header: dict, parts=()) -> None:
+        header_bytes = json.dumps(header).encode()
+        body = b"".join(parts)
+        self.sock.sendall(struct.pack("<IQ", len(header_bytes), len(body)) + header_bytes + body)
+
+    def _exactly(self, length: int) -> bytes:
+        data = b""
+        while len(data) < length:
+            chunk = self.sock.recv(length - len(data))
+            assert chunk, "the worker closed its socket"
+            data += chunk
+        return data
+
+    def recv(self) -> tuple[dict, bytes]:
+        header_length, body_length = struct.unpack("<IQ", self._exactly(12))
+        header = json.loads(self._exactly(header_length))
+        return header, self._exactly(body_length)
+
+    def recv_header(self, kind: str) -> dict:
+        header, _ = self.recv()
+        assert header["kind"] == kind, header
+        return header
+
+    def init(self, name: str, decoupled: bool = False, config: dict | None = None) -> None:
+        config = config or {"name": name, "max_batch_size": 0, "input": [], "output": []}
+        self.send(
+            {
+                "kind": "init",
+                "args": {
+                    "model_config": json.dumps(config),
+                    "model_instance_kind": "CPU",
+                    "model_instance_name": name + "_0_0",
+                    "model_instance_device_id": "0",
+                    "model_repository": str(self.model_dir),
+                    "model_version": "1",
+                    "model_name": name,
+                },
+                **self.paths(),
+                "decoupled": decoupled,
+                "log_verbose": False,
+            }
+        )
+
+    def paths(self) -> dict:
+        return {
+            "model_file": str(self.model_file),
+            "module_name": "1.model",
+            "version_dir": str(self.model_file.parent),
+            "model_dir": str(self.model_dir),
+        }
+
+    def execute(self, *requests: dict) -> None:
+        """Each request: {"rid", "inputs": {name: array}, optional "outputs"}."""
+        headers, parts = [], []
+        for request in requests:
+            descs = []
+            for name, array in request["inputs"].items():
+                desc, data = tensor(name, array)
+                descs.append(desc)
+                parts.append(data)
+            headers.append(
+                {
+                    "rid": request["rid"],
+                    "id": "",
+                    "correlation_id": 0,
+                    "flags": 0,
+                    "timeout": 0,
+                    "parameters": "{}",
+                    "outputs": request.get("outputs", ["OUT"]),
+                    "inputs": descs,
+                }
+            )
+        self.send({"kind": "execute", "requests": headers}, parts)
+
+    def wait(self) -> int:
+        return self.proc.wait(timeout=TIMEOUT_S)
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """spawn(source, name="probe") writes <tmp>/<name>/1/model.py and starts a
+    worker for it (not yet initialized)."""
+    workers = []
+
+    def start(source: str, name: str = "probe") -> Worker:
+        model_dir = tmp_path / name
+        (model_dir / "1").mkdir(parents=True)
+        (model_dir / "1" / "model.py").write_text(textwrap.dedent(source))
+        worker = Worker(model_dir)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.close()
+
+
+@pytest.fixture
+def ready(spawn):
+    """ready(source, name="probe", decoupled=False): an initialized worker."""
+
+    def start(source: str, name: str = "probe", decoupled: bool = False, config=None) -> Worker:
+        worker = spawn(source, name)
+        worker.init(name, decoupled, config)
+        worker.recv_header("ready")
+        return worker
+
+    return start
+
+
+def line_of(worker: Worker, marker: str) -> int:
+    """The line number of the model file's line holding `marker`."""
+    for number, line in enumerate(worker.model_file.read_text().splitlines(), 1):
+        if marker in line:
+            return number
+    raise AssertionError(marker)
+
+
+def batch_error(instance: str, message: str) -> str:
+    return f"Failed to process the request(s) for model '{instance}', message: {message}"
+
+
+HEADER = """
+import json
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+"""
+
+# -- default mode ---------------------------------------------------------------
+
+ADD_SUB = (
+    HEADER
+    + """
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.dtypes = [
+            pb_utils.triton_string_to_numpy(
+                pb_utils.get_output_config_by_name(config, name)["data_type"]
+            )
+            for name in ("OUTPUT0", "OUTPUT1")
+        ]
+        assert all(isinstance(value, str) for value in args.values())
+        assert pb_utils.get_model_dir() == args["model_repository"] + "/1"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", (in0 + in1).astype(self.dtypes[0])),
+                pb_utils.Tensor("OUTPUT1", (in0 - in1).astype(self.dtypes[1])),
+            ]))
+        return responses
+"""
+)
+ADD_SUB_CONFIG = {
+    "name": "add_sub",
+    "max_batch_size": 0,
+    "input": [
+        {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+        {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+    ],
+    "output": [
+        {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+        {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+    ],
+}
+
+
+def test_add_sub_batch_of_two(ready):
+    worker = ready(ADD_SUB, "add_sub", config=ADD_SUB_CONFIG)
+    a = np.array([1, 2, 3, 4], np.float32)
+    b = np.array([0.5, 0.5, 1, 1], np.float32)
+    both = ["OUTPUT0", "OUTPUT1"]
+    worker.execute(
+        {"rid": 7, "inputs": {"INPUT0": a, "INPUT1": b}, "outputs": both},
+        {"rid": 8, "inputs": {"INPUT0": b, "INPUT1": a}, "outputs": both},
+    )
+    for rid, x, y in ((7, a, b), (8, b, a)):
+        header, body = worker.recv()
+        assert (header["kind"], header["rid"], header["final"], header["error"]) == (
+            "response",
+            rid,
+            True,
+            None,
+        )
+        assert [d["datatype"] for d in header["tensors"]] == ["FP32", "FP32"]
+        outputs = tensors_of(header, body)
+        np.testing.assert_array_equal(outputs["OUTPUT0"], x + y)
+        np.testing.assert_array_equal(outputs["OUTPUT1"], x - y)
+    assert worker.recv_header("executed")["error"] is None
+
+
+def test_requested_output_filtering(ready):
+    worker = ready(ADD_SUB, "add_sub", config=ADD_SUB_CONFIG)
+    a = np.ones(4, np.float32)
+    worker.execute({"rid": 1, "inputs": {"INPUT0": a, "INPUT1": a}, "outputs": ["OUTPUT1"]})
+    header, body = worker.recv()
+    assert [d["name"] for d in header["tensors"]] == ["OUTPUT1"]
+    np.testing.assert_array_equal(tensors_of(header, body)["OUTPUT1"], np.zeros(4))
+    worker.recv_header("executed")
+
+
+def test_bytes_round_trip(ready):
+    worker = ready(
+        HEADER
+        + """
+class TritonPythonModel:
+    def execute(self, requests):
+        text = requests[0].inputs()[0].as_numpy()
+        seen = np.array([repr(text.tolist()), str(text.dtype), str(text.shape)], dtype=object)
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUT", text),
+            pb_utils.Tensor("SEEN", seen),
+            pb_utils.Tensor("MIXED", np.array(["unicode é", 3], dtype=object)),
+            pb_utils.Tensor("FIXED", np.array([b"ab", b"c"], dtype=np.bytes_)),
+            pb_utils.Tensor("EMPTY", np.array([], dtype=object)),
+        ])]
+"""
+    )
+    text = np.array(["info", "é"], dtype=object)
+    outputs = ["OUT", "SEEN", "MIXED", "FIXED", "EMPTY"]
+    worker.execute({"rid": 1, "inputs": {"IN": text}, "outputs": outputs})
+    header, body = worker.recv()
+    assert [(d["datatype"], d["shape"]) for d in header["tensors"]] == [
+        ("BYTES", [2]),
+        ("BYTES", [3]),
+        ("BYTES", [2]),
+        ("BYTES", [2]),
+        ("BYTES", [0]),
+    ]
+    outputs = tensors_of(header, body)
+    assert outputs["OUT"] == [b"info", b"\xc3\xa9"]
+    assert outputs["SEEN"] == [b"[b'info', b'\\xc3\\xa9']", b"object", b"(2,)"]
+    assert outputs["MIXED"] == ["unicode é".encode(), b"3"]
+    assert outputs["FIXED"] == [b"ab", b"c"]
+    assert outputs["EMPTY"] == []
+    worker.recv_header("executed")
+
+
+def test_request_accessors_and_triton_error_code(ready):
+    worker = ready(
+        HEADER
+        + """
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            facts = [request.request_id(), request.correlation_id(), request.flags(),
+                     request.timeout(), request.parameters(),
+                     sorted(request.requested_output_names()),
+                     type(request.requested_output_names()).__name__, request.is_cancelled(),
+                     pb_utils.get_input_tensor_by_name(request, "ABSENT")]
+            out = pb_utils.Tensor("OUT", np.array([json.dumps(facts)], dtype=object))
+            responses.append(pb_utils.InferenceResponse([out]))
+        responses[0] = pb_utils.InferenceResponse(
+            [], pb_utils.TritonError("nf", pb_utils.TritonError.NOT_FOUND))
+        return responses
+"""
+    )
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}, "outputs": ["OUT", "X"]})
+    header, _ = worker.recv()
+    assert (header["rid"], header["error"], header["tensors"]) == (
+        1,
+        {"message": "nf", "code": "NOT_FOUND"},
+        [],
+    )
+    header, body = worker.recv()
+    facts = json.loads(tensors_of(header, body)["OUT"][0])
+    assert facts == ["", 0, 0, 0, "{}", ["OUT", "X"], "set", False, None]
+    worker.recv_header("executed")
+
+
+RAISING = HEADER + """
+def helper():
+    raise ValueError("boom from probe")  # raise-here
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        helper()  # call-here
+"""
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("return []", "Number of InferenceResponse objects do not match the number of "
+         "InferenceRequest objects. InferenceRequest(s) size is:1, and "
+         "InferenceResponse(s) size is:0\n"),
+        ("return (pb_utils.InferenceResponse(),)",
+         "Expected a list in the execute return, found type '<class 'tuple'>'."),
+        ("return ['x']", "Expected an 'InferenceResponse' object in the execute function "
+         "return list, found type '<class 'str'>'."),
+    ],
+)
+def test_default_mode_return_errors(ready, body, message):
+    worker = ready(HEADER + f"""
+class TritonPythonModel:
+    def execute(self, requests):
+        {body}
+""")
+    worker.execute({"rid": 1, "inputs": {}})
+    assert worker.recv_header("executed")["error"] == batch_error("probe_0_0", message)
+
+
+def test_execute_raising_gives_traceback(ready):
+    worker = ready(RAISING)
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}})
+    file = worker.model_file
+    expected = (
+        "ValueError: boom from probe\n\nAt:\n"
+        f"  {file}({line_of(worker, 'raise-here')}): helper\n"
+        f"  {file}({line_of(worker, 'call-here')}): execute\n"
+    )
+    assert worker.recv_header("executed")["error"] == batch_error("probe_0_0", expected)
+    # The worker carries on with the next batch.
+    worker.execute({"rid": 3, "inputs": {}})
+    assert worker.recv_header("executed")["error"].startswith("Failed to process")
+
+
+def test_none_without_sender_fails_the_request(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        return [None, pb_utils.InferenceResponse([])]
+""")
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}})
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"], header["error"]) == (
+        1,
+        True,
+        {
+            "message": "Python model 'probe_0_0' returned no response for request 0 and "
+            "did not use its response sender.",
+            "code": "INTERNAL",
+        },
+    )
+    header = worker.recv_header("response")
+    assert (header["rid"], header["error"], header["tensors"]) == (2, None, [])
+    assert "bare" not in header  # a response with no outputs
+    assert worker.recv_header("executed")["error"] is None
+
+
+def test_response_that_cannot_be_serialized_becomes_an_error(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        broken = pb_utils.InferenceResponse([])
+        broken.output_tensors().append("not a tensor")
+        return [broken, pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([5]))])]
+""")
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}})
+    header = worker.recv_header("response")
+    assert header["rid"] == 1 and header["error"]["code"] == "INTERNAL"
+    assert header["error"]["message"].startswith(
+        "Failed to send a response of model 'probe_0_0', message: AttributeError:"
+    )
+    header, body = worker.recv()
+    assert header["rid"] == 2 and tensors_of(header, body)["OUT"].tolist() == [5]
+    assert worker.recv_header("executed")["error"] is None
+
+
+def test_response_sender_rules_in_default_mode(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+        texts = []
+
+        def attempt(*args, **kwargs):
+            try:
+                sender.send(*args, **kwargs)
+            except pb_utils.TritonModelException as exc:
+                texts.append(str(exc))
+
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        attempt()
+        attempt(pb_utils.InferenceResponse([]), flags=4)
+        attempt(flags=final)
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([1]))]))
+        attempt(pb_utils.InferenceResponse([]))
+        sender.send(flags=final)
+        attempt(flags=final)
+        out = pb_utils.Tensor("OUT", np.array(texts, dtype=object))
+        return [None, pb_utils.InferenceResponse([out])]
+""")
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}})
+    header, body = worker.recv()
+    assert (header["rid"], header["final"]) == (1, True)
+    assert tensors_of(header, body)["OUT"].tolist() == [1]
+    header, body = worker.recv()
+    assert header["rid"] == 2
+    assert [t.decode() for t in tensors_of(header, body)["OUT"]] == [
+        "Inference Response object must be provided when the response flags is set to zero.",
+        "Unable to send response. Unsupported flag provided.",
+        "Unable to send response. Non-decoupled model cannot send complete final before "
+        "sending a response.",
+        "Unable to send response. Non-decoupled model cannot send more than one response.",
+        "Unable to send response. Response sender has been closed.",
+    ]
+    assert worker.recv_header("executed")["error"] is None
+
+
+def test_dropped_sender_fails_the_request(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        requests[0].get_response_sender()
+        return None
+""")
+    worker.execute({"rid": 4, "inputs": {}})
+    assert worker.recv_header("executed")["error"] is None
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"], header["error"]["message"]) == (
+        4,
+        True,
+        "Python model 'probe_0_0' dropped the response sender of request 0 without "
+        "sending the final flag.",
+    )
+
+
+def test_initialize_error(spawn):
+    worker = spawn(HEADER + """
+class TritonPythonModel:
+    def initialize(self, args):
+        lorem_ipsum  # here
+""", "init_error")
+    worker.init("init_error")
+    header = worker.recv_header("error")
+    assert header["message"] == (
+        "NameError: name 'lorem_ipsum' is not defined\n\nAt:\n"
+        f"  {worker.model_file}({line_of(worker, '# here')}): initialize\n"
+    )
+    assert worker.wait() == 1
+
+
+def test_bls_is_refused_in_initialize(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def initialize(self, args):
+        request = pb_utils.InferenceRequest(
+            model_name="add_sub", inputs=[], requested_output_names=["OUTPUT0"])
+        try:
+            request.exec()
+        except pb_utils.TritonModelException as exc:
+            self.text = str(exc)
+
+    def execute(self, requests):
+        out = pb_utils.Tensor("OUT", np.array([self.text], dtype=object))
+        return [pb_utils.InferenceResponse([out])]
+""")
+    worker.execute({"rid": 1, "inputs": {}})
+    header, body = worker.recv()  # no `bls` frame came before
+    text = b"BLS is only supported during the 'execute' function."
+    assert tensors_of(header, body)["OUT"] == [text]
+
+
+# -- decoupled mode ---------------------------------------------------------------
+
+
+def test_decoupled_responses_from_a_thread(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+
+        def respond():
+            time.sleep(0.1)
+            for i in range(3):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([i]))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        threading.Thread(target=respond).start()
+        return None
+""", decoupled=True)
+    worker.execute({"rid": 5, "inputs": {}})
+    assert worker.recv_header("executed")["error"] is None
+    for i in range(3):
+        header, body = worker.recv()
+        assert (header["kind"], header["rid"], header["final"]) == ("response", 5, False)
+        assert "bare" not in header
+        assert tensors_of(header, body)["OUT"].tolist() == [i]
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"], header["error"]) == (5, True, None)
+    assert header["tensors"] == [] and header["bare"] is True
+
+
+def test_decoupled_returning_a_list_fails(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([])]
+""", "decoupled_return", decoupled=True)
+    worker.execute({"rid": 1, "inputs": {}})
+    assert worker.recv_header("executed")["error"] == batch_error(
+        "decoupled_return_0_0",
+        "Python model 'decoupled_return_0_0' is using the decoupled mode and the execute "
+        "function must return None.",
+    )
+
+
+def test_decoupled_request_never_answered_fails(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        return None
+""", decoupled=True)
+    worker.execute({"rid": 9, "inputs": {}})
+    assert worker.recv_header("executed")["error"] is None
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"], header["error"]["code"]) == (9, True, "INTERNAL")
+    assert "returned no response for request 0" in header["error"]["message"]
+
+
+def test_cancel_reaches_a_running_request(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        request = requests[0]
+        sender = request.get_response_sender()
+        deadline = time.time() + 5
+        while not sender.is_cancelled() and time.time() < deadline:
+            time.sleep(0.01)
+        text = np.array([str(request.is_cancelled())], dtype=object)
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", text)]),
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+""", decoupled=True)
+    worker.execute({"rid": 3, "inputs": {}})
+    worker.send({"kind": "cancel", "rid": 3})
+    header, body = worker.recv()
+    assert (header["rid"], header["final"]) == (3, True)
+    assert tensors_of(header, body)["OUT"] == [b"True"]
+    worker.recv_header("executed")
+    worker.send({"kind": "cancel", "rid": 3})  # already answered: ignored
+
+
+def test_decoupled_async_execute_failure_fails_open_requests(ready):
+    worker = ready(HEADER + """
+import asyncio
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        await asyncio.sleep(0.1)
+        requests[0].get_response_sender().send(
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        raise RuntimeError("late")  # here
+""", decoupled=True)
+    worker.execute({"rid": 1, "inputs": {}}, {"rid": 2, "inputs": {}})
+    assert worker.recv_header("executed")["error"] is None
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"], header["error"]) == (1, True, None)
+    header = worker.recv_header("response")
+    assert (header["rid"], header["final"]) == (2, True)
+    assert header["error"]["message"] == batch_error(
+        "probe_0_0",
+        f"RuntimeError: late\n\nAt:\n  {worker.model_file}({line_of(worker, '# here')}): execute\n",
+    )
+
+
+# -- BLS ------------------------------------------------------------------------
+
+BLS = HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            bls = pb_utils.InferenceRequest(
+                model_name="add_sub",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
+                requested_output_names=["OUTPUT0"],
+                parameters={"p": 1},
+            )
+            reply = bls.exec()
+            if reply.has_error():
+                responses.append(pb_utils.InferenceResponse(error=reply.error()))
+            else:
+                out = pb_utils.get_output_tensor_by_name(reply, "OUTPUT0").as_numpy()
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out * 2)]))
+        return responses
+"""
+
+
+def bls_reply(worker: Worker, bid: int, final: bool, error=None, **outputs) -> None:
+    """A `bls_response` frame carrying `outputs` (name=array)."""
+    descs, parts = [], []
+    for name, array in outputs.items():
+        desc, data = tensor(name, array)
+        descs.append(desc)
+        parts.append(data)
+    header = {"kind": "bls_response", "bid": bid, "final": final, "error": error}
+    worker.send({**header, "tensors": descs}, parts)
+
+
+def test_bls_exec(ready):
+    worker = ready(BLS, "bls_sync")
+    a = np.array([1, 2], np.float32)
+    worker.execute({"rid": 1, "inputs": {"INPUT0": a}})
+    header, body = worker.recv()
+    assert header["kind"] == "bls"
+    assert {k: header[k] for k in ("model", "version", "outputs", "decoupled", "parameters")} == {
+        "model": "add_sub",
+        "version": "",
+        "outputs": ["OUTPUT0"],
+        "decoupled": False,
+        "parameters": {"p": 1},
+    }
+    assert tensors_of({"tensors": header["inputs"]}, body)["INPUT0"].tolist() == [1, 2]
+    bls_reply(worker, header["bid"], True, OUTPUT0=np.array([10, 20], np.float32))
+    header, body = worker.recv()
+    assert tensors_of(header, body)["OUT"].tolist() == [20, 40]
+    worker.recv_header("executed")
+
+    # An error reply becomes a response with has_error().
+    worker.execute({"rid": 2, "inputs": {"INPUT0": a}})
+    bid = worker.recv_header("bls")["bid"]
+    error = {"message": "Model add_sub - Error when running inference: nope", "code": "NOT_FOUND"}
+    bls_reply(worker, bid, True, error=error)
+    header = worker.recv_header("response")
+    assert (header["rid"], header["error"]) == (2, error)
+    worker.recv_header("executed")
+
+
+def test_bls_decoupled_iterator(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        bls = pb_utils.InferenceRequest(
+            model_name="square_int32", inputs=[pb_utils.Tensor("IN", np.int32([2]))],
+            requested_output_names=["OUT"])
+        seen = []
+        for reply in bls.exec(decoupled=True):
+            out = pb_utils.get_output_tensor_by_name(reply, "OUT")
+            seen.append(-1 if out is None else int(out.as_numpy()[0]))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32(seen))])]
+""")
+    worker.execute({"rid": 1, "inputs": {}})
+    header = worker.recv_header("bls")
+    assert header["decoupled"] is True
+    for value in (2, 2):
+        bls_reply(worker, header["bid"], False, OUT=np.int32([value]))
+    bls_reply(worker, header["bid"], True)
+    header, body = worker.recv()
+    assert tensors_of(header, body)["OUT"].tolist() == [2, 2, -1]
+    worker.recv_header("executed")
+
+
+def test_async_execute_with_async_exec(ready):
+    worker = ready(HEADER + """
+import asyncio
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        calls = [
+            pb_utils.InferenceRequest(
+                model_name=name, inputs=[pb_utils.Tensor("IN", np.int32([1]))],
+                requested_output_names=["OUT"]).async_exec()
+            for name in ("first", "second")
+        ]
+        replies = await asyncio.gather(*calls)
+        values = [int(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]) for r in replies]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32(values))])]
+""", "bls_async")
+    worker.execute({"rid": 1, "inputs": {}})
+    calls = {}
+    for _ in range(2):  # both calls are out before either is answered
+        header = worker.recv_header("bls")
+        calls[header["model"]] = header["bid"]
+    for model, value in (("second", 22), ("first", 11)):
+        bls_reply(worker, calls[model], True, OUT=np.int32([value]))
+    header, body = worker.recv()
+    assert tensors_of(header, body)["OUT"].tolist() == [11, 22]
+    assert worker.recv_header("executed")["error"] is None
+
+
+# -- auto_complete, logging, shutdown --------------------------------------------
+
+
+def auto_complete(worker: Worker, config: dict) -> None:
+    worker.send({"kind": "auto_complete", "config": config, **worker.paths()})
+
+
+def test_auto_complete(spawn):
+    worker = spawn(HEADER + """
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.set_max_batch_size(4)
+        config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+        config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+        config.set_dynamic_batching()
+        return config
+""", "batch_auto_complete")
+    auto_complete(
+        worker, {"name": "batch_auto_complete", "max_batch_size": 0, "input": [], "output": []}
+    )
+    assert worker.recv_header("config")["config"] == {
+        "name": "batch_auto_complete",
+        "max_batch_size": 4,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "dynamic_batching": {},
+    }
+    assert worker.wait() == 0
+
+
+def test_auto_complete_must_return_a_model_config(spawn):
+    worker = spawn(HEADER + """
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        return config.as_dict()
+""", "ac")
+    auto_complete(worker, {"name": "ac", "max_batch_size": 0, "input": [], "output": []})
+    assert worker.recv_header("error")["message"] == (
+        "auto_complete_config function in model 'ac' must return a valid pb.ModelConfig object."
+    )
+    assert worker.wait() != 0
+
+
+def test_model_config_rules():
+    config = pb_utils.ModelConfig(json.dumps({
+        "name": "m", "max_batch_size": 8, "sequence_batching": {},
+        "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [4]}], "output": [],
+    }))
+    with pytest.raises(ValueError):
+        config.set_max_batch_size(4)
+    config.set_max_batch_size(16)
+    with pytest.raises(ValueError):
+        config.set_dynamic_batching()
+    with pytest.raises(ValueError):
+        config.add_input({"name": "IN", "data_type": "TYPE_INT32", "dims": [4]})
+    with pytest.raises(ValueError):
+        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [2]})
+    with pytest.raises(ValueError):
+        config.add_input({"name": "NO_DIMS", "data_type": "TYPE_FP32"})
+    config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": True})
+    config.set_model_transaction_policy({"decoupled": True})
+    with pytest.raises(ValueError):
+        config.set_model_transaction_policy({"decoupled": False})
+    assert config.as_dict()["input"] == [
+        {"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": True}
+    ]
+    assert pb_utils.using_decoupled_model_transaction_policy(config.as_dict())
+
+
+def test_tensor_rules():
+    transposed = np.arange(6, dtype=np.int32).reshape(2, 3).T
+    t = pb_utils.Tensor("T", transposed)
+    assert t.shape() == [3, 2] and t.as_numpy().flags.c_contiguous
+    np.testing.assert_array_equal(t.as_numpy(), transposed)
+    with pytest.raises(pb_utils.TritonModelException, match="^NumPy dtype is not supported.$"):
+        pb_utils.Tensor("U", np.array(["text"]))
+    with pytest.raises(pb_utils.TritonModelException, match="^NumPy dtype is not supported.$"):
+        pb_utils.Tensor("C", np.zeros(2, np.complex64))
+    assert pb_utils.numpy_to_triton_type(np.float32) == 11
+    assert pb_utils.numpy_to_triton_type(np.object_) == 13
+    assert pb_utils.triton_to_numpy_type(8) is np.int32
+    encoded = pb_utils.serialize_byte_tensor(np.array([b"a", "é", 3], dtype=object))
+    assert encoded.item() == encode_bytes([b"a", "é", 3])
+    assert pb_utils.deserialize_bytes_tensor(encoded.item()).tolist() == [b"a", "é".encode(), b"3"]
+
+
+def test_logger(ready):
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        pb_utils.Logger.log_info("info line")  # info
+        pb_utils.Logger.log_warn("warn line")
+        pb_utils.Logger.log_error("error line")
+        pb_utils.Logger.log_verbose("verbose line")
+        pb_utils.Logger.log("plain", pb_utils.Logger.WARNING)
+        return [pb_utils.InferenceResponse([])]
+""")
+    worker.execute({"rid": 1, "inputs": {}})
+    first = line_of(worker, "# info")
+    logs = [worker.recv_header("log") for _ in range(5)]
+    assert [(h["level"], h["file"], h["line"], h["message"]) for h in logs] == [
+        ("I", "model.py", first, "info line"),
+        ("W", "model.py", first + 1, "warn line"),
+        ("E", "model.py", first + 2, "error line"),
+        ("V", "model.py", first + 3, "verbose line"),
+        ("W", "model.py", first + 4, "plain"),
+    ]
+    worker.recv_header("response")
+    worker.recv_header("executed")
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_finalize(ready, raises):
+    worker = ready(HEADER + f"""
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+
+    def finalize(self):
+        if {raises}:
+            raise RuntimeError("cleanup failed")
+""")
+    worker.send({"kind": "finalize"})
+    if raises:
+        header = worker.recv_header("log")
+        assert header["level"] == "E" and "RuntimeError: cleanup failed" in header["message"]
+    worker.recv_header("finalized")
+    assert worker.wait() == 0
+
+
+def test_end_of_file_ends_the_worker(ready):
+    # A non-daemon thread of the model must not keep the process alive.
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def initialize(self, args):
+        threading.Thread(target=time.sleep, args=(60,)).start()
+
+    def execute(self, requests):
+        return []
+""")
+    started = time.monotonic()
+    worker.sock.close()
+    assert worker.wait() == 0
+    assert time.monotonic() - started < 5

@@ -57,6 +57,29 @@ fn status(e: Error) -> Status {
 /// requests as they arrive.
 const STREAM_IN_FLIGHT: usize = 1 << 16;
 
+/// How much before the client's deadline a unary call gives up
+/// (`model_infer`).
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The `grpc-timeout` header's value (gRPC's wire format: at most 8 digits
+/// and a unit, `H` `M` `S` `m` `u` `n`).
+fn grpc_timeout(value: &str) -> Option<std::time::Duration> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => std::time::Duration::from_secs(n * 3600),
+        "M" => std::time::Duration::from_secs(n * 60),
+        "S" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_millis(n),
+        "u" => std::time::Duration::from_micros(n),
+        "n" => std::time::Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// The default bound on one gRPC request message (`--grpc-max-input-size`),
 /// the same as `--http-max-input-size`'s.
 pub const DEFAULT_MAX_INPUT_SIZE: usize = 64 * 1024 * 1024;
@@ -251,10 +274,22 @@ impl GrpcInferenceService for GrpcService {
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
-        Self::infer(&self.engine, req.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+        let deadline = req
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc_timeout);
+        let infer = Self::infer(&self.engine, req.into_inner());
+        let answer = match deadline {
+            // A request past the client's deadline ends as Triton's
+            // (gRPC core's) DEADLINE_EXCEEDED, a moment before tonic's own
+            // deadline would end it as CANCELLED "Timeout expired".
+            Some(d) => tokio::time::timeout(d.saturating_sub(DEADLINE_MARGIN), infer)
+                .await
+                .map_err(|_| Status::deadline_exceeded("Deadline Exceeded"))?,
+            None => infer.await,
+        };
+        answer.map(Response::new).map_err(status)
     }
 
     type ModelStreamInferStream =
@@ -592,5 +627,22 @@ impl Health for GrpcService {
         Ok(Response::new(HealthCheckResponse {
             status: status as i32,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeout_values_parse_as_grpc_writes_them() {
+        assert_eq!(grpc_timeout("150m"), Some(Duration::from_millis(150)));
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(grpc_timeout("99999u"), Some(Duration::from_micros(99999)));
+        for bad in ["", "m", "123456789m", "10x", "-1S", "1.5S"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad}");
+        }
     }
 }

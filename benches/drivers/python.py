@@ -59,8 +59,8 @@ print(json.dumps({{"us": wall / n * 1e6, "cpu_us": cpu / n * 1e6}}))
 
 
 def tree_cpu(pid):
-    """CPU seconds of a process and its live children (the workers)."""
-    total = 0.0
+    """CPU seconds of a process and of its live children (the workers)."""
+    own = children = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     pids = [pid]
     seen = set()
@@ -71,13 +71,17 @@ def tree_cpu(pid):
         seen.add(p)
         try:
             fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            if p == pid:
+                own += cpu
+            else:
+                children += cpu
             for task in os.listdir(f"/proc/{p}/task"):
                 kids = open(f"/proc/{p}/task/{task}/children").read().split()
                 pids += [int(k) for k in kids]
         except OSError:
             pass
-    return total
+    return own, children
 
 
 def perf(server, model, concurrency):
@@ -89,10 +93,12 @@ def perf(server, model, concurrency):
         return {"error": "perf_analyzer failed"}
     cpu1, n1 = tree_cpu(server.proc.pid), server.inferences(model)
     row = next(csv.DictReader(open(csv_path)))
+    n = max(n1 - n0, 1)
     return {
         "throughput": float(row["Inferences/Second"]),
         "p50_us": float(row["p50 latency"]),
-        "cpu_us": (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6,
+        "server_us": (cpu1[0] - cpu0[0]) / n * 1e6,
+        "worker_us": (cpu1[1] - cpu0[1]) / n * 1e6,
     }
 
 
@@ -104,25 +110,26 @@ def main():
     lines = ["# Python backend benchmark", "",
              f"{os.cpu_count()} CPUs. Reference: add_sub's execute() in a plain Python loop, same interpreter, "
              f"same run: {ref['us']:.1f} µs per call ({ref['cpu_us']:.1f} µs CPU).", "",
-             "| client | concurrency | infer/s | p50 µs | server+worker CPU µs/inf | overhead CPU µs/inf | overhead p50 µs |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| client | concurrency | infer/s | p50 µs | server CPU µs/inf | worker CPU µs/inf | worker overhead CPU µs/inf | overhead p50 µs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     server = Server(repo, 18400)
     for conc in (1, 2):
         r = perf(server, "add_sub", conc)
         if "error" in r:
-            lines.append(f"| perf_analyzer | {conc} | {r['error']} | | | | |")
+            lines.append(f"| perf_analyzer | {conc} | {r['error']} | | | | | |")
         else:
-            lines.append(f"| perf_analyzer | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['cpu_us']:.0f} | "
-                         f"{r['cpu_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
+            lines.append(f"| perf_analyzer | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['server_us']:.0f} | "
+                         f"{r['worker_us']:.0f} | {r['worker_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
         print(lines[-1], flush=True)
     server.stop()
     again = reference()
     lines += ["", f"Reference again after the server runs: {again['us']:.1f} µs per call "
               f"({again['cpu_us']:.1f} µs CPU).", "",
-              "Overhead = what serving adds per request to the model's own Python work: the gRPC "
-              "protocol, the scheduler, the socket frames both ways and the worker's request and "
-              "response objects. Triton's Python backend: about 120-180 µs per request in the stub "
-              "alone on this machine class (python-backend-facts.md §10); target: half of that.", ""]
+              "Server CPU: the trtis process (gRPC, scheduler, frames). Worker CPU: the Python worker "
+              "process; its overhead is what it spends per request beyond the model's own execute() "
+              "(frames, request and response objects, thread hand-offs) and is the figure to compare "
+              "with Triton's stub: about 120-180 µs per request on this machine class "
+              "(python-backend-facts.md §10); target: half of that.", ""]
     shutil.rmtree(repo)
     open(os.path.join(OUT, "python-bench.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -615,6 +615,18 @@ def test_a_worker_that_exits_fails_its_request_and_is_restarted(server, http):
     assert http.is_model_ready("faulty")
 
 
+def test_a_worker_that_forks_then_exits_still_fails_its_request(server, http):
+    """The worker dies but a process it forked keeps its end of the socket
+    open: the server watches the process too, so the request fails (no hang),
+    the forked process is killed with the worker's process group, and the
+    next request gets a new worker."""
+    first = infer(http, httpclient, "faulty", mode("ok")).as_numpy("OUT")[0]
+    msg = infer_error(http, httpclient, "faulty", mode("fork_exit"), 500, "INTERNAL")
+    assert "exited" in msg and "faulty_0_0" in msg, msg
+    second = infer(http, httpclient, "faulty", mode("ok")).as_numpy("OUT")[0]
+    assert second != first, "the same worker process answered after it exited"
+
+
 def test_a_client_timeout_leaves_the_server_serving(server, http, grpc):
     x = {"IN": (np.array([1], dtype=np.int32), "INT32")}
     with pytest.raises(InferenceServerException) as e:

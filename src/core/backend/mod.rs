@@ -59,6 +59,10 @@ pub trait InstanceExec: Send {
     }
 }
 
+/// Where a `Host::infer` call's answers go: each response or error, then
+/// `None`.
+pub type HostAnswers = Box<dyn FnMut(Option<Result<InferResponse>>) + Send>;
+
 /// What a backend may ask of the server it runs in: a Python model's own
 /// inference calls (BLS) go through the server's engine, its schedulers
 /// and every backend, never over the network.
@@ -66,13 +70,7 @@ pub trait Host: Send + Sync {
     /// Runs `request` on model `name` (`version` "" for the one the policy
     /// serves), without blocking: `each` gets every response as it comes
     /// (one, or a decoupled model's any number), or the error, then `None`.
-    fn infer(
-        &self,
-        name: String,
-        version: String,
-        request: InferRequest,
-        each: Box<dyn FnMut(Option<Result<InferResponse>>) + Send>,
-    );
+    fn infer(&self, name: String, version: String, request: InferRequest, each: HostAnswers);
 }
 
 /// What the server's command line gives the backends.

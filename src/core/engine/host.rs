@@ -8,7 +8,7 @@
 use std::sync::{Arc, Weak};
 
 use super::{Engine, Inner};
-use crate::core::backend::Host;
+use crate::core::backend::{Host, HostAnswers};
 use crate::core::error::{Error, Result};
 use crate::core::types::{InferRequest, InferResponse};
 
@@ -23,33 +23,31 @@ impl EngineHost {
 }
 
 impl Host for EngineHost {
-    fn infer(
-        &self,
-        name: String,
-        version: String,
-        request: InferRequest,
-        mut each: Box<dyn FnMut(Option<Result<InferResponse>>) + Send>,
-    ) {
+    fn infer(&self, name: String, version: String, request: InferRequest, each: HostAnswers) {
+        let mut each = Ended(Some(each));
         let Some(inner) = self.engine.upgrade() else {
-            each(Some(Err(Error::unavailable("the server is shutting down"))));
-            return each(None);
+            each.call(Some(Err(Error::unavailable("the server is shutting down"))));
+            return each.call(None);
         };
         let engine = Engine { inner };
         let runtime = engine.inner.runtime.get().cloned();
         let call = async move {
+            let mut each = each;
             match engine.model(&name, &version) {
-                Err(_) => each(Some(Err(Error::unavailable(format!(
+                Err(_) => each.call(Some(Err(Error::unavailable(format!(
                     "Failed for execute the inference request. Model '{name}' is not ready."
                 ))))),
                 Ok(model) if model.decoupled() => {
-                    engine.infer_each(model, request, |r| each(Some(r))).await
+                    engine
+                        .infer_each(model, request, |r| each.call(Some(r)))
+                        .await
                 }
                 Ok(model) => {
                     let answer = engine.infer_on(Arc::clone(&model), request).await;
-                    each(Some(answer));
+                    each.call(Some(answer));
                 }
             }
-            each(None);
+            each.call(None);
         };
         match runtime {
             Some(runtime) => {
@@ -71,6 +69,34 @@ impl Host for EngineHost {
                     }
                 });
             }
+        }
+    }
+}
+
+/// A BLS call's answer callback that always ends: dropped before its end
+/// (a task that panicked or was dropped with the runtime), it answers with
+/// an error and the end, so the model's `exec()` never waits forever.
+struct Ended(Option<HostAnswers>);
+
+impl Ended {
+    fn call(&mut self, answer: Option<Result<InferResponse>>) {
+        let last = answer.is_none();
+        if let Some(f) = self.0.as_mut() {
+            f(answer);
+        }
+        if last {
+            self.0 = None;
+        }
+    }
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Some(mut f) = self.0.take() {
+            f(Some(Err(Error::internal(
+                "the server stopped running this inference call",
+            ))));
+            f(None);
         }
     }
 }

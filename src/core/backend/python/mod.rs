@@ -51,6 +51,7 @@ impl PythonInstance {
         } else {
             config.default_model_filename.as_str()
         };
+        plain_file_name(file, &config.name)?;
         let model_file = ctx.version_dir.join(file);
         if !model_file.is_file() {
             return Err(Error::not_found(format!(
@@ -168,6 +169,7 @@ pub fn auto_complete(
     } else {
         config.default_model_filename.as_str()
     };
+    plain_file_name(file, &config.name)?;
     let model_file = version_dir.join(file);
     if !model_file.is_file() {
         return Ok(config.clone());
@@ -292,8 +294,36 @@ impl InstanceExec for PythonInstance {
 impl Drop for PythonInstance {
     fn drop(&mut self) {
         if let Some(mut worker) = self.worker.take() {
+            // A decoupled model may still be answering requests whose
+            // `execute` returned: they finish first (within the timeout),
+            // as Triton waits for them before stopping the stub.
+            let deadline = std::time::Instant::now() + self.timeout;
+            while worker.alive()
+                && std::time::Instant::now() < deadline
+                && !worker
+                    .link
+                    .requests
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty()
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             worker.stop(self.timeout);
         }
+    }
+}
+
+/// A model file must be a file of the version directory: a
+/// `default_model_filename` with a path in it (`../x.py`, `/tmp/x.py`) is
+/// refused.
+fn plain_file_name(file: &str, model: &str) -> Result<()> {
+    let mut parts = Path::new(file).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Ok(()),
+        _ => Err(Error::invalid_arg(format!(
+            "default_model_filename '{file}' of model '{model}' must be a file name in the version directory"
+        ))),
     }
 }
 

@@ -412,6 +412,8 @@ def main():
     # when this worker stops (finalize, or closing the socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
+    # A process the model forks must not hold the server's socket open.
+    sock.set_inheritable(False)
     sock.setblocking(True)
     worker = Worker(sock)
     pb_utils._runtime = worker

@@ -41,6 +41,10 @@ pub(super) struct Link {
     /// The model instance's name, for messages.
     pub instance: String,
     host: Option<Arc<dyn Host>>,
+    /// The worker's process (group) id.
+    pid: i32,
+    /// Set when the reader stopped: the worker is of no use any more.
+    dead: std::sync::atomic::AtomicBool,
 }
 
 impl Link {
@@ -98,13 +102,16 @@ impl Worker {
             command.env("LD_LIBRARY_PATH", path);
         }
         // SAFETY: between fork and exec only async-signal-safe calls:
-        // fcntl to let the child keep its end of the socket, prctl so the
+        // fcntl to let the child keep its end of the socket, setpgid so the
+        // worker and whatever it forks are one group the server can kill
+        // (and a terminal's Ctrl-C reaches the server alone), prctl so the
         // worker dies with the server.
         unsafe {
             command.pre_exec(move || {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                libc::setpgid(0, 0);
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
@@ -117,43 +124,69 @@ impl Worker {
             ))
         })?;
         drop(theirs);
-        let reader = ours
-            .try_clone()
-            .map_err(|e| Error::internal(format!("failed to clone a socket: {e}")))?;
-        let link = Arc::new(Link {
-            writer: Mutex::new(ours),
-            requests: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            instance: launch.instance.to_string(),
-            host: launch.host.clone(),
-        });
+        let pid = child.id() as i32;
         let (tx, control) = mpsc::channel();
-        let thread_link = Arc::clone(&link);
+        // From here the worker is killed and reaped on every error path.
+        let mut worker = Worker {
+            child,
+            link: Arc::new(Link {
+                writer: Mutex::new(ours),
+                requests: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                instance: launch.instance.to_string(),
+                host: launch.host.clone(),
+                pid,
+                dead: Default::default(),
+            }),
+            control,
+        };
+        let reader = {
+            let w = worker.link.writer.lock().unwrap_or_else(|p| p.into_inner());
+            w.try_clone()
+                .map_err(|e| Error::internal(format!("failed to clone a socket: {e}")))?
+        };
+        let thread_link = Arc::clone(&worker.link);
         std::thread::Builder::new()
             .name("trtis:py-reader".to_string())
             .spawn(move || read_frames(reader, &thread_link, tx))
-            .map_err(|e| Error::internal(format!("failed to start a thread: {e}")))?;
-        Ok(Worker {
-            child,
-            link,
-            control,
-        })
+            .map_err(|e| {
+                worker.kill();
+                Error::internal(format!("failed to start a thread: {e}"))
+            })?;
+        Ok(worker)
     }
 
     /// The next control frame within `timeout` (None: wait as long as it
-    /// takes); an error when the worker died or the time ran out.
+    /// takes, while the worker lives); an error when the worker died or the
+    /// time ran out. The process is watched as well as the socket: a
+    /// process the model forked may hold the socket open after the worker
+    /// died.
     pub fn control(&mut self, timeout: Option<Duration>) -> Result<Frame> {
-        let got = match timeout {
-            Some(t) => self.control.recv_timeout(t).map_err(|e| match e {
-                mpsc::RecvTimeoutError::Timeout => None,
-                mpsc::RecvTimeoutError::Disconnected => Some(()),
-            }),
-            None => self.control.recv().map_err(|_| Some(())),
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let got = loop {
+            let slice = match deadline {
+                Some(d) => d
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(WATCH),
+                None => WATCH,
+            };
+            match self.control.recv_timeout(slice) {
+                Ok(frame) => break Ok(frame),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Some(())),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if !self.alive() {
+                        break Err(Some(()));
+                    }
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        break Err(None);
+                    }
+                }
+            }
         };
         match got {
             Ok(frame) => Ok(frame),
             Err(None) => {
-                let _ = self.child.kill();
+                self.kill();
                 Err(Error::internal(format!(
                     "the Python worker of model instance '{}' did not answer within {} s",
                     self.link.instance,
@@ -183,9 +216,20 @@ impl Worker {
         ))
     }
 
-    /// Whether the process still runs.
+    /// Whether the process still runs and its socket is still read.
     pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        !self.link.dead.load(Ordering::Relaxed) && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the worker and whatever it forked, and reaps it.
+    fn kill(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the group is the
+        // worker's own (setpgid at start).
+        unsafe {
+            libc::kill(-self.link.pid, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Asks the worker to finalize and waits for it (`timeout`), then makes
@@ -213,17 +257,18 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
+
+/// How often a waiting instance checks that its worker still lives.
+const WATCH: Duration = Duration::from_millis(500);
 
 /// The reader thread: routes every frame until the worker is gone, then
 /// fails what is still open.
@@ -256,7 +301,14 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
             }
         }
     };
+    // A worker whose frames cannot be read is of no use: it is killed, and
+    // the next batch starts a new one.
+    link.dead.store(true, Ordering::Relaxed);
     if let Some(why) = end {
+        // SAFETY: as in `Worker::kill`.
+        unsafe {
+            libc::kill(-link.pid, libc::SIGKILL);
+        }
         crate::core::logging::log(
             'E',
             &format!(
@@ -429,6 +481,26 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
     })
 }
 
+/// Makes `dir` (mode 0700) or checks that the one there is this user's
+/// and private: a directory another user made in the shared temp directory
+/// could have its scripts swapped.
+fn private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "it exists and is not a private directory of this user",
+        ));
+    }
+    Ok(())
+}
+
 /// The directory holding our `worker.py` and
 /// `triton_python_backend_utils.py`, written once per content (a
 /// directory named by their hash, so two trtis versions never share one).
@@ -443,7 +515,7 @@ fn scripts_dir() -> Result<PathBuf> {
         let uid = unsafe { libc::getuid() };
         let dir = std::env::temp_dir().join(format!("trtis-python-{uid}-{hash:016x}"));
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&dir)?;
+            private_dir(&dir, uid)?;
             for (name, text) in [
                 ("worker.py", WORKER),
                 ("triton_python_backend_utils.py", UTILS),

@@ -90,17 +90,7 @@ impl Engine {
             miss = Some((cache, key, lookup.elapsed()));
         }
         let enqueued = Instant::now();
-        let submission = Submission {
-            id: &request.id,
-            inputs,
-            outputs: &outputs,
-            batch,
-            priority: request.priority,
-            timeout_us: request.timeout_us,
-            sequence: &request.sequence,
-            enqueued,
-            parameters: &request.parameters,
-        };
+        let submission = submission(&request, inputs, &outputs, batch, enqueued);
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             // A request the scheduler found wrong is a failed request; any
@@ -236,17 +226,7 @@ impl Engine {
                 return each(Err(e));
             }
         };
-        let submission = Submission {
-            id: &request.id,
-            inputs,
-            outputs: &outputs,
-            batch,
-            priority: request.priority,
-            timeout_us: request.timeout_us,
-            sequence: &request.sequence,
-            enqueued: Instant::now(),
-            parameters: &request.parameters,
-        };
+        let submission = submission(&request, inputs, &outputs, batch, Instant::now());
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             Err(e) if e.kind == ErrorKind::InvalidArg => {
@@ -311,6 +291,27 @@ impl StepRunner for Engine {
         request: InferRequest,
     ) -> futures_util::future::BoxFuture<'a, Result<InferResponse>> {
         Box::pin(self.infer(model, version, request))
+    }
+}
+
+/// A checked request as its scheduler takes it.
+fn submission<'a>(
+    request: &'a InferRequest,
+    inputs: Vec<Tensor>,
+    outputs: &'a [RequestedOutput],
+    batch: usize,
+    enqueued: Instant,
+) -> Submission<'a> {
+    Submission {
+        id: &request.id,
+        inputs,
+        outputs,
+        batch,
+        priority: request.priority,
+        timeout_us: request.timeout_us,
+        sequence: &request.sequence,
+        enqueued,
+        parameters: &request.parameters,
     }
 }
 

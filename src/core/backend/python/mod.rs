@@ -61,15 +61,7 @@ impl PythonInstance {
             )));
         }
         let (python, library_path) = interpreter(ctx)?;
-        let version = ctx
-            .version_dir
-            .file_name()
-            .map(|v| v.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let stem = Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into());
+        let (version, module) = module_name(&ctx.version_dir, file);
         let config_json = crate::core::config::json::to_json(config)?;
         let decoupled = config
             .model_transaction_policy
@@ -87,7 +79,7 @@ impl PythonInstance {
                 "model_name": config.name,
             },
             "model_file": model_file.display().to_string(),
-            "module_name": format!("{version}.{stem}"),
+            "module_name": module,
             "version_dir": ctx.version_dir.display().to_string(),
             "model_dir": ctx.model_dir.display().to_string(),
             "decoupled": decoupled,
@@ -175,14 +167,7 @@ pub fn auto_complete(
         return Ok(config.clone());
     }
     let (python, library_path) = interpreter(&ctx)?;
-    let version = version_dir
-        .file_name()
-        .map(|v| v.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = Path::new(file)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
+    let (_, module) = module_name(version_dir, file);
     let mut worker = Worker::start(&Launch {
         python: &python,
         library_path,
@@ -193,7 +178,7 @@ pub fn auto_complete(
         "kind": "auto_complete",
         "config": crate::core::config::json::to_json(config)?,
         "model_file": model_file.display().to_string(),
-        "module_name": format!("{version}.{stem}"),
+        "module_name": module,
         "version_dir": version_dir.display().to_string(),
         "model_dir": model_dir.display().to_string(),
     })))?;
@@ -312,6 +297,21 @@ impl Drop for PythonInstance {
             worker.stop(self.timeout);
         }
     }
+}
+
+/// The version (the version directory's name) and the module name Triton
+/// imports the model file as (`1.model`).
+fn module_name(version_dir: &Path, file: &str) -> (String, String) {
+    let version = version_dir
+        .file_name()
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = Path::new(file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let module = format!("{version}.{stem}");
+    (version, module)
 }
 
 /// A model file must be a file of the version directory: a

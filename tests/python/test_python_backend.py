@@ -722,19 +722,7 @@ def square_input(n: int):
 def test_decoupled_square_streams_n_responses_and_no_empty_ones(server):
     client = grpc_client_for(server)
     collector = StreamCollector()
-    try:
-        client.start_stream(callback=collector)
-        for n in (4, 2, 0, 1):
-            client.async_stream_infer("square_int32", square_input(n), request_id=f"r{n}")
-        collector.wait_for(7)
-        # Half-close: the server ends the stream once every request is done,
-        # so every response it sent has arrived.
-        stop_stream_within(client)
-    finally:
-        cancel_stream(client)
-        client.close()
-    errors = [err for _, err in collector.items if err is not None]
-    assert not errors, [e.message() for e in errors]
+    square_stream(client, collector, 7)
     counts: dict = {}
     for result, _ in collector.items:
         response = result.get_response()
@@ -746,22 +734,29 @@ def test_decoupled_square_streams_n_responses_and_no_empty_ones(server):
     assert len(collector.items) == 7
 
 
-def test_decoupled_square_with_empty_final_responses(server):
-    client = grpc_client_for(server)
-    collector = StreamCollector()
+def square_stream(client, collector, expected, **kw):
+    """Streams IN = 4, 2, 0, 1 to square_int32 (request ids r4, r2, r0, r1),
+    waits for `expected` answers, closes the stream and checks none was an
+    error."""
     try:
         client.start_stream(callback=collector)
         for n in (4, 2, 0, 1):
-            client.async_stream_infer(
-                "square_int32", square_input(n), request_id=f"r{n}", enable_empty_final_response=True
-            )
-        collector.wait_for(11)
+            client.async_stream_infer("square_int32", square_input(n), request_id=f"r{n}", **kw)
+        collector.wait_for(expected)
+        # Half-close: the server ends the stream once every request is done,
+        # so every response it sent has arrived.
         stop_stream_within(client)
     finally:
         cancel_stream(client)
         client.close()
     errors = [err for _, err in collector.items if err is not None]
     assert not errors, [e.message() for e in errors]
+
+
+def test_decoupled_square_with_empty_final_responses(server):
+    client = grpc_client_for(server)
+    collector = StreamCollector()
+    square_stream(client, collector, 11, enable_empty_final_response=True)
     per_id: dict = {}
     for result, _ in collector.items:
         response = result.get_response()

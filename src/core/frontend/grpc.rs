@@ -121,6 +121,15 @@ impl GrpcService {
 
     async fn infer(engine: &Engine, req: ModelInferRequest) -> Result<ModelInferResponse, Error> {
         let model = engine.model(&req.model_name, &req.model_version)?;
+        Self::infer_model(engine, model, req).await
+    }
+
+    /// A unary inference on a model already looked up.
+    async fn infer_model(
+        engine: &Engine,
+        model: std::sync::Arc<crate::core::repository::LoadedModel>,
+        req: ModelInferRequest,
+    ) -> Result<ModelInferResponse, Error> {
         if model.decoupled() {
             return Err(Error::unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
@@ -323,13 +332,15 @@ impl GrpcInferenceService for GrpcService {
                     };
                     // A decoupled model's responses stream out as they
                     // come (the requests after it keep running).
-                    if let Ok(model) = engine.model(&request.model_name, &request.model_version) {
-                        if model.decoupled() {
+                    let id = request.id.clone();
+                    let answer = match engine.model(&request.model_name, &request.model_version) {
+                        Ok(model) if model.decoupled() => {
                             return Self::infer_decoupled(&engine, model, request);
                         }
-                    }
-                    let id = request.id.clone();
-                    once(Ok(match Self::infer(&engine, request).await {
+                        Ok(model) => Self::infer_model(&engine, model, request).await,
+                        Err(e) => Err(e),
+                    };
+                    once(Ok(match answer {
                         Ok(response) => ModelStreamInferResponse {
                             error_message: String::new(),
                             infer_response: Some(response),

@@ -93,10 +93,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("request", &["config"]),
     ("classify", &[]),
     ("cache", &[]),
+    ("custom_metrics", &[]),
     ("responder", &[]),
     (
         "backend",
-        &["config", "batch_io", "device", "responder", "logging"],
+        &[
+            "config",
+            "batch_io",
+            "custom_metrics",
+            "device",
+            "responder",
+            "logging",
+        ],
     ),
     ("rate_limit", &[]),
     (
@@ -144,7 +152,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("shm", &["logging"]),
     ("trace", &["logging"]),
-    ("metrics", &["device", "repository", "stats"]),
+    (
+        "metrics",
+        &["custom_metrics", "device", "repository", "stats"],
+    ),
     (
         "engine",
         &[

@@ -8,7 +8,12 @@ In one run on this machine it measures:
     over gRPC at concurrency 1 and 2: throughput, p50 latency, and the CPU
     per inference of the server plus its worker processes (from /proc);
   - the overhead per request: server + worker CPU per inference minus the
-    reference's CPU per call, and p50 latency minus the reference's time.
+    reference's CPU per call, and p50 latency minus the reference's time;
+  - how tensors cross to the worker (a Unix socket, one copy each way, a
+    zero-copy numpy view in the worker): a Python identity model against
+    trtis's built-in identity backend (no worker), both FP32 [-1], at 16 KB
+    and 4 MB per input, gRPC, concurrency 1; the difference per MB is what
+    the crossing costs.
 
 Triton's figure to beat (python-backend-facts.md §10 / measuring.md: its
 Python backend costs about 120-180 µs per request in the stub on this
@@ -84,11 +89,40 @@ def tree_cpu(pid):
     return own, children
 
 
-def perf(server, model, concurrency):
-    csv_path = os.path.join(OUT, f"python-{model}-c{concurrency}.csv")
+IDENTITY_PY = '''import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+'''
+IDENTITY_CONFIG = ('{backend}max_batch_size: 0\n'
+                   'input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }}]\n'
+                   'output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }}]\n')
+
+
+def identity_models(repo):
+    for name, backend, files in (("identity_py", "python", {"model.py": IDENTITY_PY}),
+                                 ("identity_builtin", "identity", {".keep": ""})):
+        os.makedirs(os.path.join(repo, name, "1"))
+        for file, text in files.items():
+            open(os.path.join(repo, name, "1", file), "w").write(text)
+        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
+            IDENTITY_CONFIG.format(backend=f'backend: "{backend}"\n'))
+
+
+def perf(server, model, concurrency, extra=()):
+    tag = "".join(extra).replace(":", "-")
+    csv_path = os.path.join(OUT, f"python-{model}-c{concurrency}{tag}.csv")
     cpu0, n0 = tree_cpu(server.proc.pid), server.inferences(model)
     cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
-           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
+           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path,
+           *extra]
     if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
         return {"error": "perf_analyzer failed"}
     cpu1, n1 = tree_cpu(server.proc.pid), server.inferences(model)
@@ -106,6 +140,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     repo = tempfile.mkdtemp(prefix="trtis-python-")
     shutil.copytree(MODEL, os.path.join(repo, "add_sub"))
+    identity_models(repo)
     ref = reference()
     lines = ["# Python backend benchmark", "",
              f"{os.cpu_count()} CPUs. Reference: add_sub's execute() in a plain Python loop, same interpreter, "
@@ -121,6 +156,29 @@ def main():
             lines.append(f"| perf_analyzer | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['server_us']:.0f} | "
                          f"{r['worker_us']:.0f} | {r['worker_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
         print(lines[-1], flush=True)
+    lines += ["", "Tensors crossing to the worker: FP32 identity, gRPC, concurrency 1.", "",
+              "| input | model | infer/s | p50 µs | server CPU µs/inf | worker CPU µs/inf | total CPU µs/inf |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    totals = {}
+    for elements, label in ((4096, "16 KB"), (1048576, "4 MB")):
+        for model in ("identity_builtin", "identity_py"):
+            r = perf(server, model, 1, ["--shape", f"INPUT0:{elements}"])
+            if "error" in r:
+                lines.append(f"| {label} | {model} | {r['error']} | | | | |")
+                continue
+            total = r["server_us"] + r["worker_us"]
+            totals[(label, model)] = (total, r["p50_us"])
+            lines.append(f"| {label} | {model} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['server_us']:.0f} | "
+                         f"{r['worker_us']:.0f} | {total:.0f} |")
+            print(lines[-1], flush=True)
+    try:
+        small = totals[("16 KB", "identity_py")][0] - totals[("16 KB", "identity_builtin")][0]
+        big = totals[("4 MB", "identity_py")][0] - totals[("4 MB", "identity_builtin")][0]
+        lines += ["", f"The Python backend's extra CPU per inference: {small:.0f} µs at 16 KB, {big:.0f} µs at 4 MB: "
+                  f"about {(big - small) / 4:.0f} µs per MB of input (the same MB goes back as output) beyond "
+                  "the fixed cost."]
+    except KeyError:
+        pass
     server.stop()
     again = reference()
     lines += ["", f"Reference again after the server runs: {again['us']:.1f} µs per call "

@@ -51,6 +51,13 @@ impl Error {
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unsupported, message)
     }
+
+    /// A request cancelled before it ran: Triton's schedulers answer it
+    /// with status CANCELLED and no message (core's
+    /// `Status(Status::Code::CANCELLED)`).
+    pub fn cancelled() -> Self {
+        Self::new(ErrorKind::Cancelled, "")
+    }
 }
 
 impl fmt::Display for Error {

@@ -6,8 +6,9 @@
 //! scheduler: FIFO, no batching) or, for the sequence batcher, which routes
 //! each batch to a chosen instance, one queue per instance. Backends are loaded on their instance's
 //! thread; `submit` never blocks (a full queue is an `Unavailable` error);
-//! a request whose caller went away is dropped, not computed; a panicking
-//! backend fails that request, not the server.
+//! a request whose caller went away (or whose `CancelToken` is set) is
+//! dropped, not computed; a panicking backend fails that request, not the
+//! server.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
@@ -189,11 +190,25 @@ impl Drop for InstancePool {
 }
 
 /// Runs a batch of requests that answer on their own; when the execution
-/// fails, the requests it left unanswered get its error.
+/// fails, the requests it left unanswered get its error. A request
+/// cancelled while it waited is not run: it ends with Triton's CANCELLED;
+/// a batch left with no request is not run at all (nor counted).
 fn execute_requests(
     instance: &mut dyn InstanceExec,
-    requests: Vec<BackendRequest>,
+    mut requests: Vec<BackendRequest>,
 ) -> Result<Vec<Tensor>> {
+    if requests.iter().any(|r| r.info.cancel.is_cancelled()) {
+        requests.retain(|r| {
+            let cancelled = r.info.cancel.is_cancelled();
+            if cancelled {
+                r.respond.fail(Error::cancelled());
+            }
+            !cancelled
+        });
+        if requests.is_empty() {
+            return Err(Error::cancelled());
+        }
+    }
     let responders: Vec<Responder> = requests.iter().map(|r| r.respond.clone()).collect();
     for r in &responders {
         r.start();
@@ -275,5 +290,102 @@ fn run_instance(
         if catch_unwind(AssertUnwindSafe(|| work.reply.send(done))).is_err() {
             crate::core::logging::log('E', "a batch's completion handler panicked");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ErrorKind;
+    use crate::core::responder::Sink;
+    use crate::core::types::{CancelToken, RequestInfo};
+    use std::sync::Mutex;
+
+    /// Answers each request with nothing and remembers their ids.
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    impl InstanceExec for Recorder {
+        fn execute(&mut self, _: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
+            unreachable!("takes lists")
+        }
+
+        fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
+            for r in requests {
+                self.0.lock().unwrap().push(r.info.id.clone());
+                r.respond.respond(Ok(Vec::new()), true);
+            }
+            Ok(())
+        }
+    }
+
+    fn request(id: &str, cancel: &CancelToken) -> (BackendRequest, mpsc::Receiver<Done>) {
+        let (tx, rx) = mpsc::channel();
+        let respond = Responder::new(
+            Sink::Once(Box::new(move |d| {
+                let _ = tx.send(d);
+            })),
+            Instant::now(),
+        );
+        let info = RequestInfo {
+            id: id.to_string(),
+            cancel: cancel.clone(),
+            ..Default::default()
+        };
+        let request = BackendRequest {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            info,
+            respond,
+        };
+        (request, rx)
+    }
+
+    fn run(pool: &InstancePool, requests: Vec<BackendRequest>) -> Done {
+        let (tx, rx) = mpsc::channel();
+        let work = Work {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            requests,
+            enqueued: Instant::now(),
+            reply: Reply::Callback(Box::new(move |d| {
+                let _ = tx.send(d);
+            })),
+            pending: None,
+            gather: Duration::ZERO,
+        };
+        assert!(pool.submit(work).is_ok());
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the execution ends")
+    }
+
+    #[test]
+    fn a_request_cancelled_before_its_execution_is_not_run() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorder = Arc::clone(&seen);
+        let loader: Loader =
+            Box::new(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
+        let pool = InstancePool::start("m", vec![loader], vec![None], 4, false).unwrap();
+
+        let (live, cancelled) = (CancelToken::new(), CancelToken::new());
+        cancelled.cancel();
+        let (a, a_rx) = request("a", &live);
+        let (b, b_rx) = request("b", &cancelled);
+        let done = run(&pool, vec![a, b]);
+        assert!(done.result.is_ok(), "the batch ran for the request left");
+        assert_eq!(*seen.lock().unwrap(), ["a"]);
+        assert!(a_rx.recv().unwrap().result.is_ok());
+        let e = b_rx.recv().unwrap().result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Cancelled);
+
+        // Nothing left to run: no execution at all, and it fails (so it is
+        // not counted as one).
+        let (c, c_rx) = request("c", &cancelled);
+        let done = run(&pool, vec![c]);
+        assert_eq!(done.result.unwrap_err().kind, ErrorKind::Cancelled);
+        assert_eq!(
+            c_rx.recv().unwrap().result.unwrap_err().kind,
+            ErrorKind::Cancelled
+        );
+        assert_eq!(*seen.lock().unwrap(), ["a"]);
     }
 }

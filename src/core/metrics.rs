@@ -279,5 +279,7 @@ pub fn render(models: &[std::sync::Arc<LoadedModel>]) -> String {
     );
     let _ = writeln!(out, "# TYPE nv_cpu_memory_used_bytes gauge");
     let _ = writeln!(out, "nv_cpu_memory_used_bytes {used}");
+    // Families the models made (pb_utils.MetricFamily).
+    crate::core::custom_metrics::render(&mut out);
     out
 }

@@ -7,6 +7,7 @@ pub mod batch_io;
 pub mod cache;
 pub mod classify;
 pub mod config;
+pub mod custom_metrics;
 pub mod device;
 pub mod engine;
 pub mod error;

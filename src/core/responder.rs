@@ -73,11 +73,16 @@ pub enum Sink {
     Stream(mpsc::UnboundedSender<Done>),
 }
 
+/// A change every response's tensors go through before they are sent (the
+/// config's output `reshape`, back to the shapes clients see).
+pub type OutputMap = Arc<dyn Fn(&mut Vec<Tensor>) -> Result<()> + Send + Sync>;
+
 struct State {
     sink: Option<Sink>,
     enqueued: Instant,
     /// When an instance took the request (queue time ends).
     started: Option<Instant>,
+    map: Option<OutputMap>,
 }
 
 /// One request's way to answer; clones share it.
@@ -90,7 +95,14 @@ impl Responder {
             sink: Some(sink),
             enqueued,
             started: None,
+            map: None,
         })))
+    }
+
+    /// Every response's tensors go through `map` from now on; its error
+    /// replaces the response.
+    pub fn map_outputs(&self, map: OutputMap) {
+        self.lock().map = Some(map);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -121,6 +133,10 @@ impl Responder {
     /// already ended (nothing is sent).
     pub fn respond(&self, result: Result<Vec<Tensor>>, last: bool) -> bool {
         let mut state = self.lock();
+        let result = match (result, &state.map) {
+            (Ok(mut tensors), Some(map)) => map(&mut tensors).map(|()| tensors),
+            (result, _) => result,
+        };
         let done = state.done(result);
         match state.sink.take() {
             None => false,

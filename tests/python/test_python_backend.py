@@ -8,7 +8,8 @@ tests/fixtures/python (written for trtis, see the README there), copied into
 a temporary repository. One server (explicit model control, every model
 loaded) serves the working models; a second one (`--exit-on-error=false`)
 holds a model whose `initialize` raises and a Python model with
-`sequence_batching`, which trtis refuses.
+`sequence_batching` and implicit state, which trtis refuses (Python models
+under the sequence batcher: test_python_sequence.py).
 
 Covered: add_sub over HTTP and gRPC; `initialize(args)` and the worker
 processes; the received request (id, parameters, requested outputs, BYTES,
@@ -26,6 +27,7 @@ Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest \
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import shutil
@@ -67,6 +69,7 @@ MAIN_FIXTURES = [
     "decoupled_bad",
     "logger",
     "finalizer",
+    "reshape_py",
 ]
 # Served (or rather not) by the second server.
 BROKEN_FIXTURES = ["init_error", "seq_python"]
@@ -942,13 +945,13 @@ def validate(*paths) -> subprocess.CompletedProcess:
     )
 
 
-def test_sequence_batching_python_model_is_refused_by_validate_config_and_serve(
+def test_implicit_state_python_model_is_refused_by_validate_config_and_serve(
     broken_server, broken_repo
 ):
     out = validate(broken_repo / "seq_python")
     text = out.stdout + out.stderr
     assert out.returncode != 0, text
-    m = re.search(r"error: sequence_batching: (.+)", text)
+    m = re.search(r"error: sequence_batching\.state: (.+)", text)
     assert m, text
     entry = index_entry(broken_server, "seq_python")
     assert entry["state"] == "UNAVAILABLE", entry
@@ -964,3 +967,34 @@ def test_validate_config_accepts_the_python_models_serve_loaded(server, repo, ht
             assert http.is_model_ready(name), name
     out = validate(repo)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --------------------------------------------------------------------------
+# reshape
+# --------------------------------------------------------------------------
+
+
+def test_reshape_gives_the_model_its_shapes_and_clients_theirs(both):
+    client, mod = both
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    s = np.array([[1], [2]], dtype=np.int32)
+    result = infer(client, mod, "reshape_py", {"X": (x, "FP32"), "S": (s, "INT32")})
+    assert result.as_numpy("Y").shape == (2, 4)
+    np.testing.assert_array_equal(result.as_numpy("Y"), 2 * x)
+    # The model saw X as [batch, 2, 2] and S as [batch] (rank 1).
+    np.testing.assert_array_equal(result.as_numpy("SEEN"), [[2, 2, 2, 1]] * 2)
+
+
+def test_reshape_applies_to_each_request_of_a_dynamic_batch(server, grpc):
+    # One gRPC client from three threads (tritonclient.grpc is thread-safe).
+    def one(k):
+        x = np.full((1, 4), k, dtype=np.float32)
+        s = np.array([[k]], dtype=np.int32)
+        result = infer(grpc, grpcclient, "reshape_py", {"X": (x, "FP32"), "S": (s, "INT32")})
+        return result.as_numpy("Y"), result.as_numpy("SEEN")
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one, range(3)))
+    for k, (y, seen) in enumerate(results):
+        np.testing.assert_array_equal(y, np.full((1, 4), 2 * k, dtype=np.float32))
+        np.testing.assert_array_equal(seen, [[1, 2, 2, 1]])

@@ -116,7 +116,7 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
-        "python" => return Ok(Box::new(python::PythonInstance::load(ctx)?)),
+        "python" => Box::new(python::PythonInstance::load(ctx)?),
         other => {
             return Err(Error::unsupported(format!(
                 "unable to find backend library for backend '{other}', try specifying runtime on the model configuration."

@@ -8,10 +8,13 @@
 //! It wraps any backend's instance, so every backend and every scheduler
 //! get it in one place.
 
+use std::sync::Arc;
+
 use super::InstanceExec;
 use crate::core::config::pb::ModelTensorReshape;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
+use crate::core::responder::BackendRequest;
 use crate::core::types::Tensor;
 
 /// One reshaped tensor: its name, the shape on the outside (`from`) and
@@ -28,7 +31,30 @@ struct Reshaped {
     inner: Box<dyn InstanceExec>,
     batching: bool,
     inputs: Vec<Rule>,
-    outputs: Vec<Rule>,
+    outputs: Arc<Vec<Rule>>,
+}
+
+impl Reshaped {
+    fn reshape_inputs(&self, inputs: &mut [Tensor]) -> Result<()> {
+        for t in inputs {
+            if let Some(rule) = self.inputs.iter().find(|r| r.name == t.name) {
+                t.shape = convert(&t.shape, &rule.outside, &rule.inside, self.batching)
+                    .ok_or_else(|| mismatch("input", t, &rule.outside))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The model's outputs back in the shapes the config gives clients.
+fn reshape_outputs(rules: &[Rule], batching: bool, outputs: &mut [Tensor]) -> Result<()> {
+    for t in outputs {
+        if let Some(rule) = rules.iter().find(|r| r.name == t.name) {
+            t.shape = convert(&t.shape, &rule.inside, &rule.outside, batching)
+                .ok_or_else(|| mismatch("output", t, &rule.inside))?;
+        }
+    }
+    Ok(())
 }
 
 /// `inner` with the config's reshapes applied around it (itself when the
@@ -58,26 +84,40 @@ pub fn wrap(config: &ModelConfig, inner: Box<dyn InstanceExec>) -> Box<dyn Insta
         inner,
         batching: config.max_batch_size > 0,
         inputs,
-        outputs,
+        outputs: Arc::new(outputs),
     })
 }
 
 impl InstanceExec for Reshaped {
     fn execute(&mut self, mut inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
-        for t in &mut inputs {
-            if let Some(rule) = self.inputs.iter().find(|r| r.name == t.name) {
-                t.shape = convert(&t.shape, &rule.outside, &rule.inside, self.batching)
-                    .ok_or_else(|| mismatch("input", t, &rule.outside))?;
-            }
-        }
+        self.reshape_inputs(&mut inputs)?;
         let mut results = self.inner.execute(inputs, outputs)?;
-        for t in &mut results {
-            if let Some(rule) = self.outputs.iter().find(|r| r.name == t.name) {
-                t.shape = convert(&t.shape, &rule.inside, &rule.outside, self.batching)
-                    .ok_or_else(|| mismatch("output", t, &rule.inside))?;
-            }
-        }
+        reshape_outputs(&self.outputs, self.batching, &mut results)?;
         Ok(results)
+    }
+
+    /// Each request's inputs reshaped now; its responses (however many, and
+    /// whenever they come) reshaped on their way out.
+    fn execute_requests(&mut self, mut requests: Vec<BackendRequest>) -> Result<()> {
+        let mut ready = Vec::with_capacity(requests.len());
+        for mut r in requests.drain(..) {
+            if let Err(e) = self.reshape_inputs(&mut r.inputs) {
+                r.respond.fail(e);
+                continue;
+            }
+            if !self.outputs.is_empty() {
+                let (rules, batching) = (Arc::clone(&self.outputs), self.batching);
+                r.respond
+                    .map_outputs(Arc::new(move |tensors: &mut Vec<Tensor>| {
+                        reshape_outputs(&rules, batching, tensors)
+                    }));
+            }
+            ready.push(r);
+        }
+        if ready.is_empty() {
+            return Ok(());
+        }
+        self.inner.execute_requests(ready)
     }
 
     fn timing(&self) -> (std::time::Duration, std::time::Duration) {

@@ -43,6 +43,10 @@ pub fn takes_request_lists(config: &ModelConfig) -> bool {
     config.backend == "python"
 }
 
+/// Why a backend that takes requests apart (the Python backend) cannot
+/// have implicit state: Triton's Python backend cannot either.
+pub const LIST_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and the Python backend does not (nor does Triton's); keep a sequence's state in the model, keyed by request.correlation_id()";
+
 /// The `parameters` each built-in backend reads.
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
     match backend {
@@ -351,33 +355,16 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         );
     }
     if python {
-        // The Python backend takes each batch as a list of requests; the
-        // sequence batcher and reshape work on concatenated batches.
-        if matches!(
-            config.scheduling_choice,
-            Some(SchedulingChoice::SequenceBatching(_))
-        ) {
-            refuse(
-                &mut out,
-                "sequence_batching".into(),
-                "the sequence batcher does not serve Python models yet",
-            );
-        }
-        for (i, input) in config.input.iter().enumerate() {
-            if input.reshape.is_some() {
+        // The Python backend takes each batch as a list of requests (the
+        // sequence batcher's control inputs, correlation id and flags come
+        // with each request; reshape applies to each request's tensors);
+        // implicit state works on concatenated batches.
+        if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
+            if !s.state.is_empty() {
                 refuse(
                     &mut out,
-                    format!("input[{i}].reshape"),
-                    "reshape is not applied to Python models yet",
-                );
-            }
-        }
-        for (i, output) in config.output.iter().enumerate() {
-            if output.reshape.is_some() {
-                refuse(
-                    &mut out,
-                    format!("output[{i}].reshape"),
-                    "reshape is not applied to Python models yet",
+                    "sequence_batching.state".into(),
+                    LIST_BACKEND_STATE,
                 );
             }
         }
@@ -542,5 +529,30 @@ mod tests {
             fields(&check(&c), Severity::Error),
             ["input[0].reshape", "output[0].reshape"]
         );
+    }
+
+    #[test]
+    fn a_python_sequence_model_is_served_but_not_with_implicit_state() {
+        use pb::model_config::SchedulingChoice;
+        let mut c = ModelConfig {
+            name: "m".into(),
+            backend: "python".into(),
+            ..Default::default()
+        };
+        let mut sequence = pb::ModelSequenceBatching::default();
+        c.scheduling_choice = Some(SchedulingChoice::SequenceBatching(sequence.clone()));
+        assert!(check(&c).is_empty(), "{:?}", check(&c));
+        sequence.state = vec![Default::default()];
+        c.scheduling_choice = Some(SchedulingChoice::SequenceBatching(sequence));
+        let issues = check(&c);
+        assert_eq!(
+            fields(&issues, Severity::Error),
+            ["sequence_batching.state"]
+        );
+        assert!(issues[0].message.contains(LIST_BACKEND_STATE));
+        // Another backend carries the state itself.
+        c.backend = "onnxruntime".into();
+        c.platform = "onnxruntime_onnx".into();
+        assert!(fields(&check(&c), Severity::Error).is_empty());
     }
 }

@@ -3,7 +3,8 @@
 //! version's scheduler, awaits the answer without blocking the runtime,
 //! applies classification, writes shared-memory outputs and records
 //! statistics and the trace. Dropping the returned future (a client that
-//! went away) abandons the queued request.
+//! went away) cancels the request: its `CancelToken` is set, a queued
+//! request is not run, a backend that watches the token stops early.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
@@ -17,7 +18,7 @@ use crate::core::repository::LoadedModel;
 use crate::core::request::validate;
 use crate::core::scheduler::{StepRunner, Submission};
 use crate::core::stats::ModelStats;
-use crate::core::types::{InferRequest, InferResponse, RequestedOutput, Tensor};
+use crate::core::types::{CancelToken, InferRequest, InferResponse, RequestedOutput, Tensor};
 
 impl Engine {
     /// Inference requests being handled right now.
@@ -90,7 +91,8 @@ impl Engine {
             miss = Some((cache, key, lookup.elapsed()));
         }
         let enqueued = Instant::now();
-        let submission = submission(&request, inputs, &outputs, batch, enqueued);
+        let cancel = CancelToken::new();
+        let submission = submission(&request, inputs, &outputs, batch, enqueued, &cancel);
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             // A request the scheduler found wrong is a failed request; any
@@ -102,10 +104,12 @@ impl Engine {
             }
         };
         // A caller that goes away while its request waits (a closed
-        // connection, a client timeout) counts as a canceled request.
+        // connection, a client timeout, a cancelled gRPC call) cancels it
+        // and counts as a canceled request.
         let mut canceled = CancelGuard {
             stats,
             start,
+            token: &cancel,
             armed: true,
         };
         let done = completion.next().await;
@@ -226,7 +230,8 @@ impl Engine {
                 return each(Err(e));
             }
         };
-        let submission = submission(&request, inputs, &outputs, batch, Instant::now());
+        let cancel = CancelToken::new();
+        let submission = submission(&request, inputs, &outputs, batch, Instant::now(), &cancel);
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             Err(e) if e.kind == ErrorKind::InvalidArg => {
@@ -241,6 +246,7 @@ impl Engine {
         let mut canceled = CancelGuard {
             stats,
             start,
+            token: &cancel,
             armed: true,
         };
         let labels = &model.labels;
@@ -301,6 +307,7 @@ fn submission<'a>(
     outputs: &'a [RequestedOutput],
     batch: usize,
     enqueued: Instant,
+    cancel: &'a CancelToken,
 ) -> Submission<'a> {
     Submission {
         id: &request.id,
@@ -312,20 +319,25 @@ fn submission<'a>(
         sequence: &request.sequence,
         enqueued,
         parameters: &request.parameters,
+        cancel,
     }
 }
 
-/// Records a canceled request when dropped armed (the caller's future was
-/// dropped while the request waited).
+/// Cancels the request and records it as canceled when dropped armed (the
+/// caller's future was dropped before the request finished): a queued
+/// request is then not run, and a backend running it hears of it
+/// (`CancelToken::on_cancel`).
 struct CancelGuard<'a> {
     stats: &'a ModelStats,
     start: Instant,
+    token: &'a CancelToken,
     armed: bool,
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
+            self.token.cancel();
             self.stats.record_canceled(self.start.elapsed());
         }
     }

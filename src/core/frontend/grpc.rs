@@ -4,7 +4,7 @@
 
 use std::pin::Pin;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::load_override;
@@ -25,13 +25,6 @@ use crate::core::protocol::pb::inference::{
     *,
 };
 
-/// One answer of a stream, as a stream of its own.
-type Answers = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
-
-fn once(item: Result<ModelStreamInferResponse, Status>) -> Answers {
-    Box::pin(futures_util::stream::once(std::future::ready(item)))
-}
-
 /// Triton's mapping of error kinds to gRPC codes.
 pub fn code_of(kind: ErrorKind) -> tonic::Code {
     match kind {
@@ -50,11 +43,11 @@ fn status(e: Error) -> Status {
     Status::new(code_of(e.kind), e.message)
 }
 
-/// How many requests of one stream may be in flight at once; responses
-/// still come back in request order. Large, because the requests read after
+/// How many requests of one stream may be in flight at once (the next
+/// request is read when one ends). Large, because the requests read after
 /// a waiting one may be what frees it (a sequence's END request releasing
-/// the batch slot a backlogged sequence waits for); Triton reads a stream's
-/// requests as they arrive.
+/// the batch slot a backlogged sequence waits for, a decoupled request
+/// that never ends); Triton reads a stream's requests as they arrive.
 const STREAM_IN_FLIGHT: usize = 1 << 16;
 
 /// How much before the client's deadline a unary call gives up
@@ -145,12 +138,14 @@ impl GrpcService {
     /// come (each marked `triton_final_response: false` when the client
     /// set `triton_enable_empty_final_response`, which also gets the empty
     /// final response Triton sends then), an error as the stream's
-    /// `error_message`.
+    /// `error_message`. The request runs while the returned stream is
+    /// polled; dropping it (the client cancelled the stream) cancels the
+    /// request.
     fn infer_decoupled(
-        engine: &Engine,
+        engine: Engine,
         model: std::sync::Arc<crate::core::repository::LoadedModel>,
         req: ModelInferRequest,
-    ) -> Answers {
+    ) -> impl Stream<Item = ModelStreamInferResponse> + Send + 'static {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = req.id.clone();
         let empty_final = matches!(
@@ -174,13 +169,12 @@ impl GrpcService {
                 ..Default::default()
             }),
         };
-        let engine = engine.clone();
-        tokio::spawn(async move {
+        let run = async move {
             let request =
                 match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = tx.send(Ok(error(&id, e)));
+                        let _ = tx.send(error(&id, e));
                         return;
                     }
                 };
@@ -201,11 +195,11 @@ impl GrpcService {
                         }
                         Err(e) => error(&id, e),
                     };
-                    let _ = tx.send(Ok(item));
+                    let _ = tx.send(item);
                 })
                 .await;
             if empty_final {
-                let _ = tx.send(Ok(ModelStreamInferResponse {
+                let _ = tx.send(ModelStreamInferResponse {
                     error_message: String::new(),
                     infer_response: Some(ModelInferResponse {
                         model_name,
@@ -214,10 +208,150 @@ impl GrpcService {
                         parameters: final_flag(true),
                         ..Default::default()
                     }),
-                }));
+                });
             }
-        });
-        Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        };
+        // The responses as they come; the run itself yields nothing and
+        // ends the channel (its sender) when it ends.
+        let run = run.into_stream().filter_map(|()| std::future::ready(None));
+        futures_util::stream::select(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            run,
+        )
+    }
+}
+
+/// One request of a stream at work: its responses, each with its place
+/// among the stream's one-answer requests (`None`: a decoupled model's
+/// response, written as it comes).
+type Running = Pin<Box<dyn Stream<Item = (Option<u64>, ModelStreamInferResponse)> + Send>>;
+
+/// One `ModelStreamInfer` call: reads the client's requests, runs up to
+/// `STREAM_IN_FLIGHT` of them at once and yields their responses. As
+/// Triton: a one-answer request's response is written in the order the
+/// requests were read; a decoupled model's responses are written as they
+/// come, between the others. A failed request answers with
+/// `error_message` and its id, and the stream goes on.
+///
+/// The requests run while the call's response stream is polled, inside
+/// it: when the client cancels the call (or its connection goes), the
+/// server drops the stream and with it every request still open, which
+/// the engine then cancels. A half-close only stops the reading: the call
+/// ends (OK) after the last response of the requests already read, or
+/// with the status of a message that could not be read, after the
+/// responses of the requests before it.
+struct StreamCall {
+    engine: Engine,
+    incoming: Streaming<ModelInferRequest>,
+    /// Still reading requests.
+    reading: bool,
+    /// Why the reading stopped, when a message could not be read: the
+    /// call's final status.
+    broken: Option<Status>,
+    running: futures_util::stream::SelectAll<Running>,
+    /// The place the next one-answer request gets, and the place whose
+    /// response is written next.
+    next_place: u64,
+    next_write: u64,
+    /// One-answer responses that came before those ahead of them.
+    held: std::collections::BTreeMap<u64, ModelStreamInferResponse>,
+    /// Responses due now, in order.
+    due: std::collections::VecDeque<ModelStreamInferResponse>,
+}
+
+impl StreamCall {
+    fn new(engine: Engine, incoming: Streaming<ModelInferRequest>) -> Self {
+        StreamCall {
+            engine,
+            incoming,
+            reading: true,
+            broken: None,
+            running: futures_util::stream::SelectAll::new(),
+            next_place: 0,
+            next_write: 0,
+            held: Default::default(),
+            due: Default::default(),
+        }
+    }
+
+    /// Starts one request (it runs when `running` is polled, in the order
+    /// started).
+    fn start(&mut self, request: ModelInferRequest) {
+        let engine = self.engine.clone();
+        let running: Running = match engine.model(&request.model_name, &request.model_version) {
+            Ok(model) if model.decoupled() => {
+                Box::pin(GrpcService::infer_decoupled(engine, model, request).map(|r| (None, r)))
+            }
+            looked_up => {
+                let place = self.next_place;
+                self.next_place += 1;
+                let id = request.id.clone();
+                Box::pin(futures_util::stream::once(async move {
+                    let answer = match looked_up {
+                        Ok(model) => GrpcService::infer_model(&engine, model, request).await,
+                        Err(e) => Err(e),
+                    };
+                    let response = match answer {
+                        Ok(response) => ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(response),
+                        },
+                        // As Triton: only the id, so the client knows which failed.
+                        Err(e) => ModelStreamInferResponse {
+                            error_message: e.message,
+                            infer_response: Some(ModelInferResponse {
+                                id,
+                                ..Default::default()
+                            }),
+                        },
+                    };
+                    (Some(place), response)
+                }))
+            }
+        };
+        self.running.push(running);
+    }
+}
+
+impl Stream for StreamCall {
+    type Item = Result<ModelStreamInferResponse, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if let Some(response) = this.due.pop_front() {
+                return Poll::Ready(Some(Ok(response)));
+            }
+            while this.reading && this.running.len() < STREAM_IN_FLIGHT {
+                match Pin::new(&mut this.incoming).poll_next(cx) {
+                    Poll::Ready(Some(Ok(request))) => this.start(request),
+                    Poll::Ready(Some(Err(e))) => {
+                        this.reading = false;
+                        this.broken = Some(e);
+                    }
+                    Poll::Ready(None) => this.reading = false,
+                    Poll::Pending => break,
+                }
+            }
+            match Pin::new(&mut this.running).poll_next(cx) {
+                Poll::Ready(Some((None, response))) => return Poll::Ready(Some(Ok(response))),
+                Poll::Ready(Some((Some(place), response))) => {
+                    this.held.insert(place, response);
+                    while let Some(r) = this.held.remove(&this.next_write) {
+                        this.due.push_back(r);
+                        this.next_write += 1;
+                    }
+                }
+                // Nothing runs: wait for the next request, or end.
+                Poll::Ready(None) if this.reading => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(this.broken.take().map(Err)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -308,56 +442,7 @@ impl GrpcInferenceService for GrpcService {
         &self,
         req: Request<Streaming<ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
-        let engine = self.engine.clone();
-        let incoming = req.into_inner();
-        // Requests run concurrently (up to STREAM_IN_FLIGHT); responses keep
-        // request order; a failed request answers with `error_message` and
-        // the stream stays open. The stream ends when the client's does, or
-        // with the status of a message that cannot be read (undecodable,
-        // over --grpc-max-input-size), after the answers before it.
-        let responses = incoming
-            .scan(false, |broken, r| {
-                let item = (!*broken).then(|| {
-                    *broken = r.is_err();
-                    r
-                });
-                std::future::ready(item)
-            })
-            .map(move |request| {
-                let engine = engine.clone();
-                async move {
-                    let request = match request {
-                        Ok(r) => r,
-                        Err(e) => return once(Err(e)),
-                    };
-                    // A decoupled model's responses stream out as they
-                    // come (the requests after it keep running).
-                    let id = request.id.clone();
-                    let answer = match engine.model(&request.model_name, &request.model_version) {
-                        Ok(model) if model.decoupled() => {
-                            return Self::infer_decoupled(&engine, model, request);
-                        }
-                        Ok(model) => Self::infer_model(&engine, model, request).await,
-                        Err(e) => Err(e),
-                    };
-                    once(Ok(match answer {
-                        Ok(response) => ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(response),
-                        },
-                        // As Triton: only the id, so the client knows which failed.
-                        Err(e) => ModelStreamInferResponse {
-                            error_message: e.message,
-                            infer_response: Some(ModelInferResponse {
-                                id,
-                                ..Default::default()
-                            }),
-                        },
-                    }))
-                }
-            })
-            .buffered(STREAM_IN_FLIGHT)
-            .flatten();
+        let responses = StreamCall::new(self.engine.clone(), req.into_inner());
         Ok(Response::new(Box::pin(responses)))
     }
 

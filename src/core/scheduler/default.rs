@@ -6,11 +6,12 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::lists::Answer;
 use super::{pending, Answering, Completion, Submission};
 use crate::core::batch_io::BatchIo;
 use crate::core::error::Result;
 use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
-use crate::core::responder::{Responder, Sink};
+use crate::core::responder::Responder;
 use crate::core::stats::ModelStats;
 
 /// The default scheduler of one model version.
@@ -83,12 +84,12 @@ impl DefaultScheduler {
     /// through its responder (once, or any number of times when the model
     /// is decoupled); the execution's end is counted here.
     fn submit_request<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
-        let (sink, completion) = answer_sink(self.answering.decoupled);
+        let (answer, completion) = Answer::new(self.answering.decoupled);
         let batch = submission.batch;
         let request = BackendRequest {
             outputs: submission.output_names(),
             info: submission.info(),
-            respond: Responder::new(sink, submission.enqueued),
+            respond: Responder::new(answer.into_sink(), submission.enqueued),
             inputs: submission.inputs,
         };
         let stats = Arc::clone(&self.stats);
@@ -119,20 +120,5 @@ impl DefaultScheduler {
                 })
         })?;
         Ok(completion)
-    }
-}
-
-/// Where a request that answers through a responder sends its answers, and
-/// the completion its caller awaits: one answer, or a stream of them.
-pub(super) fn answer_sink<'a>(decoupled: bool) -> (Sink, Completion<'a>) {
-    if decoupled {
-        let (tx, completion) = Completion::stream();
-        (Sink::Stream(tx), completion)
-    } else {
-        let (tx, rx) = oneshot::channel();
-        let sink = Sink::Once(Box::new(move |done| {
-            let _ = tx.send(done);
-        }));
-        (sink, Completion::one(rx))
     }
 }

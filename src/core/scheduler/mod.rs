@@ -17,6 +17,7 @@
 mod default;
 pub mod dynamic;
 pub mod ensemble;
+mod lists;
 pub mod sequence;
 mod split;
 mod worker;
@@ -33,7 +34,7 @@ use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::instance::{Done, InstancePool};
 use crate::core::stats::ModelStats;
-use crate::core::types::{RequestInfo, RequestedOutput, SequenceParams, Tensor};
+use crate::core::types::{CancelToken, RequestInfo, RequestedOutput, SequenceParams, Tensor};
 
 pub use default::DefaultScheduler;
 pub use dynamic::{BatchConfig, DynamicBatcher};
@@ -58,6 +59,9 @@ pub struct Submission<'a> {
     pub enqueued: Instant,
     /// The request's parameters for the backend (not Triton's own).
     pub parameters: &'a serde_json::Map<String, serde_json::Value>,
+    /// Set when the caller stops waiting (the engine's drop guard); a
+    /// backend that takes requests apart gets it in `RequestInfo`.
+    pub cancel: &'a CancelToken,
 }
 
 impl Submission<'_> {
@@ -73,6 +77,7 @@ impl Submission<'_> {
             flags: u32::from(self.sequence.start) | (u32::from(self.sequence.end) << 1),
             timeout_us: self.timeout_us,
             parameters: self.parameters.clone(),
+            cancel: self.cancel.clone(),
         }
     }
 }
@@ -122,14 +127,16 @@ impl Scheduler {
     ) -> Result<Scheduler> {
         let name = &config.name;
         let answering = Answering::of(config);
-        if answering.lists && sequence.is_some() {
-            return Err(Error::unsupported(format!(
-                "model '{name}': the sequence batcher does not serve the '{}' backend yet",
-                config.backend
-            )));
-        }
         if let Some(settings) = sequence {
-            return SequenceBatcher::start(name, settings, pool, stats).map(Scheduler::Sequence);
+            // `config::support` refuses this first (validate-config too).
+            if answering.lists && !settings.states.is_empty() {
+                return Err(Error::unsupported(format!(
+                    "model '{name}': not supported by trtis: {}",
+                    crate::core::config::support::LIST_BACKEND_STATE
+                )));
+            }
+            return SequenceBatcher::start(name, settings, answering, pool, stats)
+                .map(Scheduler::Sequence);
         }
         if let Some(batching) = BatchConfig::from_config(config) {
             let instances = pool.instances();

@@ -1,10 +1,14 @@
 //! Engine data types: tensors and inference requests/responses, independent
-//! of any wire format. Tensor data is raw little-endian, row-major bytes;
-//! BYTES elements are serialized as Triton does (4-byte little-endian length,
-//! then the bytes), which is also the binary-tensor wire form. [`element`]
-//! maps the fixed-size datatypes to Rust types.
+//! of any wire format, and a request's cancellation token (`CancelToken`).
+//! Tensor data is raw little-endian, row-major bytes; BYTES elements are
+//! serialized as Triton does (4-byte little-endian length, then the bytes),
+//! which is also the binary-tensor wire form. [`element`] maps the
+//! fixed-size datatypes to Rust types.
 
+mod cancel;
 pub(crate) mod element;
+
+pub use cancel::CancelToken;
 
 use crate::core::config::pb::DataType as ConfigType;
 use crate::core::error::{Error, Result};
@@ -245,6 +249,9 @@ pub struct RequestInfo {
     pub flags: u32,
     pub timeout_us: u64,
     pub parameters: serde_json::Map<String, serde_json::Value>,
+    /// Set when nobody waits for the request's answers any more (Triton's
+    /// `is_cancelled()`); never set for a request made by `Default`.
+    pub cancel: CancelToken,
 }
 
 /// A sequence's correlation id: the `sequence_id` request parameter, a

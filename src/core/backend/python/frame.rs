@@ -4,6 +4,7 @@
 //! writes to any `Write`.
 
 use std::io::{Read, Write};
+use std::ops::Range;
 
 use serde_json::{json, Map, Value};
 
@@ -14,11 +15,17 @@ use crate::core::types::{DataType, Tensor};
 /// the data is in the body).
 const MAX_HEADER: u32 = 64 << 20;
 
-/// One frame: its JSON header and its body.
+/// Below this many bytes a frame is copied into one buffer and written with
+/// one system call; above it, its tensors are written from where they are.
+const GATHER: usize = 64 << 10;
+
+/// One frame: its JSON header and its body. A frame being written may keep
+/// tensor data it was given in `parts`: they follow `body` on the wire.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
     pub header: Map<String, Value>,
     pub body: Vec<u8>,
+    pub parts: Vec<Vec<u8>>,
 }
 
 impl Frame {
@@ -30,6 +37,7 @@ impl Frame {
                 _ => Map::new(),
             },
             body: Vec::new(),
+            parts: Vec::new(),
         }
     }
 
@@ -72,6 +80,19 @@ impl Frame {
     /// The tensors listed under `key` (an array of `{name, datatype, shape,
     /// size}`), cut from the body starting at `*offset`.
     pub fn tensors_at(&self, list: &Value, offset: &mut usize) -> Result<Vec<Tensor>> {
+        Ok(self
+            .describe(list, offset)?
+            .into_iter()
+            .map(|(mut t, range)| {
+                t.data = self.body[range].to_vec();
+                t
+            })
+            .collect())
+    }
+
+    /// The tensors of `list` without their data, each with where its data
+    /// lies in the body.
+    fn describe(&self, list: &Value, offset: &mut usize) -> Result<Vec<(Tensor, Range<usize>)>> {
         let bad = |why: String| {
             Error::internal(format!("a malformed frame from the Python worker: {why}"))
         };
@@ -98,25 +119,42 @@ impl Frame {
                 .checked_add(size)
                 .filter(|&e| e <= self.body.len())
                 .ok_or_else(|| bad(format!("tensor '{name}' runs past the frame's body")))?;
-            out.push(Tensor {
+            let tensor = Tensor {
                 name: name.to_string(),
                 datatype,
                 shape,
-                data: self.body[*offset..end].to_vec(),
-            });
+                data: Vec::new(),
+            };
+            out.push((tensor, *offset..end));
             *offset = end;
         }
         Ok(out)
     }
 
-    /// The tensors of a `response`-like frame (`tensors` in the header).
-    pub fn tensors(&self) -> Result<Vec<Tensor>> {
+    /// The tensors of a `response`-like frame, taking the body: a lone
+    /// tensor that is the whole body keeps its bytes where they are (no
+    /// copy of a large output).
+    pub fn take_tensors(&mut self) -> Result<Vec<Tensor>> {
         let list = self.header.get("tensors").cloned().unwrap_or(Value::Null);
-        self.tensors_at(&list, &mut 0)
+        let mut described = self.describe(&list, &mut 0)?;
+        if let [(one, range)] = described.as_mut_slice() {
+            if *range == (0..self.body.len()) {
+                one.data = std::mem::take(&mut self.body);
+                return Ok(described.into_iter().map(|(t, _)| t).collect());
+            }
+        }
+        Ok(described
+            .into_iter()
+            .map(|(mut t, range)| {
+                t.data = self.body[range].to_vec();
+                t
+            })
+            .collect())
     }
 
-    /// Appends tensors to the body and returns their header entries.
-    pub fn add_tensors(&mut self, tensors: &[Tensor]) -> Value {
+    /// Takes the tensors' data into the frame (written from where it is,
+    /// no copy) and returns their header entries.
+    pub fn add_owned_tensors(&mut self, tensors: Vec<Tensor>) -> Value {
         let mut list = Vec::with_capacity(tensors.len());
         for t in tensors {
             list.push(json!({
@@ -125,20 +163,36 @@ impl Frame {
                 "shape": t.shape,
                 "size": t.data.len(),
             }));
-            self.body.extend_from_slice(&t.data);
+            if !t.data.is_empty() {
+                self.parts.push(t.data);
+            }
         }
         Value::Array(list)
     }
 
-    /// Writes the frame.
+    /// Writes the frame: a small one in one write, a large one with its
+    /// tensors written from where they are.
     pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
         let header = serde_json::to_vec(&self.header)?;
-        let mut head = Vec::with_capacity(12 + header.len());
+        let body_len = self.body.len() + self.parts.iter().map(Vec::len).sum::<usize>();
+        let small = body_len < GATHER;
+        let mut head = Vec::with_capacity(12 + header.len() + if small { body_len } else { 0 });
         head.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(self.body.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(body_len as u64).to_le_bytes());
         head.extend_from_slice(&header);
-        w.write_all(&head)?;
-        w.write_all(&self.body)?;
+        if small {
+            head.extend_from_slice(&self.body);
+            for part in &self.parts {
+                head.extend_from_slice(part);
+            }
+            w.write_all(&head)?;
+        } else {
+            w.write_all(&head)?;
+            w.write_all(&self.body)?;
+            for part in &self.parts {
+                w.write_all(part)?;
+            }
+        }
         w.flush()
     }
 
@@ -162,12 +216,18 @@ impl Frame {
         r.read_exact(&mut header)?;
         let header: Map<String, Value> = serde_json::from_slice(&header)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        let mut body = Vec::new();
+        // Room for the whole body up front (bounded: the length is the
+        // worker's word), so a large body is not copied as it grows.
+        let mut body = Vec::with_capacity(body_len.min(1 << 30) as usize);
         r.take(body_len).read_to_end(&mut body)?;
         if body.len() as u64 != body_len {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        Ok(Some(Frame { header, body }))
+        Ok(Some(Frame {
+            header,
+            body,
+            parts: Vec::new(),
+        }))
     }
 }
 
@@ -220,17 +280,54 @@ mod tests {
                 data: vec![2, 0, 0, 0, b'h', b'i'],
             },
         ];
-        let list = f.add_tensors(&tensors);
+        let list = f.add_owned_tensors(tensors.clone());
         f.header.insert("tensors".into(), list);
         let mut wire = Vec::new();
         f.write_to(&mut wire).unwrap();
         let mut r = wire.as_slice();
         let back = Frame::read_from(&mut r).unwrap().unwrap();
-        assert_eq!(back, f);
+        // Read back, the parts are one body.
+        assert_eq!(back.header, f.header);
+        assert_eq!(back.body, f.parts.concat());
         assert_eq!(back.kind(), "response");
         assert_eq!(back.u64("rid"), 7);
-        assert_eq!(back.tensors().unwrap(), tensors);
+        assert_eq!(back.clone().take_tensors().unwrap(), tensors);
         assert!(Frame::read_from(&mut r).unwrap().is_none(), "a clean end");
+    }
+
+    #[test]
+    fn owned_tensors_small_and_large_read_back_the_same() {
+        for len in [8usize, (GATHER / 4) + 100] {
+            let tensors = vec![
+                Tensor {
+                    name: "BIG".into(),
+                    datatype: DataType::Fp32,
+                    shape: vec![len as i64],
+                    data: (0..len * 4).map(|i| (i % 251) as u8).collect(),
+                },
+                Tensor {
+                    name: "E".into(),
+                    datatype: DataType::Uint8,
+                    shape: vec![0],
+                    data: Vec::new(),
+                },
+            ];
+            let mut f = Frame::new(json!({"kind": "response"}));
+            let list = f.add_owned_tensors(tensors.clone());
+            f.header.insert("tensors".into(), list);
+            let mut wire = Vec::new();
+            f.write_to(&mut wire).unwrap();
+            let mut back = Frame::read_from(&mut wire.as_slice()).unwrap().unwrap();
+            assert_eq!(back.body.len(), len * 4);
+            assert_eq!(back.take_tensors().unwrap(), tensors, "{len}");
+        }
+        // A lone tensor spanning the body takes it whole.
+        let mut f = Frame::new(json!({"tensors": [
+            {"name": "T", "datatype": "UINT8", "shape": [3], "size": 3}]}));
+        f.body = vec![1, 2, 3];
+        let at = f.body.as_ptr();
+        let t = f.take_tensors().unwrap();
+        assert_eq!((t[0].data.as_ptr(), f.body.len()), (at, 0));
     }
 
     #[test]
@@ -246,12 +343,12 @@ mod tests {
             "tensors".into(),
             json!([{"name": "T", "datatype": "UINT8", "shape": [9], "size": 9}]),
         );
-        assert!(f.tensors().is_err(), "a tensor past the body");
+        assert!(f.take_tensors().is_err(), "a tensor past the body");
         f.header.insert(
             "tensors".into(),
             json!([{"name": "T", "datatype": "NOPE", "shape": [3], "size": 3}]),
         );
-        assert!(f.tensors().is_err());
+        assert!(f.take_tensors().is_err());
         let huge = [0xffu8, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
         assert!(Frame::read_from(&mut &huge[..]).is_err());
     }

@@ -12,7 +12,11 @@
 //!
 //! A worker that dies fails the requests it held (the reader thread sees to
 //! that); the next batch starts a new worker, so the model stays served.
+//! A request cancelled while the worker holds it (its `CancelToken` set:
+//! the client went away) gets a `cancel` frame, which the model sees as
+//! `is_cancelled()`.
 
+mod env;
 mod frame;
 mod worker;
 
@@ -37,7 +41,7 @@ pub struct PythonInstance {
     /// The `init` frame, kept to start a new worker after one died.
     init: Frame,
     python: PathBuf,
-    library_path: Option<PathBuf>,
+    env_dir: Option<PathBuf>,
     name: String,
     timeout: Duration,
     host: Option<std::sync::Arc<dyn super::Host>>,
@@ -60,7 +64,7 @@ impl PythonInstance {
                 ctx.instance_name
             )));
         }
-        let (python, library_path) = interpreter(ctx)?;
+        let (python, env_dir) = interpreter(ctx)?;
         let (version, module) = module_name(&ctx.version_dir, file);
         let config_json = crate::core::config::json::to_json(config)?;
         let decoupled = config
@@ -89,7 +93,7 @@ impl PythonInstance {
             worker: None,
             init,
             python,
-            library_path,
+            env_dir,
             name: ctx.instance_name.clone(),
             timeout: ctx.options.stub_timeout.unwrap_or(DEFAULT_TIMEOUT),
             host: ctx.options.host.clone(),
@@ -102,7 +106,7 @@ impl PythonInstance {
     fn start(&mut self) -> Result<()> {
         let mut worker = Worker::start(&Launch {
             python: &self.python,
-            library_path: self.library_path.clone(),
+            env_dir: self.env_dir.clone(),
             instance: &self.name,
             host: self.host.clone(),
         })?;
@@ -166,11 +170,11 @@ pub fn auto_complete(
     if !model_file.is_file() {
         return Ok(config.clone());
     }
-    let (python, library_path) = interpreter(&ctx)?;
+    let (python, env_dir) = interpreter(&ctx)?;
     let (_, module) = module_name(version_dir, file);
     let mut worker = Worker::start(&Launch {
         python: &python,
-        library_path,
+        env_dir,
         instance: &config.name,
         host: None,
     })?;
@@ -214,9 +218,10 @@ impl InstanceExec for PythonInstance {
         let mut frame = Frame::new(json!({"kind": "execute"}));
         let mut list = Vec::with_capacity(requests.len());
         let mut ids = Vec::with_capacity(requests.len());
+        let mut tokens = Vec::with_capacity(requests.len());
         for r in requests {
             let id = link.next_id();
-            let inputs = frame.add_tensors(&r.inputs);
+            let inputs = frame.add_owned_tensors(r.inputs);
             let info = &r.info;
             list.push(json!({
                 "rid": id,
@@ -237,6 +242,7 @@ impl InstanceExec for PythonInstance {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id, r.respond);
             ids.push(id);
+            tokens.push(r.info.cancel);
         }
         frame.header.insert("requests".into(), Value::Array(list));
         let forget = |link: &worker::Link| {
@@ -249,6 +255,12 @@ impl InstanceExec for PythonInstance {
             forget(&link);
             return Err(e);
         }
+        // The worker knows the requests now: a request cancelled from here
+        // on (or already) gets a `cancel` frame while it is open.
+        for (id, token) in ids.iter().zip(&tokens) {
+            link.cancel_on(*id, token);
+        }
+        drop(tokens);
         // The batch is done with when `execute` returned; a decoupled
         // model's responses may still come after.
         let answer = loop {
@@ -329,32 +341,41 @@ fn plain_file_name(file: &str, model: &str) -> Result<()> {
 
 /// The interpreter for a model: its `EXECUTION_ENV_PATH` environment's,
 /// else the server's choice (`--python`, `TRTIS_PYTHON`), else the
-/// project's `.venv`, else `python3`. With an environment, also the
-/// library directory to put first on `LD_LIBRARY_PATH`, as Triton does.
+/// project's `.venv`, else `python3`. With an environment, also its
+/// directory, which the worker activates as Triton does.
+/// The environment is a directory, or an archive (a conda-pack `.tar.gz`)
+/// that `env` unpacks into its cache, as Triton unpacks it.
 fn interpreter(ctx: &LoadContext) -> Result<(PathBuf, Option<PathBuf>)> {
     if let Some(env) = ctx.config.parameters.get("EXECUTION_ENV_PATH") {
+        let name = &ctx.config.name;
         let path = env.string_value.replace(
             "$$TRITON_MODEL_DIRECTORY",
             &ctx.model_dir.display().to_string(),
         );
-        let dir = PathBuf::from(&path);
-        if !dir.is_dir() {
+        let given = PathBuf::from(&path);
+        let dir = if given.is_dir() {
+            given
+        } else if given.is_file() {
+            env::unpacked(&given).map_err(|e| {
+                Error::new(
+                    e.kind,
+                    format!(
+                        "EXECUTION_ENV_PATH '{path}' of model '{name}': {}",
+                        e.message
+                    ),
+                )
+            })?
+        } else {
             return Err(Error::invalid_arg(format!(
-                "EXECUTION_ENV_PATH '{path}' of model '{}' is not a directory: trtis runs an unpacked environment (a directory with bin/python3); unpack a conda-pack archive with `mkdir env && tar -xzf env.tar.gz -C env`",
-                ctx.config.name
+                "EXECUTION_ENV_PATH '{path}' of model '{name}' does not exist: it names an environment directory with bin/python3, or a conda-pack .tar.gz of one"
             )));
-        }
-        let python = ["bin/python3", "bin/python"]
-            .iter()
-            .map(|p| dir.join(p))
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                Error::invalid_arg(format!(
-                    "EXECUTION_ENV_PATH '{path}' of model '{}' has no bin/python3",
-                    ctx.config.name
-                ))
-            })?;
-        return Ok((python, Some(dir.join("lib"))));
+        };
+        let python = env::python_of(&dir).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "EXECUTION_ENV_PATH '{path}' of model '{name}' has no bin/python3"
+            ))
+        })?;
+        return Ok((python, Some(dir)));
     }
     if let Some(p) = &ctx.options.python {
         return Ok((p.clone(), None));

@@ -12,8 +12,15 @@ worker process (worker.py, in the same directory), which installs itself as
     _runtime.bls_allowed               False before initialize() returned and
                                        once finalize started
     _runtime.send_frame(header, parts) write one frame (thread-safe)
-    _runtime.start_bls(header, parts)  send a `bls` frame; returns a queue of
-                                       (header, body) replies
+    _runtime.start_bls(header, parts)  send a `bls` frame; returns an object
+                                       whose get() waits for the next
+                                       (header, body) reply
+    _runtime.poll()                    take in frames already sent, without
+                                       blocking (a `cancel`)
+    _runtime.call(header)              send a frame the server answers (a
+                                       `metric` request); like start_bls
+    _runtime.defer(header)             send a frame soon, from another thread
+                                       (safe to call from __del__)
     _runtime.request_abandoned(rid, index, sender_used)
                                        a request's state was garbage collected
                                        without its final response (must be safe
@@ -298,8 +305,8 @@ class Tensor:
         datatype = desc["datatype"]
         if datatype not in _DATATYPES:
             raise TritonModelException("unknown datatype '{}'".format(datatype))
-        shape = [int(d) for d in desc["shape"]]
-        size = int(desc["size"])
+        shape = desc["shape"]  # the server's: a list of ints
+        size = desc["size"]
         if offset + size > len(body):
             raise TritonModelException(
                 "tensor '{}' lies outside the frame body".format(desc["name"])
@@ -404,28 +411,63 @@ class InferenceResponse:
         return self._error
 
 
+_NAMES_JSON = {}  # tensor name -> the name as JSON text (names repeat)
+
+
+def _name_json(name):
+    text = _NAMES_JSON.get(name)
+    if text is None:
+        text = json.dumps(name)
+        if len(_NAMES_JSON) < 4096:
+            _NAMES_JSON[name] = text
+    return text
+
+
 def _response_frame(rid, response, final, requested):
     """(header, parts) of a `response` frame. `response` None is a bare final
     flag; only tensors named in `requested` go out. A response that cannot be
-    serialized becomes an error response (the worker must not fail)."""
-    header = {"kind": "response", "rid": rid, "final": final, "error": None, "tensors": []}
-    parts = []
+    serialized becomes an error response (the worker must not fail). The
+    header of a response with tensors comes as JSON text, written here
+    directly: the general encoder costs more than the rest of the frame."""
     if response is None:
+        header = {"kind": "response", "rid": rid, "final": final, "error": None, "tensors": []}
         header["bare"] = True
-        return header, parts
+        return header, []
     try:
         if response.has_error():
+            header = {"kind": "response", "rid": rid, "final": final, "tensors": []}
             header["error"] = response.error()._to_wire()
-        else:
-            tensors = [t for t in response.output_tensors() if t.name() in requested]
-            header["tensors"], parts = _tensors_to_wire(tensors)
+            return header, []
+        descs, parts = [], []
+        for tensor in response.output_tensors():
+            if tensor.name() not in requested:
+                continue
+            if not isinstance(tensor, Tensor):
+                raise TypeError("expected a pb_utils.Tensor, found {}".format(type(tensor)))
+            desc, payload = tensor._to_wire()
+            descs.append(
+                '{"name":%s,"datatype":"%s","shape":[%s],"size":%d}'
+                % (
+                    _name_json(desc["name"]),
+                    desc["datatype"],
+                    ",".join([str(int(d)) for d in desc["shape"]]),
+                    desc["size"],
+                )
+            )
+            parts.append(payload)
+        header = '{"kind":"response","rid":%d,"final":%s,"error":null,"tensors":[%s]}' % (
+            rid,
+            "true" if final else "false",
+            ",".join(descs),
+        )
+        return header, parts
     except Exception as exc:  # any model object may misbehave
         message = "Failed to send a response of model '{}', message: {}".format(
             _runtime.instance_name, _format_exception(exc)
         )
-        header["tensors"], parts = [], []
+        header = {"kind": "response", "rid": rid, "final": final, "tensors": []}
         header["error"] = {"message": message, "code": "INTERNAL"}
-    return header, parts
+        return header, []
 
 
 class _RequestState:
@@ -493,10 +535,23 @@ class _RequestState:
 
     def complete(self, response):
         """Send `response` as the final one, unless the request is finished."""
+        frame = self.final_frame(response)
+        if frame is not None:
+            _runtime.send_frame(*frame)
+
+    def final_frame(self, response):
+        """The frame of `response` as the final one, for the caller to send;
+        None when the request is finished."""
         with self._lock:
-            if not self.closed:
-                self.closed = True
-                self._emit(response, True)
+            if self.closed:
+                return None
+            self.closed = True
+            return _response_frame(self.rid, response, True, self.requested)
+
+    def is_cancelled(self):
+        if not self.cancelled and _runtime is not None:
+            _runtime.poll()  # a `cancel` may be waiting in the socket
+        return self.cancelled
 
     def fail(self, message):
         """Finish the request with an INTERNAL error, unless it is finished."""
@@ -526,7 +581,7 @@ class InferenceResponseSender:
         self._state.send(response, flags)
 
     def is_cancelled(self):
-        return self._state.cancelled
+        return self._state.is_cancelled()
 
 
 class ResponseIterator:
@@ -558,7 +613,7 @@ def _response_from_reply(header, body):
     return InferenceResponse(output_tensors=tensors)
 
 
-class _Replies:
+class _FailedCall:
     """A stand-in reply queue holding one error reply (a BLS call that could
     not be sent)."""
 
@@ -675,7 +730,7 @@ class InferenceRequest:
         return set(self._outputs)
 
     def is_cancelled(self):
-        return self._state is not None and self._state.cancelled
+        return self._state is not None and self._state.is_cancelled()
 
     def get_response_sender(self):
         if self._state is None:
@@ -714,7 +769,7 @@ class InferenceRequest:
             }
             replies = _runtime.start_bls(header, parts)
         except Exception as exc:  # exec never raises for failures
-            replies = _Replies(
+            replies = _FailedCall(
                 "Model {} - Error when running inference: {}".format(
                     self._model_name, _format_exception(exc)
                 )
@@ -877,6 +932,111 @@ class ModelConfig:
                     )
                 )
             policy["decoupled"] = decoupled
+
+
+# ---------------------------------------------------------------------------
+# Custom metrics
+
+
+class MetricFamily:
+    """A family of metrics the model defines; shown on the server's
+    /metrics under its own name. Families with the same name (from other
+    instances) are one family: kind and description must agree."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name, description, kind):
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(
+                "MetricFamily kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM."
+            )
+        if not isinstance(name, str) or not isinstance(description, str):
+            raise TritonModelException("MetricFamily name and description must be strings.")
+        self._name = name
+        self._kind = kind
+        self._id = _metric_call({"op": "family", "name": name, "description": description,
+                                 "metric_kind": kind})
+
+    def Metric(self, labels=None, buckets=None):
+        return Metric(self, labels, buckets)
+
+    def __del__(self):
+        _metric_drop(getattr(self, "_id", None))
+
+
+class Metric:
+    """One metric of a family, for one set of labels; metrics with the same
+    labels in the same family are one metric."""
+
+    def __init__(self, family, labels=None, buckets=None):
+        if not isinstance(family, MetricFamily):
+            raise TritonModelException("Metric needs a MetricFamily.")
+        labels = {} if labels is None else labels
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TritonModelException("Metric labels must be a dict of str to str.")
+        if family._kind == MetricFamily.HISTOGRAM:
+            if buckets is None:
+                raise TritonModelException("A histogram metric needs buckets.")
+            # +Inf is always the last bucket; a finite list names the rest.
+            buckets = [float(b) for b in buckets if float(b) != float("inf")]
+        elif buckets is not None:
+            raise TritonModelException("Only histogram metrics take buckets.")
+        self._family = family  # the family lives as long as its metrics
+        self._kind = family._kind
+        self._id = _metric_call({"op": "metric", "family": family._id, "labels": labels,
+                                 "buckets": buckets})
+
+    def _update(self, op, value):
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TritonModelException("A metric value must be a finite number.")
+        _runtime.send_frame({"kind": "metric", "op": op, "id": self._id, "value": value}, [])
+
+    def increment(self, value):
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("increment() is not supported for a histogram metric.")
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("A counter cannot be incremented by a negative value.")
+        self._update("increment", value)
+
+    def set(self, value):
+        if self._kind != MetricFamily.GAUGE:
+            raise TritonModelException("set() is only supported for a gauge metric.")
+        self._update("set", value)
+
+    def observe(self, value):
+        if self._kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("observe() is only supported for a histogram metric.")
+        self._update("observe", value)
+
+    def value(self):
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("value() is not supported for a histogram metric.")
+        return _metric_call({"op": "value", "id": self._id})
+
+    def __del__(self):
+        _metric_drop(getattr(self, "_id", None))
+
+
+def _metric_call(header):
+    """A metric request answered by the server: its `value` (an id for a
+    new family or metric), or TritonModelException with its error."""
+    if _runtime is None:
+        raise TritonModelException("Metrics are only available inside a running model.")
+    header["kind"] = "metric"
+    reply, _ = _runtime.call(header).get()
+    if reply.get("error"):
+        raise TritonModelException(reply["error"])
+    return reply.get("value")
+
+
+def _metric_drop(metric_id):
+    if metric_id is not None and _runtime is not None:
+        _runtime.defer({"kind": "metric", "op": "drop", "id": metric_id})
 
 
 # ---------------------------------------------------------------------------

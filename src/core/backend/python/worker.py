@@ -9,16 +9,24 @@ imports `triton_python_backend_utils` (written beside this file) as
 
 Threads:
 - the main thread runs the model's hooks (auto_complete_config, initialize,
-  execute, finalize), one inbox item at a time;
-- the reader thread reads every frame: `cancel` takes effect at once,
-  `bls_response` goes to the BLS call waiting for it, the rest to the inbox;
-  at end of file (the server is gone) it ends the process;
+  execute, finalize), one command at a time;
+- reading has no thread of its own: whichever thread waits for a frame
+  reads the socket, one at a time (the "reader"), and hands frames meant for
+  others to them: the main thread waiting for its next command, a BLS call
+  waiting for its reply, `is_cancelled()` looking for a `cancel` without
+  blocking. So a request costs no thread switch in the worker. Whoever reads
+  sees end of file (the server is gone) and ends the process;
+- the deferred thread sends what the garbage collector finds on any thread:
+  the errors of requests the model let go of without answering, and the
+  custom metrics it let go of;
 - an event-loop thread, started for the first `async def execute`.
-Any thread may write a frame; one lock keeps frames whole.
+Any thread may write; one lock keeps frames whole, and frames sent together
+(a batch's responses and its `executed`) go out in one system call.
 """
 
 import argparse
 import asyncio
+import collections
 import importlib.util
 import json
 import os
@@ -35,6 +43,12 @@ import triton_python_backend_utils as pb_utils
 
 _PREFIX = struct.Struct("<IQ")  # header length, body length
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+# The receive buffer: small frames (most) come in one read.
+_CHUNK = 1 << 16
+_SCAN = json.JSONDecoder().scan_once
+_EXECUTED = b'{"kind":"executed","error":null}'
+# sendmsg's buffer count is bounded (IOV_MAX, 1024 on Linux).
+_MAX_BUFFERS = 512
 
 
 def _exit(code):
@@ -54,6 +68,17 @@ def _json_default(value):
     raise TypeError("Object of type {} is not JSON serializable".format(type(value).__name__))
 
 
+def _encode(header, parts, out):
+    """Append one frame's buffers to `out`; `header` is a dict, or JSON text
+    (str) or bytes already."""
+    if isinstance(header, dict):
+        header = json.dumps(header, separators=(",", ":"), allow_nan=False, default=_json_default)
+    header_bytes = header.encode("utf-8") if isinstance(header, str) else header
+    views = [memoryview(part).cast("B") for part in parts]
+    out.append(_PREFIX.pack(len(header_bytes), sum(v.nbytes for v in views)) + header_bytes)
+    out.extend(v for v in views if v.nbytes)
+
+
 async def _guarded(coroutine):
     """Await a model coroutine: (its result, None) or (None, the formatted
     exception). Catching here keeps asyncio's frames out of the traceback."""
@@ -63,17 +88,42 @@ async def _guarded(coroutine):
         return None, pb_utils._format_exception(exc)
 
 
+class _Replies:
+    """The replies to one BLS call, in order; `get()` waits (reading the
+    socket itself when nobody else does)."""
+
+    def __init__(self, worker):
+        self._worker = worker
+        self._items = collections.deque()
+
+    def get(self):
+        items = self._items
+        return self._worker.wait_for(lambda: items.popleft() if items else None)
+
+
 class Worker:
     def __init__(self, sock):
         self.sock = sock
         self.write_lock = threading.Lock()
-        # SimpleQueue: its put() may be called from __del__ (abandoned requests).
-        self.inbox = queue.SimpleQueue()
+        # Guards the reader role, the inbox, the BLS reply lists and the
+        # cancelled flags; waiters for a frame wait on it.
+        # Reentrant: a __del__ run by the garbage collector while this
+        # thread holds it may reach it again (e.g. is_cancelled()).
+        self.cond = threading.Condition(threading.RLock())
+        self.writing = threading.local()  # .active: inside send_frames
+        self.reading = False  # some thread holds the reader role
+        self.waiters = 0  # threads in cond.wait(): only they need a notify
+        self.inbox = collections.deque()  # commands for the main thread
+        self.buffer = bytearray(_CHUNK)  # only the reader touches these three
+        self.view = memoryview(self.buffer)
+        self.start = self.end = 0
         # rid -> pb_utils._RequestState of requests still referenced somewhere.
         self.live = weakref.WeakValueDictionary()
-        self.bls_lock = threading.Lock()
         self.bls_last_id = 0
-        self.bls_waiting = {}  # bid -> queue of (header, body) replies
+        self.bls_waiting = {}  # bid -> _Replies
+        # Frames sent by the deferred thread (errors of abandoned requests,
+        # metrics let go of): SimpleQueue.put may run in __del__.
+        self.deferred = queue.SimpleQueue()
         self.model = None
         self.decoupled = False
         self.loop = None
@@ -82,72 +132,196 @@ class Worker:
         self.model_dir = ""
         self.bls_allowed = False
 
-    # -- frames --------------------------------------------------------------
+    # -- writing -------------------------------------------------------------
 
     def send_frame(self, header, parts):
-        header_bytes = json.dumps(
-            header, separators=(",", ":"), allow_nan=False, default=_json_default
-        ).encode("utf-8")
-        parts = [memoryview(part).cast("B") for part in parts]
-        body_length = sum(part.nbytes for part in parts)
-        with self.write_lock:
-            self.sock.sendall(_PREFIX.pack(len(header_bytes), body_length) + header_bytes)
-            for part in parts:
-                self.sock.sendall(part)
+        self.send_frames([(header, parts)])
 
-    def _read_exactly(self, length):
-        """`length` bytes as a bytearray, or None at end of file (or when the
-        server's end is gone in any other way)."""
-        buffer = bytearray(length)
-        view = memoryview(buffer)
-        received = 0
-        while received < length:
-            try:
-                count = self.sock.recv_into(view[received:], length - received)
-            except OSError:
-                return None
-            if count == 0:
-                return None
-            received += count
-        return buffer
-
-    def read_frames(self):
-        """The reader thread."""
-        code = 0
+    def send_frames(self, frames):
+        """Write frames, in order, in as few system calls as they allow. A
+        frame sent while this thread is already writing (a __del__ the
+        garbage collector ran mid-write) goes to the deferred thread."""
+        if getattr(self.writing, "active", False):
+            for frame in frames:
+                self.deferred.put(frame)
+            return
+        buffers = []
+        for header, parts in frames:
+            _encode(header, parts, buffers)
+        self.writing.active = True
         try:
-            while True:
-                prefix = self._read_exactly(_PREFIX.size)
-                if prefix is None:
-                    break
-                header_length, body_length = _PREFIX.unpack(prefix)
-                header_bytes = self._read_exactly(header_length)
-                body = self._read_exactly(body_length)
-                if header_bytes is None or body is None:
-                    break
-                self._route(json.loads(header_bytes.decode("utf-8")), body)
+            with self.write_lock:
+                while buffers:
+                    sent = self.sock.sendmsg(
+                        buffers if len(buffers) <= _MAX_BUFFERS else buffers[:_MAX_BUFFERS]
+                    )
+                    while buffers and sent >= len(buffers[0]):
+                        sent -= len(buffers[0])
+                        buffers.pop(0)
+                    if sent:
+                        buffers[0] = memoryview(buffers[0])[sent:]
+        finally:
+            self.writing.active = False
+
+    # -- reading -------------------------------------------------------------
+
+    def _take(self, length):
+        """The next `length` bytes of the stream as a bytearray of their own,
+        or None at end of file (or when the server's end is gone otherwise)."""
+        out = bytearray(length)
+        have = min(length, self.end - self.start)
+        out[:have] = self.view[self.start : self.start + have]
+        self.start += have
+        if have == length:
+            return out
+        self.start = self.end = 0
+        view = memoryview(out)
+        got = have
+        try:
+            while got < length:
+                if length - got >= _CHUNK // 2:  # big: straight into place
+                    count = self.sock.recv_into(view[got:], length - got)
+                    if not count:
+                        return None
+                    got += count
+                else:
+                    count = self.sock.recv_into(self.view)
+                    if not count:
+                        return None
+                    used = min(count, length - got)
+                    view[got : got + used] = self.view[:used]
+                    got += used
+                    self.start, self.end = used, count
+        except OSError:
+            return None
+        return out
+
+    def _fill(self, length):
+        """Have at least `length` (<= _CHUNK) bytes in the buffer; False at
+        end of file (or when the server's end is gone otherwise)."""
+        if self.start + length > _CHUNK:  # move what is left to the front
+            left = self.end - self.start
+            self.view[:left] = self.view[self.start : self.end]
+            self.start, self.end = 0, left
+        try:
+            while self.end - self.start < length:
+                count = self.sock.recv_into(self.view[self.end :])
+                if not count:
+                    return False
+                self.end += count
+        except OSError:
+            return False
+        return True
+
+    def _read_frame(self):
+        """One frame (header, body); ends the process at end of file or on a
+        frame that cannot be read. Only the reader calls it."""
+        try:
+            if self.end - self.start >= _PREFIX.size or self._fill(_PREFIX.size):
+                header_length, body_length = _PREFIX.unpack_from(self.buffer, self.start)
+                self.start += _PREFIX.size
+                if header_length <= _CHUNK:
+                    if not self._fill(header_length):
+                        _exit(0)
+                    text = str(self.view[self.start : self.start + header_length], "utf-8")
+                    self.start += header_length
+                else:
+                    header = self._take(header_length)
+                    if header is None:
+                        _exit(0)
+                    text = header.decode("utf-8")
+                body = self._take(body_length)
+                if body is not None:
+                    # The decoder's scanner, called directly: json.loads adds
+                    # an encoding guess and whitespace checks to every frame.
+                    header, end = _SCAN(text, 0)
+                    if not isinstance(header, dict) or end != len(text):
+                        raise ValueError("a frame header that is not one JSON object")
+                    return header, body
         except Exception:  # a broken stream ends the worker
             sys.stderr.write("trtis python worker: bad frame from the server\n")
             traceback.print_exc()
-            code = 2
-        _exit(code)
+            _exit(2)
+        _exit(0)
+
+    def wait_for(self, take):
+        """Wait until `take()` (called with `cond` held) returns something
+        other than None, and return it. While nobody else reads, this thread
+        is the reader: it reads frames and routes them until `take()` has
+        its item."""
+        with self.cond:
+            while True:
+                item = take()
+                if item is not None:
+                    return item
+                if not self.reading:
+                    self.reading = True
+                    break
+                self.waiters += 1
+                try:
+                    self.cond.wait()
+                finally:
+                    self.waiters -= 1
+        try:
+            while True:
+                header, body = self._read_frame()
+                with self.cond:
+                    self._route(header, body)
+                    item = take()
+                    if item is not None:
+                        return item
+        finally:
+            with self.cond:
+                self.reading = False
+                if self.waiters:
+                    self.cond.notify_all()
+
+    def poll(self):
+        """Route the frames already waiting, without blocking, when nobody
+        else reads (`is_cancelled()` calls this: a `cancel` that came while
+        the main thread runs `execute` takes effect)."""
+        with self.cond:
+            if self.reading:
+                return  # the reader routes frames as they come
+            self.reading = True
+        try:
+            while self.start < self.end or self._waiting():
+                header, body = self._read_frame()
+                with self.cond:
+                    self._route(header, body)
+        finally:
+            with self.cond:
+                self.reading = False
+                if self.waiters:
+                    self.cond.notify_all()
+
+    def _waiting(self):
+        """Whether the socket has bytes to read (or is at end of file)."""
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True  # the read that follows finds the end
+        return True
 
     def _route(self, header, body):
+        """A frame to whoever it is for (`cond` is held)."""
         kind = header.get("kind")
         if kind == "cancel":
             state = self.live.get(header.get("rid"))
             if state is not None:
                 state.cancelled = True
-        elif kind == "bls_response":
+        elif kind == "bls_response" or kind == "reply":
             bid = header.get("bid")
-            with self.bls_lock:
-                replies = self.bls_waiting.get(bid)
-                if header.get("final", True):
-                    self.bls_waiting.pop(bid, None)
+            replies = self.bls_waiting.get(bid)
+            if header.get("final", True):
+                self.bls_waiting.pop(bid, None)
             if replies is not None:
-                replies.put((header, body))
+                replies._items.append((header, body))
         elif kind == "execute":
-            # The states exist before the main thread gets to the batch, so
-            # that a `cancel` right behind the `execute` frame finds them.
+            # The states exist as the frame is read, so that a `cancel`
+            # right behind the `execute` frame finds them.
             states = [
                 pb_utils._RequestState(
                     request["rid"], index, request.get("outputs", []), self.decoupled
@@ -156,15 +330,29 @@ class Worker:
             ]
             for state in states:
                 self.live[state.rid] = state
-            self.inbox.put((kind, header, body, states))
+            self.inbox.append((kind, header, body, states))
         else:
-            self.inbox.put((kind, header, body, None))
+            self.inbox.append((kind, header, body, None))
+        if self.waiters:
+            self.cond.notify_all()
+
+    def next_command(self):
+        inbox = self.inbox
+        return self.wait_for(lambda: inbox.popleft() if inbox else None)
 
     # -- the runtime interface of pb_utils ------------------------------------
 
+    def call(self, header):
+        """Send a frame the server answers with a `reply` frame of the same
+        `bid` (a `metric` request); returns its reply list."""
+        return self.start_bls(header, [])
+
+    def defer(self, header):
+        self.deferred.put((header, []))
+
     def start_bls(self, header, parts):
-        replies = queue.SimpleQueue()
-        with self.bls_lock:
+        replies = _Replies(self)
+        with self.cond:
             self.bls_last_id += 1
             bid = self.bls_last_id
             self.bls_waiting[bid] = replies
@@ -172,7 +360,7 @@ class Worker:
         try:
             self.send_frame(header, parts)
         except BaseException:
-            with self.bls_lock:
+            with self.cond:
                 self.bls_waiting.pop(bid, None)
             raise
         return replies
@@ -185,7 +373,28 @@ class Worker:
             )
         else:
             message = self._no_response_message(index)
-        self.inbox.put(("abandoned", rid, message, None))
+        self.deferred.put(
+            (
+                {
+                    "kind": "response",
+                    "rid": rid,
+                    "final": True,
+                    "error": {"message": message, "code": "INTERNAL"},
+                    "tensors": [],
+                },
+                [],
+            )
+        )
+
+    def send_deferred(self):
+        """The deferred thread."""
+        while True:
+            header, parts = self.deferred.get()
+            try:
+                self.send_frames([(header, parts)])
+            except Exception:  # keep serving the next ones
+                sys.stderr.write("trtis python worker: a deferred frame could not be sent\n")
+                traceback.print_exc()
 
     def _no_response_message(self, index):
         return (
@@ -196,7 +405,7 @@ class Worker:
     # -- the main thread -----------------------------------------------------
 
     def serve(self):
-        kind, header, _, _ = self.inbox.get()
+        kind, header, _, _ = self.next_command()
         if kind == "init":
             self.initialize(header)
         elif kind == "auto_complete":
@@ -205,24 +414,13 @@ class Worker:
             sys.stderr.write("trtis python worker: unexpected first frame {!r}\n".format(kind))
             _exit(2)
         while True:
-            # One call per item: once it returns nothing here refers to the
-            # batch, so requests the model let go of can be found abandoned.
-            self._handle(*self.inbox.get())
+            # One call per command: once it returns nothing here refers to
+            # the batch, so requests the model let go of can be found abandoned.
+            self._handle(*self.next_command())
 
     def _handle(self, kind, first, second, states):
         if kind == "execute":
             self.execute(first, second, states)
-        elif kind == "abandoned":
-            self.send_frame(
-                {
-                    "kind": "response",
-                    "rid": first,
-                    "final": True,
-                    "error": {"message": second, "code": "INTERNAL"},
-                    "tensors": [],
-                },
-                [],
-            )
         elif kind == "finalize":
             self.finalize()
         else:
@@ -280,16 +478,21 @@ class Worker:
         _exit(0)
 
     def execute(self, header, body, states):
-        """Run one batch; always answers with exactly one `executed`."""
+        """Run one batch; always answers with exactly one `executed`, sent in
+        one write with the responses of execute's return value."""
+        frames = []
         try:
-            error = self._execute(header, body, states)
+            error = self._execute(header, body, states, frames)
         except BaseException as exc:  # a bug here must not hang the server
             traceback.print_exc()
             error = self._batch_error(pb_utils._format_exception(exc))
         if error is not None:
             for state in states:
                 state.close()
-        self.send_frame({"kind": "executed", "error": error}, [])
+        frames.append(
+            (_EXECUTED if error is None else {"kind": "executed", "error": error}, [])
+        )
+        self.send_frames(frames)
 
     def _batch_error(self, message):
         return "Failed to process the request(s) for model '{}', message: {}".format(
@@ -302,8 +505,9 @@ class Worker:
             "must return None.".format(self.instance_name)
         )
 
-    def _execute(self, header, body, states):
-        """Run the batch; returns the `executed` error, or None."""
+    def _execute(self, header, body, states, frames):
+        """Run the batch; returns the `executed` error, or None. Responses to
+        send go to `frames`."""
         requests = []
         offset = 0
         for request, state in zip(header["requests"], states):
@@ -328,11 +532,11 @@ class Worker:
             return self._batch_error(failure)
         if self.decoupled:
             return None if result is None else self._batch_error(self._decoupled_return_error())
-        return self._answer(result, states)
+        return self._answer(result, states, frames)
 
-    def _answer(self, result, states):
-        """Default mode: check execute's return value and send its responses;
-        returns the `executed` error, or None."""
+    def _answer(self, result, states, frames):
+        """Default mode: check execute's return value and put its responses
+        in `frames`; returns the `executed` error, or None."""
         if result is None:
             result = [None] * len(states)
         if not isinstance(result, list):
@@ -352,11 +556,15 @@ class Worker:
                     "return list, found type '{}'.".format(type(response))
                 )
         for state, response in zip(states, result):
-            if response is not None:
-                state.complete(response)
-            elif not state.sender_used:
-                state.fail(self._no_response_message(state.index))
-            # else: the response sender answers (maybe later, from a thread).
+            if response is None:
+                if state.sender_used:
+                    continue  # the response sender answers (maybe later, from a thread)
+                response = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(self._no_response_message(state.index))
+                )
+            frame = state.final_frame(response)
+            if frame is not None:
+                frames.append(frame)
         return None
 
     def _schedule_decoupled(self, coroutine, states):
@@ -417,7 +625,7 @@ def main():
     sock.setblocking(True)
     worker = Worker(sock)
     pb_utils._runtime = worker
-    threading.Thread(target=worker.read_frames, name="trtis-reader", daemon=True).start()
+    threading.Thread(target=worker.send_deferred, name="trtis-deferred", daemon=True).start()
     try:
         worker.serve()
     except BaseException:  # report, then leave

@@ -8,7 +8,10 @@
 //! log, BLS calls to the server (`Host`), and everything else (`ready`,
 //! `executed`, `config`, `error`, `finalized`) to the instance thread.
 //! When the worker dies, the reader fails every request still open and
-//! closes the instance thread's channel, so nobody waits for it.
+//! closes the instance thread's channel, so nobody waits for it. A request
+//! cancelled while the worker holds it gets a `cancel` frame, written by a
+//! thread of its own (started at the first cancel) so that the canceller
+//! never waits on the socket.
 
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -25,9 +28,10 @@ use serde_json::{json, Value};
 
 use super::frame::{code_name, Frame};
 use crate::core::backend::Host;
+use crate::core::custom_metrics;
 use crate::core::error::{Error, Result};
 use crate::core::responder::Responder;
-use crate::core::types::{InferRequest, RequestedOutput, SequenceId, SequenceParams};
+use crate::core::types::{CancelToken, InferRequest, RequestedOutput, SequenceId, SequenceParams};
 
 const WORKER: &str = include_str!("worker.py");
 const UTILS: &str = include_str!("triton_python_backend_utils.py");
@@ -45,6 +49,12 @@ pub(super) struct Link {
     pid: i32,
     /// Set when the reader stopped: the worker is of no use any more.
     dead: std::sync::atomic::AtomicBool,
+    /// Frames for the thread that writes them (`post`), started at the
+    /// first.
+    outgoing: Mutex<Option<mpsc::Sender<Outgoing>>>,
+    /// The custom metric families and metrics the worker made, by its ids
+    /// for them; let go of when the worker says so or is gone.
+    metrics: Mutex<HashMap<u64, custom_metrics::Handle>>,
 }
 
 impl Link {
@@ -62,6 +72,87 @@ impl Link {
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// Whether request `rid` is still open (it has not had its final
+    /// response).
+    fn is_open(&self, rid: u64) -> bool {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&rid)
+    }
+
+    /// Sends `cancel` for request `rid` when `token` is cancelled, unless
+    /// the request has ended by then (a `cancel` racing with the final
+    /// response is harmless: the worker ignores an id it does not know).
+    /// Call it once the worker has the request (after its `execute`).
+    pub fn cancel_on(self: &Arc<Self>, rid: u64, token: &CancelToken) {
+        if !token.can_cancel() {
+            return;
+        }
+        let link = Arc::downgrade(self);
+        token.on_cancel(move || {
+            if let Some(link) = link.upgrade() {
+                link.cancel(rid);
+            }
+        });
+    }
+
+    /// Queues `cancel` for `rid` to the writing thread; never blocks.
+    fn cancel(self: &Arc<Self>, rid: u64) {
+        if self.is_open(rid) {
+            self.post(Outgoing::Cancel(rid));
+        }
+    }
+
+    /// Queues a frame for the writing thread (started the first time), which
+    /// writes it when the worker reads. Frames sent from a thread that must
+    /// not wait on the worker go this way: cancels (from whoever drops a
+    /// request, often an async runtime's thread), BLS answers (from the
+    /// runtime) and metric replies (from the reader thread). The worker
+    /// reads only while one of its threads waits for a frame, so a write
+    /// may wait as long as its model likes.
+    pub fn post(self: &Arc<Self>, frame: Outgoing) {
+        let mut outgoing = self.outgoing.lock().unwrap_or_else(|p| p.into_inner());
+        if outgoing.is_none() {
+            let (tx, rx) = mpsc::channel::<Outgoing>();
+            let link = Arc::downgrade(self);
+            let started = std::thread::Builder::new()
+                .name("trtis:py-write".to_string())
+                .spawn(move || {
+                    // Ends when the link (holding the sender) is gone.
+                    for frame in rx {
+                        let Some(link) = link.upgrade() else { return };
+                        let frame = match frame {
+                            Outgoing::Cancel(rid) if link.is_open(rid) => {
+                                Frame::new(json!({"kind": "cancel", "rid": rid}))
+                            }
+                            Outgoing::Cancel(_) => continue,
+                            Outgoing::Frame(frame) => frame,
+                        };
+                        let _ = link.send(&frame);
+                    }
+                });
+            if let Err(e) = started {
+                crate::core::logging::log(
+                    'E',
+                    &format!("failed to start a thread writing to a Python worker: {e}"),
+                );
+                return;
+            }
+            *outgoing = Some(tx);
+        }
+        if let Some(tx) = outgoing.as_ref() {
+            let _ = tx.send(frame);
+        }
+    }
+}
+
+/// A frame for the writing thread.
+pub(super) enum Outgoing {
+    /// `cancel` for a request, unless it has ended by the time it is written.
+    Cancel(u64),
+    Frame(Frame),
 }
 
 /// A running worker.
@@ -75,8 +166,9 @@ pub(super) struct Worker {
 /// How to start a worker.
 pub(super) struct Launch<'a> {
     pub python: &'a Path,
-    /// Prepended to `LD_LIBRARY_PATH` (an `EXECUTION_ENV_PATH`'s `lib`).
-    pub library_path: Option<PathBuf>,
+    /// An `EXECUTION_ENV_PATH` environment (unpacked): activated for the
+    /// worker as its `bin/activate` would.
+    pub env_dir: Option<PathBuf>,
     pub instance: &'a str,
     pub host: Option<Arc<dyn Host>>,
 }
@@ -93,13 +185,28 @@ impl Worker {
             .arg(dir.join("worker.py"))
             .arg("--fd")
             .arg(fd.to_string());
-        if let Some(lib) = &launch.library_path {
-            let mut path = lib.as_os_str().to_owned();
-            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-                path.push(":");
-                path.push(old);
+        if let Some(env) = &launch.env_dir {
+            // What the environment's `activate` does (Triton sources it):
+            // its bin first on PATH, its lib first on LD_LIBRARY_PATH, and
+            // CONDA_PREFIX (a conda-pack environment) or VIRTUAL_ENV.
+            let prepend = |var: &str, dir: PathBuf| {
+                let mut path = dir.into_os_string();
+                if let Some(old) = std::env::var_os(var) {
+                    path.push(":");
+                    path.push(old);
+                }
+                path
+            };
+            command.env("PATH", prepend("PATH", env.join("bin")));
+            command.env(
+                "LD_LIBRARY_PATH",
+                prepend("LD_LIBRARY_PATH", env.join("lib")),
+            );
+            if env.join("conda-meta").is_dir() {
+                command.env("CONDA_PREFIX", env);
+            } else if env.join("pyvenv.cfg").is_file() {
+                command.env("VIRTUAL_ENV", env);
             }
-            command.env("LD_LIBRARY_PATH", path);
         }
         // SAFETY: between fork and exec only async-signal-safe calls:
         // fcntl to let the child keep its end of the socket, setpgid so the
@@ -137,6 +244,8 @@ impl Worker {
                 host: launch.host.clone(),
                 pid,
                 dead: Default::default(),
+                outgoing: Mutex::new(None),
+                metrics: Mutex::new(HashMap::new()),
             }),
             control,
         };
@@ -281,7 +390,7 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
             Err(e) => break Some(e.to_string()),
         };
         match frame.kind() {
-            "response" => respond(link, &frame),
+            "response" => respond(link, frame),
             "log" => {
                 let level = frame.str("level").chars().next().unwrap_or('I');
                 let level = if level == 'V' { 'V' } else { level };
@@ -293,6 +402,7 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
                 );
             }
             "bls" => bls(link, frame),
+            "metric" => metric(link, &frame),
             _ => {
                 if control.send(frame).is_err() {
                     // Nobody listens (the instance is going away); keep
@@ -317,6 +427,10 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
             ),
         );
     }
+    link.metrics
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
     let open: Vec<Responder> = link
         .requests
         .lock()
@@ -333,8 +447,94 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
     }
 }
 
+/// A `metric` frame (pb_utils.MetricFamily / Metric): makes, updates, reads
+/// or lets go of one; `family`, `metric` and `value` answer with a `reply`.
+fn metric(link: &Arc<Link>, frame: &Frame) {
+    let mut held = link.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    let id = frame.u64("id");
+    let number = frame
+        .header
+        .get("value")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let answer: Option<Result<Value>> = match frame.str("op") {
+        "family" => Some(
+            custom_metrics::Kind::from_code(frame.u64("metric_kind"))
+                .ok_or_else(|| Error::invalid_arg("unknown metric kind"))
+                .and_then(|kind| {
+                    custom_metrics::family(frame.str("name"), frame.str("description"), kind)
+                })
+                .map(|handle| {
+                    let id = link.next_id();
+                    held.insert(id, handle);
+                    json!(id)
+                }),
+        ),
+        "metric" => Some((|| {
+            let family = match held.get(&frame.u64("family")) {
+                Some(custom_metrics::Handle::Family(name)) => name.clone(),
+                _ => return Err(Error::invalid_arg("the metric's family is gone")),
+            };
+            let labels = frame
+                .header
+                .get("labels")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let buckets = frame
+                .header
+                .get("buckets")
+                .and_then(Value::as_array)
+                .map(|b| b.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect());
+            let handle = custom_metrics::metric(&family, labels, buckets)?;
+            let id = link.next_id();
+            held.insert(id, handle);
+            Ok(json!(id))
+        })()),
+        "value" => Some(match held.get(&id) {
+            Some(handle) => custom_metrics::value(handle).map(|v| json!(v)),
+            None => Err(Error::invalid_arg("the metric is gone")),
+        }),
+        op @ ("increment" | "set" | "observe") => {
+            let update = match op {
+                "increment" => custom_metrics::Update::Increment(number),
+                "set" => custom_metrics::Update::Set(number),
+                _ => custom_metrics::Update::Observe(number),
+            };
+            // Checked in the worker already: an error here is logged.
+            if let Some(Err(e)) = held.get(&id).map(|h| custom_metrics::update(h, update)) {
+                crate::core::logging::log('W', &format!("model instance '{}': {e}", link.instance));
+            }
+            None
+        }
+        "drop" => {
+            held.remove(&id);
+            None
+        }
+        _ => Some(Err(Error::invalid_arg("unknown metric operation"))),
+    };
+    drop(held);
+    if let Some(answer) = answer {
+        let (value, error) = match answer {
+            Ok(v) => (v, Value::Null),
+            Err(e) => (Value::Null, json!(e.message)),
+        };
+        let reply = Frame::new(json!({
+            "kind": "reply",
+            "bid": frame.u64("bid"),
+            "value": value,
+            "error": error,
+        }));
+        link.post(Outgoing::Frame(reply));
+    }
+}
+
 /// A `response` frame: to its request's responder.
-fn respond(link: &Link, frame: &Frame) {
+fn respond(link: &Link, mut frame: Frame) {
     let id = frame.u64("rid");
     let last = frame.bool("final");
     let responder = {
@@ -363,7 +563,7 @@ fn respond(link: &Link, frame: &Frame) {
             ))
         });
     } else {
-        responder.respond(frame.tensors(), last);
+        responder.respond(frame.take_tensors(), last);
     }
 }
 
@@ -374,11 +574,11 @@ fn bls(link: &Arc<Link>, frame: Frame) {
     let model = frame.str("model").to_string();
     let reply = {
         let link = Arc::clone(link);
-        move |header: Value, tensors: &[crate::core::types::Tensor]| {
+        move |header: Value, tensors: Vec<crate::core::types::Tensor>| {
             let mut f = Frame::new(header);
-            let list = f.add_tensors(tensors);
+            let list = f.add_owned_tensors(tensors);
             f.header.insert("tensors".into(), list);
-            let _ = link.send(&f);
+            link.post(Outgoing::Frame(f));
         }
     };
     let error = {
@@ -392,14 +592,14 @@ fn bls(link: &Arc<Link>, frame: Frame) {
     };
     let request = match bls_request(&frame) {
         Ok(r) => r,
-        Err(e) => return reply(error(e), &[]),
+        Err(e) => return reply(error(e), Vec::new()),
     };
     let Some(host) = link.host.clone() else {
         return reply(
             error(Error::unavailable(
                 "this server runs no inference for models",
             )),
-            &[],
+            Vec::new(),
         );
     };
     let decoupled = frame.bool("decoupled");
@@ -409,18 +609,18 @@ fn bls(link: &Arc<Link>, frame: Frame) {
             answered += 1;
             reply(
                 json!({"kind": "bls_response", "bid": id, "final": !decoupled, "error": null}),
-                &response.outputs,
+                response.outputs,
             );
         }
         Some(Err(e)) => {
             answered += 1;
-            reply(error(e), &[]);
+            reply(error(e), Vec::new());
         }
         None => {
             if decoupled || answered == 0 {
                 reply(
                     json!({"kind": "bls_response", "bid": id, "final": true, "error": null}),
-                    &[],
+                    Vec::new(),
                 );
             }
         }
@@ -481,26 +681,6 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
     })
 }
 
-/// Makes `dir` (mode 0700) or checks that the one there is this user's
-/// and private: a directory another user made in the shared temp directory
-/// could have its scripts swapped.
-fn private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "it exists and is not a private directory of this user",
-        ));
-    }
-    Ok(())
-}
-
 /// The directory holding our `worker.py` and
 /// `triton_python_backend_utils.py`, written once per content (a
 /// directory named by their hash, so two trtis versions never share one).
@@ -515,7 +695,7 @@ fn scripts_dir() -> Result<PathBuf> {
         let uid = unsafe { libc::getuid() };
         let dir = std::env::temp_dir().join(format!("trtis-python-{uid}-{hash:016x}"));
         let write = || -> std::io::Result<()> {
-            private_dir(&dir, uid)?;
+            super::env::private_dir(&dir, uid)?;
             for (name, text) in [
                 ("worker.py", WORKER),
                 ("triton_python_backend_utils.py", UTILS),

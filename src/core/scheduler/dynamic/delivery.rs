@@ -4,37 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use tokio::sync::{mpsc, oneshot};
-
 use super::queue::Caller;
 use crate::core::instance::Done;
-
-/// Where a queued request's answers go: one answer, or (a decoupled model)
-/// a stream of them, ended by dropping the sender.
-pub enum Answer {
-    Once(oneshot::Sender<Done>),
-    Stream(mpsc::UnboundedSender<Done>),
-}
-
-impl Answer {
-    fn send(self, done: Done) {
-        match self {
-            Answer::Once(tx) => {
-                let _ = tx.send(done);
-            }
-            Answer::Stream(tx) => {
-                let _ = tx.send(done);
-            }
-        }
-    }
-}
+pub use crate::core::scheduler::lists::Answer;
 
 impl Caller for Answer {
     fn gone(&self) -> bool {
-        match self {
-            Answer::Once(tx) => tx.is_closed(),
-            Answer::Stream(tx) => tx.is_closed(),
-        }
+        Answer::gone(self)
     }
 }
 
@@ -84,6 +60,7 @@ mod tests {
     use crate::core::types::DataType;
     use crate::core::types::Tensor;
     use std::time::Duration;
+    use tokio::sync::oneshot;
 
     fn done(n: i32) -> Done {
         Done {

@@ -18,13 +18,12 @@ pub mod queue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
 use crate::core::error::{Error, Result};
 use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
 use crate::core::responder::{Responder, Sink};
 use crate::core::types::Tensor;
 
+use super::lists::run_list;
 use super::split::split;
 use super::worker::{self, Batcher, Worker};
 use super::{pending, Answering, Completion, Submission};
@@ -127,13 +126,7 @@ impl DynamicBatcher {
     /// priority level's queue is full).
     pub fn submit<'a>(&self, submission: Submission<'a>) -> Result<Completion<'a>> {
         let shared = self.worker.shared();
-        let (reply, completion) = if shared.answering.decoupled {
-            let (tx, completion) = Completion::stream();
-            (Answer::Stream(tx), completion)
-        } else {
-            let (tx, rx) = oneshot::channel();
-            (Answer::Once(tx), Completion::one(rx))
-        };
+        let (reply, completion) = Answer::new(shared.answering.decoupled);
         let info = shared.answering.lists.then(|| Box::new(submission.info()));
         let request = Request {
             outputs: submission.output_names(),
@@ -399,19 +392,5 @@ fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shar
         finish_shared.state.lock().unwrap().free += 1;
         finish_shared.cv.notify_all();
     };
-    let work = Work {
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        requests,
-        enqueued: first_enqueued,
-        reply: Reply::Callback(Box::new(finish)),
-        pending: None,
-        gather: Duration::ZERO,
-    };
-    if let Err((e, work)) = pool.submit(work) {
-        for r in &work.requests {
-            r.respond.fail(e.clone());
-        }
-        work.reply.send(Done::failed(e, Duration::ZERO, false));
-    }
+    run_list(pool, None, requests, first_enqueued, finish);
 }

@@ -10,6 +10,12 @@
 //! deadline. Each instance has its own queue in the pool, and an instance
 //! runs one batch at a time, so a sequence's requests run in order and its
 //! state is stored before its next request is batched.
+//!
+//! A backend that takes a batch's requests apart (the Python backend) gets
+//! the batch as a list: each row one request with its own inputs, its row's
+//! control inputs, its correlation id and START/END flags, answering
+//! through its own responder (Triton's Python backend under the sequence
+//! batcher). Implicit state is refused for such a backend at load.
 
 pub mod places;
 mod settings;
@@ -20,31 +26,34 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
+use super::lists::Answer;
 use super::worker::{self, Batcher, Worker};
-use super::{pending, Completion, Submission};
+use super::{pending, Answering, Completion, Submission};
 use crate::core::error::{request_prefix, Error, Result};
 use crate::core::instance::{Done, InstancePool};
 use crate::core::stats::ModelStats;
-use crate::core::types::{DataType, SequenceId, Tensor};
+use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
 use places::Refusal;
 pub use places::{Next, SeqConfig, Sequences, Strategy};
 pub use settings::{Control, ControlKind, SeqSettings, StateSpec};
-use tensors::{build, shape_key, take_rows};
+use tensors::{dispatch, shape_key, take_rows};
 
 /// A request waiting in the sequence batcher.
-pub struct SeqRequest {
+struct SeqRequest {
     /// Inputs in the model config's order, batch dimension included.
-    pub inputs: Vec<Tensor>,
-    pub outputs: Vec<String>,
-    pub enqueued: Instant,
-    pub reply: oneshot::Sender<Done>,
-    pub pending: Arc<AtomicI64>,
-    pub id: SequenceId,
+    inputs: Vec<Tensor>,
+    outputs: Vec<String>,
+    enqueued: Instant,
+    /// Where its answers go (several for a decoupled model).
+    reply: Answer,
+    pending: Arc<AtomicI64>,
+    id: SequenceId,
     /// The request's `timeout` (µs, 0: none): how long it may wait in the
     /// backlog for its sequence to get a place.
-    pub timeout_us: u64,
+    timeout_us: u64,
+    /// What a backend that takes requests apart reads of it (id,
+    /// correlation id, flags, parameters); None otherwise.
+    info: Option<Box<RequestInfo>>,
 }
 
 impl std::fmt::Debug for SeqRequest {
@@ -74,6 +83,9 @@ struct Seq {
     label: String,
     stats: Arc<ModelStats>,
     settings: SeqSettings,
+    /// How the instances take a batch: concatenated, or as a list of
+    /// requests (and whether each answers once).
+    answering: Answering,
 }
 
 type Shared = worker::Shared<Seq>;
@@ -107,6 +119,7 @@ impl SequenceBatcher {
     pub fn start(
         label: &str,
         settings: SeqSettings,
+        answering: Answering,
         pool: Arc<InstancePool>,
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
@@ -122,6 +135,7 @@ impl SequenceBatcher {
                 label: label.to_string(),
                 stats,
                 settings,
+                answering,
             },
             State {
                 seqs,
@@ -138,9 +152,10 @@ impl SequenceBatcher {
         let shared = self.worker.shared();
         let prefix = request_prefix(submission.id);
         self.check(&submission, &prefix)?;
-        let (reply, rx) = oneshot::channel();
+        let (reply, completion) = Answer::new(shared.answering.decoupled);
         let sequence = submission.sequence;
         let request = SeqRequest {
+            info: shared.answering.lists.then(|| Box::new(submission.info())),
             outputs: submission.output_names(),
             inputs: submission.inputs,
             enqueued: submission.enqueued,
@@ -152,7 +167,7 @@ impl SequenceBatcher {
         pending(&shared.stats.pending, || {
             self.push(request, sequence.start, sequence.end, &prefix)
         })?;
-        Ok(Completion::one(rx))
+        Ok(completion)
     }
 
     /// The sequence batcher's request checks: the CORRID type (a request
@@ -262,8 +277,7 @@ fn compatible(a: (&SeqRequest, u64), b: (&SeqRequest, u64)) -> bool {
 /// Answers a request that never reached an instance.
 fn fail(r: SeqRequest, error: Error, rejected: bool) {
     r.pending.fetch_sub(1, Ordering::Relaxed);
-    let _ = r
-        .reply
+    r.reply
         .send(Done::failed(error, r.enqueued.elapsed(), rejected));
 }
 
@@ -324,10 +338,7 @@ fn run(shared: &Arc<Shared>, pool: &InstancePool) {
         if !batches.is_empty() {
             drop(state);
             for (instance, rows) in batches {
-                let work = build(shared, instance, rows);
-                if let Err((e, work)) = pool.submit_to(instance, work) {
-                    work.reply.send(Done::failed(e, Duration::ZERO, false));
-                }
+                dispatch(shared, pool, instance, rows);
             }
             state = shared.state.lock().unwrap();
             continue;

@@ -1,6 +1,8 @@
 //! A batch's rows: their tensors in (inputs, then controls, then states),
 //! and out again (each row's answer to its caller, its output states kept
-//! for its sequence's next request).
+//! for its sequence's next request); or, for a backend that takes a batch's
+//! requests apart, the rows as a list of requests, each with its row's
+//! control inputs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,11 +10,13 @@ use std::time::Instant;
 
 use super::places::Row;
 use super::settings::zeros;
-use super::{ControlKind, SeqRequest, SeqSettings, Shared, State};
+use super::{Control, ControlKind, SeqRequest, SeqSettings, Shared, State};
 use crate::core::error::{Error, Result};
-use crate::core::instance::{Done, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::responder::Responder;
+use crate::core::scheduler::lists::{run_list, Answer};
 use crate::core::scheduler::split::split;
-use crate::core::types::{DataType, SequenceId, Tensor};
+use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
 
 /// A shape key for the states a sequence carries (sequences batch together
 /// only with equal keys).
@@ -64,9 +68,118 @@ pub(super) fn take_rows(
         .collect()
 }
 
+/// Runs a batch on its instance: concatenated (`build`), or as a list of
+/// requests (`requests`) for a backend that takes them apart.
+pub(super) fn dispatch(
+    shared: &Arc<Shared>,
+    pool: &InstancePool,
+    instance: usize,
+    rows: Vec<Option<RowInfo>>,
+) {
+    if shared.answering.lists {
+        return dispatch_requests(shared, pool, instance, rows);
+    }
+    let work = build(shared, instance, rows);
+    if let Err((e, work)) = pool.submit_to(instance, work) {
+        work.reply
+            .send(Done::failed(e, std::time::Duration::ZERO, false));
+    }
+}
+
+/// One control input's element for a row (`None`: an empty row).
+fn control_value(c: &Control, row: Option<&RowInfo>) -> Vec<u8> {
+    let flag = |on: bool| c.values[on as usize].clone();
+    match c.kind {
+        ControlKind::Start => flag(row.is_some_and(|r| r.start)),
+        ControlKind::End => flag(row.is_some_and(|r| r.end)),
+        ControlKind::Ready => flag(row.is_some()),
+        ControlKind::CorrId => corrid_element(c.datatype, row.map(|r| &r.request.id)),
+    }
+}
+
+/// Runs a batch as a list of requests, one per row, in row order: each
+/// with its own inputs and its row's control inputs (`[1, 1]`, or `[1]`
+/// without batching), its correlation id and flags, answering through its
+/// own responder. An empty row (a `direct` slot with nothing ready) is
+/// Triton's null request: the first request's inputs as zeros, READY
+/// false, no correlation id or flags, its answers dropped. The execution's
+/// end counts the batch and hands the instance back.
+fn dispatch_requests(
+    shared: &Arc<Shared>,
+    pool: &InstancePool,
+    instance: usize,
+    rows: Vec<Option<RowInfo>>,
+) {
+    let settings = &shared.settings;
+    let n = rows.len();
+    let template = rows.iter().flatten().next().expect("a batch has a request");
+    let null_inputs: Vec<Tensor> = template
+        .request
+        .inputs
+        .iter()
+        .map(|t| Tensor {
+            name: t.name.clone(),
+            datatype: t.datatype,
+            shape: t.shape.clone(),
+            data: zeros(t.datatype, &t.shape),
+        })
+        .collect();
+    let null_outputs = template.request.outputs.clone();
+    let first_enqueued = first_enqueued(&rows);
+    let release = Release {
+        shared: Arc::clone(shared),
+        instance,
+        serials: rows.iter().flatten().map(|r| r.serial).collect(),
+    };
+    let mut requests = Vec::with_capacity(n);
+    for row in rows {
+        let controls: Vec<Tensor> = settings
+            .controls
+            .iter()
+            .map(|c| Tensor {
+                name: c.name.clone(),
+                datatype: c.datatype,
+                shape: settings.batch_shape(1, &[1]),
+                data: control_value(c, row.as_ref()),
+            })
+            .collect();
+        let request = match row {
+            Some(RowInfo { request: r, .. }) => {
+                r.pending.fetch_sub(1, Ordering::Relaxed);
+                let mut inputs = r.inputs;
+                inputs.extend(controls);
+                BackendRequest {
+                    inputs,
+                    outputs: r.outputs,
+                    info: r.info.map(|i| *i).unwrap_or_default(),
+                    respond: Responder::new(r.reply.into_sink(), r.enqueued),
+                }
+            }
+            None => {
+                let (nowhere, _) = Answer::new(shared.answering.decoupled);
+                BackendRequest {
+                    inputs: null_inputs.iter().cloned().chain(controls).collect(),
+                    outputs: null_outputs.clone(),
+                    info: RequestInfo::default(),
+                    respond: Responder::new(nowhere.into_sink(), Instant::now()),
+                }
+            }
+        };
+        requests.push(request);
+    }
+    let stats = Arc::clone(&shared.stats);
+    let finish = move |done: Done| {
+        if done.result.is_ok() {
+            stats.record_execution(n, (done.input, done.compute, done.output));
+        }
+        drop(release);
+    };
+    run_list(pool, Some(instance), requests, first_enqueued, finish);
+}
+
 /// Builds the batch's tensors (inputs, then controls, then states) and the
 /// work that runs it and hands out the results.
-pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> Work {
+fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> Work {
     let gathering = Instant::now();
     let settings = &shared.settings;
     let n = rows.len();
@@ -86,16 +199,7 @@ pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowI
     for c in &settings.controls {
         let mut data = Vec::new();
         for row in &rows {
-            let flag = |on: bool| c.values[on as usize].clone();
-            let value = match (c.kind, row) {
-                (ControlKind::Start, r) => flag(r.as_ref().is_some_and(|r| r.start)),
-                (ControlKind::End, r) => flag(r.as_ref().is_some_and(|r| r.end)),
-                (ControlKind::Ready, r) => flag(r.is_some()),
-                (ControlKind::CorrId, r) => {
-                    corrid_element(c.datatype, r.as_ref().map(|r| &r.request.id))
-                }
-            };
-            data.extend_from_slice(&value);
+            data.extend_from_slice(&control_value(c, row.as_ref()));
         }
         inputs.push(Tensor {
             name: c.name.clone(),
@@ -131,12 +235,7 @@ pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowI
     for r in rows.iter().flatten() {
         r.request.pending.fetch_sub(1, Ordering::Relaxed);
     }
-    let first_enqueued = rows
-        .iter()
-        .flatten()
-        .map(|r| r.request.enqueued)
-        .min()
-        .unwrap_or_else(Instant::now);
+    let first_enqueued = first_enqueued(&rows);
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| finish(finish_shared, instance, rows, first_enqueued, done);
     Work {
@@ -148,6 +247,15 @@ pub(super) fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowI
         pending: None,
         gather: gathering.elapsed(),
     }
+}
+
+/// When the batch's oldest request arrived (queue time runs from there).
+fn first_enqueued(rows: &[Option<RowInfo>]) -> Instant {
+    rows.iter()
+        .flatten()
+        .map(|r| r.request.enqueued)
+        .min()
+        .unwrap_or_else(Instant::now)
 }
 
 /// One batched tensor's data: each row's piece in row order (`null` for an
@@ -342,7 +450,7 @@ fn finish(
     // order its requests were batched (`preserve_ordering` holds per
     // instance, as with Triton's per-instance batcher for `oldest`).
     for (request, answer) in answers {
-        let _ = request.reply.send(Done {
+        request.reply.send(Done {
             result: answer,
             queue: taken_at.saturating_duration_since(request.enqueued),
             compute: done.compute,

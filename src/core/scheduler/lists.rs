@@ -1,0 +1,98 @@
+//! Requests for a backend that takes a batch's requests apart (the Python
+//! backend hands `execute` a list): where a queued request's answers go,
+//! before and after an instance takes it (`Answer`), and handing a list of
+//! requests to an instance as one execution (`run_list`). The default
+//! scheduler and both batchers use them.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Completion;
+use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::responder::Sink;
+
+/// Where a queued request's answers go: one answer, or (a decoupled model)
+/// a stream of them, ended by dropping the sender.
+pub enum Answer {
+    Once(oneshot::Sender<Done>),
+    Stream(mpsc::UnboundedSender<Done>),
+}
+
+impl Answer {
+    /// A request's answer channel and the completion its caller awaits:
+    /// one answer, or any number when the model is decoupled.
+    pub(super) fn new<'a>(decoupled: bool) -> (Answer, Completion<'a>) {
+        if decoupled {
+            let (tx, completion) = Completion::stream();
+            (Answer::Stream(tx), completion)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            (Answer::Once(tx), Completion::one(rx))
+        }
+    }
+
+    /// Sends one answer (a stream's last: it ends with it).
+    pub(super) fn send(self, done: Done) {
+        match self {
+            Answer::Once(tx) => {
+                let _ = tx.send(done);
+            }
+            Answer::Stream(tx) => {
+                let _ = tx.send(done);
+            }
+        }
+    }
+
+    /// Whether the caller went away.
+    pub(super) fn gone(&self) -> bool {
+        match self {
+            Answer::Once(tx) => tx.is_closed(),
+            Answer::Stream(tx) => tx.is_closed(),
+        }
+    }
+
+    /// Where the request's responder sends its answers once an instance
+    /// took it.
+    pub(super) fn into_sink(self) -> Sink {
+        match self {
+            Answer::Once(tx) => Sink::Once(Box::new(move |done| {
+                let _ = tx.send(done);
+            })),
+            Answer::Stream(tx) => Sink::Stream(tx),
+        }
+    }
+}
+
+/// Hands `requests` to an instance of `pool` as one execution: instance
+/// `to` (its own queue), or the next free one (the shared queue); `finish`
+/// hears how the execution ended, on the instance's thread (each request
+/// answers through its own responder). A refused execution fails every
+/// request and then `finish` with the reason.
+pub(super) fn run_list(
+    pool: &InstancePool,
+    to: Option<usize>,
+    requests: Vec<BackendRequest>,
+    enqueued: Instant,
+    finish: impl FnOnce(Done) + Send + 'static,
+) {
+    let work = Work {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        requests,
+        enqueued,
+        reply: Reply::Callback(Box::new(finish)),
+        pending: None,
+        gather: Duration::ZERO,
+    };
+    let submitted = match to {
+        Some(instance) => pool.submit_to(instance, work),
+        None => pool.submit(work),
+    };
+    if let Err((e, work)) = submitted {
+        for r in &work.requests {
+            r.respond.fail(e.clone());
+        }
+        work.reply.send(Done::failed(e, Duration::ZERO, false));
+    }
+}

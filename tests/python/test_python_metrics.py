@@ -131,7 +131,8 @@ def test_the_metric_api_answers_and_refuses_as_documented(http):
 
 def test_a_metric_the_model_lets_go_of_leaves_metrics(server, http):
     request_id = "gone-" + uuid.uuid4().hex
-    infer(http, request_id)
+    # The model made it (and read it back) during the request...
+    assert infer(http, request_id)["per_id_value"] == 1.0
     # The per-request metric is dropped when execute's loop lets go of it.
     assert wait_for(lambda: f'id="{request_id}"' not in metrics(server), timeout=10), (
         "the per-request metric stayed on /metrics"

@@ -88,17 +88,27 @@ def tensors_of(header: dict, body: bytes) -> dict:
 class Worker:
     """A running worker.py and our end of its socket."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, fd: int | None = None):
+        """`fd`: the descriptor number the worker gets its socket on (as a
+        busy server's may be high), else whatever the socket has here."""
         self.model_dir = model_dir
         self.model_file = model_dir / "1" / "model.py"
         self.sock, child = socket.socketpair()
         self.sock.settimeout(TIMEOUT_S)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER), "--fd", str(child.fileno())],
-            pass_fds=[child.fileno()],
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        )
-        child.close()
+        number = child.fileno()
+        if fd is not None:
+            os.dup2(child.fileno(), fd, inheritable=False)
+            number = fd
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-u", str(WORKER), "--fd", str(number)],
+                pass_fds=[number],
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            )
+        finally:
+            child.close()
+            if fd is not None:
+                os.close(fd)
 
     def send(self, header: dict, parts=()) -> None:
         header_bytes = json.dumps(header).encode()
@@ -469,7 +479,7 @@ class TritonPythonModel:
     header = worker.recv_header("response")
     assert header["rid"] == 1 and header["error"]["code"] == "INTERNAL"
     assert header["error"]["message"].startswith(
-        "Failed to send a response of model 'probe_0_0', message: AttributeError:"
+        "Failed to send a response of model 'probe_0_0', message: TypeError: expected a pb_utils.Tensor"
     )
     header, body = worker.recv()
     assert header["rid"] == 2 and tensors_of(header, body)["OUT"].tolist() == [5]
@@ -899,6 +909,77 @@ class TritonPythonModel:
     ]
     worker.recv_header("response")
     worker.recv_header("executed")
+
+
+def test_is_cancelled_works_on_a_socket_numbered_past_1024(tmp_path):
+    # A busy server's socket may get a high descriptor number; select()
+    # cannot take one past 1023, so is_cancelled() must not rely on it.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1600:
+        pytest.skip(f"the hard open-files limit is {hard}")
+    model_dir = tmp_path / "probe"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        flag = requests[0].is_cancelled()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([int(flag)]))])]
+""")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1600), hard))
+    try:
+        worker = Worker(model_dir, fd=1500)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        worker.init("probe")
+        worker.recv_header("ready")
+        worker.execute({"rid": 1, "inputs": {}})
+        header, body = worker.recv()
+        assert header["kind"] == "response" and header["error"] is None, header
+        assert tensors_of(header, body)["OUT"].tolist() == [0]
+        worker.recv_header("executed")
+    finally:
+        worker.close()
+
+
+def test_a_log_sent_in_the_middle_of_a_write(ready):
+    # The garbage collector may run a model's __del__ (which logs) on the
+    # thread that is writing a frame, while it holds the write lock: the
+    # nested frame must not deadlock that thread. The model stands in for
+    # the collector by logging from inside the socket write itself.
+    worker = ready(HEADER + """
+class Writing:
+    def __init__(self, sock):
+        self._sock = sock
+        self.logged = False
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def sendmsg(self, buffers):
+        if not self.logged:
+            self.logged = True
+            pb_utils.Logger.log_info("logged while writing")
+        return self._sock.sendmsg(buffers)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        runtime = pb_utils._runtime
+        runtime.sock = Writing(runtime.sock)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([7]))])]
+""")
+    worker.execute({"rid": 1, "inputs": {}})
+    seen = {}
+    while len(seen) < 3:
+        header, body = worker.recv()
+        seen[header["kind"]] = (header, body)
+    assert set(seen) == {"response", "executed", "log"}, seen
+    header, body = seen["response"]
+    assert tensors_of(header, body)["OUT"].tolist() == [7]
+    assert seen["log"][0]["message"] == "logged while writing"
 
 
 @pytest.mark.parametrize("raises", [False, True])

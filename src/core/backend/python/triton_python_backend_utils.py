@@ -84,6 +84,8 @@ _DATATYPES = {
     "BYTES": (np.dtype(np.object_), 13),
     "BF16": (np.dtype("<u2"), 14),
 }
+# The datatypes whose tensors are plain numbers (a numpy view of the bytes).
+_NUMBER_TYPES = {name: dtype for name, (dtype, _) in _DATATYPES.items() if name != "BYTES"}
 _CODE_TO_NUMPY = {
     code: (bool if name == "BOOL" else dtype.type)
     for name, (dtype, code) in _DATATYPES.items()
@@ -372,11 +374,30 @@ def _tensors_to_wire(tensors):
 
 
 def _tensors_from_wire(descs, body, offset=0):
-    """(tensors, offset after them) for the descriptors `descs` in `body`."""
+    """(tensors, offset after them) for the descriptors `descs` in `body`.
+    Numbers take a short way (one numpy view, no intermediate objects); the
+    rest, and anything amiss, go through Tensor._from_wire."""
     tensors = []
+    limit = len(body)
+    new = Tensor.__new__
     for desc in descs:
-        tensors.append(Tensor._from_wire(desc, body, offset))
-        offset += int(desc["size"])
+        datatype = desc["datatype"]
+        size = desc["size"]
+        entry = _NUMBER_TYPES.get(datatype)
+        if entry is None or size <= 0 or offset + size > limit or size % entry.itemsize:
+            tensors.append(Tensor._from_wire(desc, body, offset))
+        else:
+            tensor = new(Tensor)
+            shape = desc["shape"]
+            tensor._array = np.frombuffer(
+                body, dtype=entry, count=size // entry.itemsize, offset=offset
+            ).reshape(shape)
+            tensor._payload = None
+            tensor._name = desc["name"]
+            tensor._datatype = datatype
+            tensor._shape = shape
+            tensors.append(tensor)
+        offset += size
     return tensors, offset
 
 
@@ -440,18 +461,23 @@ def _response_frame(rid, response, final, requested):
             return header, []
         descs, parts = [], []
         for tensor in response.output_tensors():
-            if tensor.name() not in requested:
-                continue
             if not isinstance(tensor, Tensor):
                 raise TypeError("expected a pb_utils.Tensor, found {}".format(type(tensor)))
-            desc, payload = tensor._to_wire()
+            if tensor._name not in requested:
+                continue
+            payload = tensor._payload
+            if payload is None:
+                payload = tensor._array.reshape(-1).view(np.uint8)
+                size = payload.nbytes
+            else:
+                size = len(payload)
             descs.append(
                 '{"name":%s,"datatype":"%s","shape":[%s],"size":%d}'
                 % (
-                    _name_json(desc["name"]),
-                    desc["datatype"],
-                    ",".join([str(int(d)) for d in desc["shape"]]),
-                    desc["size"],
+                    _name_json(tensor._name),
+                    tensor._datatype,
+                    ",".join([str(int(d)) for d in tensor._shape]),
+                    size,
                 )
             )
             parts.append(payload)

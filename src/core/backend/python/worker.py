@@ -514,11 +514,13 @@ class Worker:
             inputs, offset = pb_utils._tensors_from_wire(request.get("inputs", []), body, offset)
             requests.append(pb_utils.InferenceRequest._received(request, inputs, state))
 
-        failure = None
         try:
             result = self.model.execute(requests)
         except BaseException as exc:  # any failure of model code
-            result, failure = None, pb_utils._format_exception(exc)
+            return self._batch_error(pb_utils._format_exception(exc))
+        if type(result) is list and not self.decoupled:  # the usual case
+            return self._answer(result, states, frames)
+        failure = None
         if asyncio.iscoroutine(result):
             if self.decoupled:
                 # `executed` goes now; the coroutine answers through the senders.

@@ -5,7 +5,9 @@
 #   scripts/bench.sh NAME --help     describes one (its driver's own text)
 # Each NAME's driver is benches/drivers/NAME.py or NAME.sh. The Python
 # drivers get Triton's perf_analyzer set up (scripts/setup-perf-analyzer.sh,
-# with the LD_LIBRARY_PATH it needs) and a release build of trtis first.
+# with the LD_LIBRARY_PATH it needs) and a release build of trtis first; the
+# python driver also sets up Triton 2.51 for its reference
+# (scripts/setup-triton.sh).
 # The cargo benches (benches/*.rs) also run alone: cargo bench --bench NAME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,7 @@ benches=(
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
-  "python    the Python backend (add_sub model.py) vs the same model.py in a plain Python loop"
+  "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
 )
 

@@ -13,24 +13,41 @@ In one run on this machine it measures:
     zero-copy numpy view in the worker): a Python identity model against
     trtis's built-in identity backend (no worker), both FP32 [-1], at 16 KB
     and 4 MB per input, gRPC, concurrency 1; the difference per MB is what
-    the crossing costs.
+    the crossing costs;
+  - the Triton reference, same run: Triton 2.51 (tritonserver and its Python
+    backend from the nvidia-pytriton==0.7.0 wheel, CPU only, set up by
+    scripts/setup-triton.sh, which this driver calls) serving the same
+    add_sub model.py, unchanged, from the same repository, under the same
+    perf_analyzer command (gRPC, concurrency 1 and 2): throughput, p50, the
+    tritonserver process's CPU per inference and its
+    triton_python_backend_stub processes' CPU per inference (its children,
+    read from /proc as for trtis's workers). Both run one instance. The stub
+    embeds the project's own libpython (the interpreter of trtis's worker and
+    of the plain loop) and the same numpy version as .venv. Then the ratios
+    trtis/Triton: worker vs stub CPU per inference, and total (server +
+    worker) CPU per inference. If Triton cannot be set up or started, the
+    bench still runs and says why ("Triton reference: not available (...)");
+    TRTIS_BENCH_NO_TRITON=1 skips it.
 
-Triton's figure to beat (python-backend-facts.md §10 / measuring.md: its
-Python backend costs about 120-180 µs per request in the stub on this
-machine class); the target is half of that.
+The target: half of the CPU Triton's stub spends per request beyond the
+model's own execute().
 
-Run it with scripts/bench.sh python. Results: target/bench/python-bench.md.
+Run it with scripts/bench.sh python. Results: target/bench/python-bench.md
+(Triton's server log: target/bench/python-triton.log).
 """
 import csv
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, PA, ROOT, Server  # noqa: E402
+from serve import OUT, PA, ROOT, Server, get  # noqa: E402
 
 UTILS_DIR = os.path.join(ROOT, "src/core/backend/python")
 MODEL = os.path.join(ROOT, "examples/model_repository/add_sub")
@@ -116,9 +133,9 @@ def identity_models(repo):
             IDENTITY_CONFIG.format(backend=f'backend: "{backend}"\n'))
 
 
-def perf(server, model, concurrency, extra=()):
+def perf(server, model, concurrency, extra=(), prefix="python"):
     tag = "".join(extra).replace(":", "-")
-    csv_path = os.path.join(OUT, f"python-{model}-c{concurrency}{tag}.csv")
+    csv_path = os.path.join(OUT, f"{prefix}-{model}-c{concurrency}{tag}.csv")
     cpu0, n0 = tree_cpu(server.proc.pid), server.inferences(model)
     cmd = [PA, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
            "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path,
@@ -136,26 +153,169 @@ def perf(server, model, concurrency, extra=()):
     }
 
 
+TRITON_LOG = os.path.join(OUT, "python-triton.log")
+
+
+class TritonUnavailable(Exception):
+    pass
+
+
+def triton_settings():
+    """Runs scripts/setup-triton.sh (idempotent; quick once done) and reads
+    the target/bench/triton.env it writes."""
+    if os.environ.get("TRTIS_BENCH_NO_TRITON") == "1":
+        raise TritonUnavailable("skipped: TRTIS_BENCH_NO_TRITON=1")
+    script = os.path.join(ROOT, "scripts/setup-triton.sh")
+    print("setting up Triton for the reference (scripts/setup-triton.sh)", flush=True)
+    try:
+        done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        raise TritonUnavailable("scripts/setup-triton.sh took over 15 minutes")
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        sys.stdout.write(done.stderr)
+        why = [line for line in done.stderr.splitlines() if line.strip()]
+        raise TritonUnavailable(why[-1] if why else f"scripts/setup-triton.sh exited {done.returncode}")
+    settings = {}
+    for line in open(os.path.join(OUT, "triton.env")):
+        if line.strip() and not line.startswith("#"):
+            key, _, value = shlex.split(line)[0].partition("=")
+            settings[key] = value
+    return settings
+
+
+class Triton:
+    """tritonserver on a repository, CPU only, with what perf() needs of a
+    server (proc, grpc_port, inferences()). Only add_sub is loaded (explicit
+    model control): the repository's other models use trtis's built-in
+    identity backend, which Triton's wheel lacks."""
+
+    def __init__(self, settings, repo, port):
+        self.port = port
+        self.grpc_port = port + 1
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = settings["TRITON_LD_LIBRARY_PATH"] + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        self.log = open(TRITON_LOG, "w")
+        t0 = time.perf_counter()
+        try:
+            self.proc = self.start(settings, repo, env)
+        except OSError as e:
+            self.log.close()
+            raise TritonUnavailable(f"cannot run {settings['TRITONSERVER']}: {e}")
+        while get(self.url("/v2/health/ready"))[0] != 200:
+            if self.proc.poll() is not None:
+                self.log.close()
+                raise TritonUnavailable(f"tritonserver exited with {self.proc.returncode}: {self.log_reason()}")
+            if time.perf_counter() - t0 > 120:
+                self.stop()
+                raise TritonUnavailable(f"tritonserver not ready after 120 s: {self.log_reason()}")
+            time.sleep(0.02)
+        self.ready_s = time.perf_counter() - t0
+
+    def start(self, settings, repo, env):
+        return subprocess.Popen(
+            [settings["TRITONSERVER"], "--model-repository", repo,
+             "--backend-directory", settings["TRITON_BACKEND_DIR"],
+             "--http-port", str(self.port), "--http-address", "127.0.0.1",
+             "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
+             "--model-control-mode", "explicit", "--load-model", "add_sub",
+             "--metrics-port", "0", "--allow-metrics=false", "--exit-timeout-secs", "10"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def log_reason(self):
+        """The most telling line of the server's log: a model's load error,
+        else its last error line, else its last line."""
+        if not self.log.closed:
+            self.log.flush()
+        lines = [line.strip() for line in open(TRITON_LOG) if line.strip()]
+        load = [line for line in lines if "UNAVAILABLE" in line]
+        errors = [line for line in lines if line.startswith("E") or "error" in line.lower()]
+        return (load or errors or lines or ["no output"])[-1][:300] + f" (log: {os.path.relpath(TRITON_LOG, ROOT)})"
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def inferences(self, model):
+        status, body = get(self.url(f"/v2/models/{model}/stats"))
+        return sum(s["inference_count"] for s in json.loads(body)["model_stats"])
+
+    def children(self):
+        """{pid: command name} of tritonserver's live children (its stubs)."""
+        kids = {}
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            for kid in open(f"/proc/{self.proc.pid}/task/{task}/children").read().split():
+                try:
+                    kids[int(kid)] = open(f"/proc/{kid}/comm").read().strip()
+                except OSError:
+                    pass
+        return kids
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def triton_rows(repo):
+    """add_sub under Triton with the same perf_analyzer command as for trtis:
+    {concurrency: perf() result}, or TritonUnavailable."""
+    settings = triton_settings()
+    triton = Triton(settings, repo, 18410)
+    try:
+        stubs = triton.children()
+        # Only stubs may be children: their CPU is the "worker" column.
+        # ("triton_python_backend_stub" shows as its first 15 characters.)
+        if not stubs or any(not name.startswith("triton_python") for name in stubs.values()):
+            raise TritonUnavailable(f"unexpected children of tritonserver: {sorted(stubs.values())}")
+        libpython = "?"
+        for line in open(f"/proc/{min(stubs)}/maps"):
+            if "libpython" in line:
+                libpython = line.split()[-1]
+                break
+        print(f"Triton ready in {triton.ready_s:.1f} s, {len(stubs)} stub process(es) embedding {libpython}",
+              flush=True)
+        rows = {conc: perf(triton, "add_sub", conc, prefix="python-triton") for conc in (1, 2)}
+        return rows, {"ready_s": triton.ready_s, "stubs": len(stubs), "libpython": libpython}
+    finally:
+        triton.stop()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     repo = tempfile.mkdtemp(prefix="trtis-python-")
-    shutil.copytree(MODEL, os.path.join(repo, "add_sub"))
+    shutil.copytree(MODEL, os.path.join(repo, "add_sub"), ignore=shutil.ignore_patterns("__pycache__"))
     identity_models(repo)
     ref = reference()
     lines = ["# Python backend benchmark", "",
              f"{os.cpu_count()} CPUs. Reference: add_sub's execute() in a plain Python loop, same interpreter, "
              f"same run: {ref['us']:.1f} µs per call ({ref['cpu_us']:.1f} µs CPU).", "",
-             "| client | concurrency | infer/s | p50 µs | server CPU µs/inf | worker CPU µs/inf | worker overhead CPU µs/inf | overhead p50 µs |",
+             "add_sub (FP32 [4] + [4]) driven by perf_analyzer over gRPC. Worker/stub: trtis's Python worker "
+             "process, Triton's triton_python_backend_stub process; overhead = its CPU minus the reference's.", "",
+             "| server | concurrency | infer/s | p50 µs | server CPU µs/inf | worker/stub CPU µs/inf | "
+             "worker/stub overhead CPU µs/inf | overhead p50 µs |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    server = Server(repo, 18400)
-    for conc in (1, 2):
-        r = perf(server, "add_sub", conc)
+
+    def row(label, conc, r):
         if "error" in r:
-            lines.append(f"| perf_analyzer | {conc} | {r['error']} | | | | | |")
+            text = f"| {label} | {conc} | {r['error']} | | | | | |"
         else:
-            lines.append(f"| perf_analyzer | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['server_us']:.0f} | "
-                         f"{r['worker_us']:.0f} | {r['worker_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
-        print(lines[-1], flush=True)
+            text = (f"| {label} | {conc} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['server_us']:.0f} | "
+                    f"{r['worker_us']:.0f} | {r['worker_us'] - ref['cpu_us']:.0f} | {r['p50_us'] - ref['us']:.0f} |")
+        print(text, flush=True)
+        return text
+
+    server = Server(repo, 18400)
+    ours = {}
+    for conc in (1, 2):
+        ours[conc] = perf(server, "add_sub", conc)
+        lines.append(row("trtis serve", conc, ours[conc]))
+    table_end = len(lines)
     lines += ["", "Tensors crossing to the worker: FP32 identity, gRPC, concurrency 1.", "",
               "| input | model | infer/s | p50 µs | server CPU µs/inf | worker CPU µs/inf | total CPU µs/inf |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -180,18 +340,46 @@ def main():
     except KeyError:
         pass
     server.stop()
+
+    # Triton on the same repository (add_sub only), after trtis has stopped:
+    # its rows join the add_sub table, the ratios follow it.
+    try:
+        theirs, info = triton_rows(repo)
+        triton_lines = [row("Triton 2.51", conc, theirs[conc]) for conc in (1, 2)]
+        ratios = []
+        for conc in (1, 2):
+            a, b = ours[conc], theirs[conc]
+            if "error" in a or "error" in b:
+                ratios.append(f"c={conc}: not measured")
+                continue
+            ratios.append(
+                f"c={conc}: worker vs stub CPU {a['worker_us'] / max(b['worker_us'], 1e-9):.2f}, total (server + worker) CPU "
+                f"{(a['server_us'] + a['worker_us']) / max(b['server_us'] + b['worker_us'], 1e-9):.2f}, "
+                f"throughput {a['throughput'] / b['throughput']:.2f}")
+        triton_lines += ["", "trtis/Triton (CPU per inference: below 1, trtis spends less; throughput: above 1, "
+                         "trtis serves more): " + "; ".join(ratios) + ".", "",
+                         f"Triton 2.51: tritonserver and its Python backend from the nvidia-pytriton==0.7.0 wheel "
+                         f"(scripts/setup-triton.sh), CPU only, the same add_sub model.py from the same repository "
+                         f"(only add_sub loaded), {info['stubs']} stub process(es), ready in {info['ready_s']:.1f} s; "
+                         f"the stub embeds {info['libpython']}. Measured after trtis stopped, with the same "
+                         f"perf_analyzer command; server CPU is the tritonserver process, stub CPU its "
+                         f"triton_python_backend_stub children (from /proc)."]
+    except TritonUnavailable as e:
+        triton_lines = ["", f"Triton reference: not available ({e})."]
+        print(triton_lines[-1], flush=True)
+    lines[table_end:table_end] = triton_lines
+
     again = reference()
-    lines += ["", f"Reference again after the server runs: {again['us']:.1f} µs per call "
+    lines += ["", f"Reference again after the servers ran: {again['us']:.1f} µs per call "
               f"({again['cpu_us']:.1f} µs CPU).", "",
-              "Server CPU: the trtis process (gRPC, scheduler, frames). Worker CPU: the Python worker "
-              "process; its overhead is what it spends per request beyond the model's own execute() "
-              "(frames, request and response objects, thread hand-offs) and is the figure to compare "
-              "with Triton's stub: about 120-180 µs per request on this machine class "
-              "(python-backend-facts.md §10); target: half of that.", ""]
+              "Server CPU: the server process (trtis: gRPC, scheduler, frames; Triton: gRPC, its core and "
+              "the Python backend's shared-memory messaging). Worker/stub CPU: the process running model.py; "
+              "its overhead is what it spends per request beyond the model's own execute() (messages, request "
+              "and response objects, thread hand-offs). Target: trtis's worker overhead at half of Triton's "
+              "stub overhead, measured in the same run above.", ""]
     shutil.rmtree(repo)
     open(os.path.join(OUT, "python-bench.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
-
 
 if __name__ == "__main__":
     main()

@@ -114,6 +114,11 @@ impl Responder {
         self.lock().started.get_or_insert_with(Instant::now);
     }
 
+    /// Whether an instance took the request (`start`).
+    pub fn was_started(&self) -> bool {
+        self.lock().started.is_some()
+    }
+
     /// Whether the request has had its final answer.
     pub fn is_finished(&self) -> bool {
         self.lock().sink.is_none()

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Completion;
 use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
-use crate::core::responder::Sink;
+use crate::core::responder::{Responder, Sink};
 
 /// Where a queued request's answers go: one answer, or (a decoupled model)
 /// a stream of them, ended by dropping the sender.
@@ -67,15 +67,31 @@ impl Answer {
 /// Hands `requests` to an instance of `pool` as one execution: instance
 /// `to` (its own queue), or the next free one (the shared queue); `finish`
 /// hears how the execution ended, on the instance's thread (each request
-/// answers through its own responder). A refused execution fails every
-/// request and then `finish` with the reason.
+/// answers through its own responder), with the batch size that ran: the
+/// `sizes` of the requests the instance started (one cancelled while it
+/// waited is left out of the execution, and of its count). A refused
+/// execution fails every request and then `finish` with the reason.
 pub(super) fn run_list(
     pool: &InstancePool,
     to: Option<usize>,
     requests: Vec<BackendRequest>,
+    sizes: Vec<usize>,
     enqueued: Instant,
-    finish: impl FnOnce(Done) + Send + 'static,
+    finish: impl FnOnce(Done, usize) + Send + 'static,
 ) {
+    let watched: Vec<(Responder, usize)> = requests
+        .iter()
+        .map(|r| r.respond.clone())
+        .zip(sizes)
+        .collect();
+    let finish = move |done: Done| {
+        let ran = watched
+            .iter()
+            .filter(|(r, _)| r.was_started())
+            .map(|(_, n)| n)
+            .sum();
+        finish(done, ran)
+    };
     let work = Work {
         inputs: Vec::new(),
         outputs: Vec::new(),

@@ -348,7 +348,7 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
 /// takes requests apart): each answers through its responder; the
 /// execution's end counts the batch and frees the instance.
 fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
-    let total: usize = batch.iter().map(|r| r.batch).sum();
+    let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
     let first_enqueued = batch
         .iter()
         .map(|r| r.enqueued)
@@ -383,14 +383,14 @@ fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shar
         })
         .collect();
     let finish_shared = Arc::clone(shared);
-    let finish = move |done: Done| {
-        if done.result.is_ok() {
+    let finish = move |done: Done, ran: usize| {
+        if done.result.is_ok() && ran > 0 {
             finish_shared
                 .stats
-                .record_execution(total, (done.input, done.compute, done.output));
+                .record_execution(ran, (done.input, done.compute, done.output));
         }
         finish_shared.state.lock().unwrap().free += 1;
         finish_shared.cv.notify_all();
     };
-    run_list(pool, None, requests, first_enqueued, finish);
+    run_list(pool, None, requests, sizes, first_enqueued, finish);
 }

@@ -168,13 +168,21 @@ fn dispatch_requests(
         requests.push(request);
     }
     let stats = Arc::clone(&shared.stats);
-    let finish = move |done: Done| {
-        if done.result.is_ok() {
-            stats.record_execution(n, (done.input, done.compute, done.output));
+    let finish = move |done: Done, ran: usize| {
+        if done.result.is_ok() && ran > 0 {
+            stats.record_execution(ran, (done.input, done.compute, done.output));
         }
         drop(release);
     };
-    run_list(pool, Some(instance), requests, first_enqueued, finish);
+    let sizes = vec![1; requests.len()];
+    run_list(
+        pool,
+        Some(instance),
+        requests,
+        sizes,
+        first_enqueued,
+        finish,
+    );
 }
 
 /// Builds the batch's tensors (inputs, then controls, then states) and the

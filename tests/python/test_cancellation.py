@@ -44,10 +44,9 @@ from trtis_harness import (
     EXAMPLES,
     REPO_ROOT,
     StreamCollector,
-    cancel_stream,
-    grpc_client_for,
-    running_server,
+    running_server_with_metrics,
     stop_stream_within,
+    stream_client_for,
     wait_for,
 )
 
@@ -71,26 +70,15 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repo):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        metrics_port = sock.getsockname()[1]
-    for srv in running_server(
-        repo,
-        args=["--python", sys.executable, "--metrics-port", str(metrics_port)],
-        name="cancellation server",
-    ):
-        srv.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        yield srv
+    yield from running_server_with_metrics(
+        repo, args=["--python", sys.executable], name="cancellation server"
+    )
 
 
 @pytest.fixture
 def client(server):
     """A fresh client per test (tritonclient allows one stream per client)."""
-    c = grpc_client_for(server)
-    yield c
-    cancel_stream(c)
-    c._stream = None
-    c.close()
+    yield from stream_client_for(server)
 
 
 def int_input(n: int, batched: bool = False):

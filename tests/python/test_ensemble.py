@@ -29,10 +29,10 @@ from trtis_harness import StreamCollector as Collector
 from trtis_harness import (
     assert_client_error,
     assert_grpc_error,
-    cancel_stream,
     grpc_client_for,
     running_server,
     stop_stream_within,
+    stream_client_for,
 )
 
 PROTOCOLS = ["http", "grpc"]
@@ -299,11 +299,7 @@ def test_ensemble_infer_one_requested_output(clients, protocol, only):
 @pytest.fixture
 def stream_client(ens_server):
     """A fresh client per test (tritonclient allows one stream per client)."""
-    c = grpc_client_for(ens_server)
-    yield c
-    cancel_stream(c)
-    c._stream = None
-    c.close()
+    yield from stream_client_for(ens_server)
 
 
 def test_grpc_stream_ensemble_in_order(stream_client):

@@ -34,7 +34,13 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from trtis_harness import StreamCollector as Collector
-from trtis_harness import cancel_stream, grpc_channel_for, grpc_client_for, stop_stream_within
+from trtis_harness import (
+    cancel_stream,
+    grpc_channel_for,
+    grpc_client_for,
+    stop_stream_within,
+    stream_client_for,
+)
 
 STREAM_TIMEOUT_S = 15.0
 
@@ -42,11 +48,7 @@ STREAM_TIMEOUT_S = 15.0
 @pytest.fixture
 def stream_client(server):
     """A fresh client per test (tritonclient allows one stream per client)."""
-    c = grpc_client_for(server)
-    yield c
-    cancel_stream(c)
-    c._stream = None
-    c.close()
+    yield from stream_client_for(server)
 
 
 def simple_request(batch: int, seed: int):

@@ -17,7 +17,6 @@ Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest tests/python/t
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -31,10 +30,9 @@ from tritonclient.utils import InferenceServerException
 from trtis_harness import (
     REPO_ROOT,
     StreamCollector,
-    cancel_stream,
-    grpc_client_for,
-    running_server,
+    running_server_with_metrics,
     stop_stream_within,
+    stream_client_for,
     trtis_bin,
     wait_for,
 )
@@ -58,20 +56,13 @@ MODELS = [
 
 @pytest.fixture(scope="module")
 def server():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        metrics_port = sock.getsockname()[1]
     # The workers import the models from the source tree: keep it free of
     # __pycache__ directories.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONDONTWRITEBYTECODE", "1")
-        for srv in running_server(
-            REPO,
-            args=["--python", sys.executable, "--metrics-port", str(metrics_port)],
-            name="python_backend examples server",
-        ):
-            srv.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-            yield srv
+        yield from running_server_with_metrics(
+            REPO, args=["--python", sys.executable], name="python_backend examples server"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +75,7 @@ def client(server):
 @pytest.fixture
 def grpc_client(server):
     """A fresh client per test (tritonclient allows one stream per client)."""
-    c = grpc_client_for(server)
-    yield c
-    cancel_stream(c)
-    c._stream = None
-    c.close()
+    yield from stream_client_for(server)
 
 
 def http_inputs(**arrays):

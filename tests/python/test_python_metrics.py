@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sys
 import urllib.request
 import uuid
@@ -29,7 +28,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from trtis_harness import EXAMPLES, REPO_ROOT, running_server, wait_for
+from trtis_harness import EXAMPLES, REPO_ROOT, running_server_with_metrics, wait_for
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "python"
 MODEL = "custom_metrics"
@@ -41,19 +40,11 @@ def server(tmp_path_factory):
     repo.mkdir(parents=True)
     for source in (EXAMPLES / "add_sub", FIXTURES / MODEL):
         shutil.copytree(source, repo / source.name, ignore=shutil.ignore_patterns("__pycache__"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        metrics_port = sock.getsockname()[1]
-    for srv in running_server(
+    yield from running_server_with_metrics(
         repo,
-        args=[
-            "--python", sys.executable, "--metrics-port", str(metrics_port),
-            "--model-control-mode", "explicit", "--load-model", "*",
-        ],
+        args=["--python", sys.executable, "--model-control-mode", "explicit", "--load-model", "*"],
         name="python metrics server",
-    ):
-        srv.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        yield srv
+    )
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import urllib.request
@@ -33,7 +32,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from trtis_harness import EXAMPLES, REPO_ROOT, grpc_client_for, running_server, trtis_bin
+from trtis_harness import (
+    EXAMPLES,
+    REPO_ROOT,
+    grpc_client_for,
+    running_server_with_metrics,
+    trtis_bin,
+)
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "pytorch"
 
@@ -196,13 +201,9 @@ def server(repo):
         if os.environ.get("TRTIS_REQUIRE_TORCH") == "1":
             pytest.fail("the PyTorch backend library was not built (TRTIS_REQUIRE_TORCH=1): cargo build -p trtis-torch")
         pytest.skip("the PyTorch backend library was not built (cargo build -p trtis-torch)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        metrics_port = sock.getsockname()[1]
-    for srv in running_server(repo, args=["--model-control-mode", "explicit", "--load-model", "*",
-                                         "--metrics-port", str(metrics_port)], name="pytorch server"):
-        srv.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        yield srv
+    yield from running_server_with_metrics(
+        repo, args=["--model-control-mode", "explicit", "--load-model", "*"], name="pytorch server"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import socket
 import threading
 import time
 from pathlib import Path
@@ -547,6 +548,17 @@ def running_server(repo, args=None, name="server"):
         stop_and_check(server)
 
 
+def running_server_with_metrics(repo, args=None, name="server"):
+    """running_server with `--metrics-port` on a free port; the server has
+    `metrics_url` (its /metrics)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for server in running_server(repo, [*(args or []), "--metrics-port", str(port)], name):
+        server.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        yield server
+
+
 # --------------------------------------------------------------------------
 # System shared memory (client side)
 # --------------------------------------------------------------------------
@@ -728,6 +740,16 @@ def cancel_stream(client) -> None:
     stream = client._stream
     if stream is not None and stream._response_iterator is not None:
         stream._response_iterator.cancel()
+
+
+def stream_client_for(server):
+    """Generator for per-test fixtures: a fresh gRPC client (tritonclient
+    allows one stream per client), its stream cancelled and closed after."""
+    client = grpc_client_for(server)
+    yield client
+    cancel_stream(client)
+    client._stream = None
+    client.close()
 
 
 def stop_stream_within(client, timeout: float = STREAM_TIMEOUT_S) -> None:

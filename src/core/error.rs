@@ -22,6 +22,10 @@ pub enum ErrorKind {
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
+    /// The model's own answer (a Python model's `InferenceResponse(error=
+    /// TritonError(...))`): the client gets the error, but the request ran
+    /// and counts as a success, as Triton counts it.
+    pub answered: bool,
 }
 
 impl Error {
@@ -29,7 +33,14 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            answered: false,
         }
+    }
+
+    /// This error as the model's own answer (see `answered`).
+    pub fn answered(mut self) -> Self {
+        self.answered = true;
+        self
     }
 
     pub fn invalid_arg(message: impl Into<String>) -> Self {

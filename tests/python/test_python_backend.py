@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -585,6 +586,41 @@ def test_a_triton_error_response_keeps_its_code_and_message(both, how, status, c
     client, mod = both
     msg = infer_error(client, mod, "faulty", mode(how), status, code)
     assert msg == text
+
+
+def test_statistics_count_error_answers_as_successes_and_raising_executes_as_failures(http):
+    # Measured on Triton 2.51 (faulty, one request at a time): a response
+    # carrying a TritonError counts as a success (inference and execution
+    # counted); an execute that raises counts a failure, and its execution,
+    # but no inference.
+    def counts():
+        s = stats_of(http, "faulty")
+        i = s["inference_stats"]
+        return (i["success"]["count"], i["fail"]["count"], s["execution_count"], s["inference_count"])
+
+    def settled(since, executions):
+        # The execution is counted as the instance finishes, which may be
+        # just after the client has its answer.
+        wait_for(lambda: counts()[2] - since[2] >= executions, timeout=10)
+        return counts()
+
+    def quiet():
+        # Earlier tests' executions of faulty may still be being counted.
+        last = counts()
+        while True:
+            time.sleep(0.3)
+            now = counts()
+            if now == last:
+                return now
+            last = now
+
+    before = quiet()
+    infer_error(http, httpclient, "faulty", mode("not_found"), 404, "NOT_FOUND")
+    after_answer = settled(before, 1)
+    assert [a - b for a, b in zip(after_answer, before)] == [1, 0, 1, 1], (before, after_answer)
+    infer_error(http, httpclient, "faulty", mode("raise"), 500, "INTERNAL")
+    after_raise = settled(after_answer, 1)
+    assert [a - b for a, b in zip(after_raise, after_answer)] == [0, 1, 1, 0], (after_answer, after_raise)
 
 
 def test_a_none_return_without_the_sender_is_an_error_not_a_hang(server, grpc):

@@ -128,6 +128,15 @@ impl Engine {
         }
         let labels = &model.labels;
         let batching = model.config.max_batch_size > 0;
+        let compute = (done.input, done.compute, done.output);
+        if let Err(e) = &done.result {
+            if e.answered {
+                // The model answered with an error: a success, as Triton
+                // counts it; the client gets the error.
+                stats.record_success(batch, None, start.elapsed(), done.queue, compute);
+                return Err(e.clone());
+            }
+        }
         let tensors = done
             .result
             .and_then(|t| classify(labels, batching, &outputs, t, batch))
@@ -140,7 +149,6 @@ impl Engine {
             })
             .and_then(|t| self.write_shm_outputs(&outputs, t))
             .inspect_err(|_| stats.record_backend_failure(start.elapsed()))?;
-        let compute = (done.input, done.compute, done.output);
         stats.record_success(batch, None, start.elapsed(), done.queue, compute);
         if let Some(sampled) = sampled {
             let queue_start = wall_start + (enqueued - start);
@@ -273,7 +281,8 @@ impl Engine {
                         canceled.armed = false;
                         return each(Err(e));
                     }
-                    failed = true;
+                    // The model's own error answer counts as a success.
+                    failed |= !e.answered;
                     each(Err(e));
                 }
             }

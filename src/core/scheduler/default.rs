@@ -93,8 +93,12 @@ impl DefaultScheduler {
             inputs: submission.inputs,
         };
         let stats = Arc::clone(&self.stats);
+        let started = request.respond.clone();
+        // An execution that ran counts, failed or not (Triton counts a
+        // Python model's raising execute too); a request cancelled before
+        // the instance took it did not run.
         let counted = move |done: Done| {
-            if done.result.is_ok() {
+            if started.was_started() {
                 stats.record_execution(batch, (done.input, done.compute, done.output));
             }
         };

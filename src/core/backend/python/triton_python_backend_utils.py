@@ -444,7 +444,7 @@ def _name_json(name):
     return text
 
 
-def _response_frame(rid, response, final, requested):
+def _response_frame(rid, response, final, requested, by_model=True):
     """(header, parts) of a `response` frame. `response` None is a bare final
     flag; only tensors named in `requested` go out. A response that cannot be
     serialized becomes an error response (the worker must not fail). The
@@ -458,6 +458,8 @@ def _response_frame(rid, response, final, requested):
         if response.has_error():
             header = {"kind": "response", "rid": rid, "final": final, "tensors": []}
             header["error"] = response.error()._to_wire()
+            if by_model:
+                header["answered"] = True  # the model's answer: counts as a success
             return header, []
         descs, parts = [], []
         for tensor in response.output_tensors():
@@ -565,14 +567,15 @@ class _RequestState:
         if frame is not None:
             _runtime.send_frame(*frame)
 
-    def final_frame(self, response):
+    def final_frame(self, response, by_model=True):
         """The frame of `response` as the final one, for the caller to send;
-        None when the request is finished."""
+        None when the request is finished. `by_model`: the model gave it
+        (an error it gave counts as a success); else the worker's own."""
         with self._lock:
             if self.closed:
                 return None
             self.closed = True
-            return _response_frame(self.rid, response, True, self.requested)
+            return _response_frame(self.rid, response, True, self.requested, by_model)
 
     def is_cancelled(self):
         if not self.cancelled and _runtime is not None:
@@ -580,8 +583,11 @@ class _RequestState:
         return self.cancelled
 
     def fail(self, message):
-        """Finish the request with an INTERNAL error, unless it is finished."""
-        self.complete(InferenceResponse(error=TritonError(message)))
+        """Finish the request with an INTERNAL error of the worker's (not the
+        model's answer), unless it is finished."""
+        frame = self.final_frame(InferenceResponse(error=TritonError(message)), by_model=False)
+        if frame is not None:
+            _runtime.send_frame(*frame)
 
     def close(self):
         """The server finished the request (its batch failed): send nothing more."""

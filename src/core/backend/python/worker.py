@@ -558,13 +558,15 @@ class Worker:
                     "return list, found type '{}'.".format(type(response))
                 )
         for state, response in zip(states, result):
+            by_model = True
             if response is None:
                 if state.sender_used:
                     continue  # the response sender answers (maybe later, from a thread)
                 response = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(self._no_response_message(state.index))
                 )
-            frame = state.final_frame(response)
+                by_model = False
+            frame = state.final_frame(response, by_model)
             if frame is not None:
                 frames.append(frame)
         return None

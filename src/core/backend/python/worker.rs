@@ -552,6 +552,12 @@ fn respond(link: &Link, mut frame: Frame) {
         .and_then(Value::as_array)
         .is_some_and(|t| !t.is_empty());
     if let Some(e) = frame.error() {
+        // The model's own error response counts as a success (Triton).
+        let e = if frame.bool("answered") {
+            e.answered()
+        } else {
+            e
+        };
         responder.respond(Err(e), last);
     } else if last && !has_tensors && frame.bool("bare") {
         // A bare final flag: a decoupled stream ends; a one-answer request

@@ -384,7 +384,9 @@ fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shar
         .collect();
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done, ran: usize| {
-        if done.result.is_ok() && ran > 0 {
+        // An execution that ran counts, failed or not (Triton counts a
+        // Python model's raising execute too).
+        if ran > 0 {
             finish_shared
                 .stats
                 .record_execution(ran, (done.input, done.compute, done.output));

@@ -169,7 +169,8 @@ fn dispatch_requests(
     }
     let stats = Arc::clone(&shared.stats);
     let finish = move |done: Done, ran: usize| {
-        if done.result.is_ok() && ran > 0 {
+        // An execution that ran counts, failed or not (as Triton counts).
+        if ran > 0 {
             stats.record_execution(ran, (done.input, done.compute, done.output));
         }
         drop(release);

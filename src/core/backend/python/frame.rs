@@ -80,14 +80,18 @@ impl Frame {
     /// The tensors listed under `key` (an array of `{name, datatype, shape,
     /// size}`), cut from the body starting at `*offset`.
     pub fn tensors_at(&self, list: &Value, offset: &mut usize) -> Result<Vec<Tensor>> {
-        Ok(self
-            .describe(list, offset)?
+        Ok(self.filled(self.describe(list, offset)?))
+    }
+
+    /// Described tensors with their bytes copied out of the body.
+    fn filled(&self, described: Vec<(Tensor, Range<usize>)>) -> Vec<Tensor> {
+        described
             .into_iter()
             .map(|(mut t, range)| {
                 t.data = self.body[range].to_vec();
                 t
             })
-            .collect())
+            .collect()
     }
 
     /// The tensors of `list` without their data, each with where its data
@@ -135,21 +139,15 @@ impl Frame {
     /// tensor that is the whole body keeps its bytes where they are (no
     /// copy of a large output).
     pub fn take_tensors(&mut self) -> Result<Vec<Tensor>> {
-        let list = self.header.get("tensors").cloned().unwrap_or(Value::Null);
-        let mut described = self.describe(&list, &mut 0)?;
+        let list = self.header.get("tensors").unwrap_or(&Value::Null);
+        let mut described = self.describe(list, &mut 0)?;
         if let [(one, range)] = described.as_mut_slice() {
             if *range == (0..self.body.len()) {
                 one.data = std::mem::take(&mut self.body);
                 return Ok(described.into_iter().map(|(t, _)| t).collect());
             }
         }
-        Ok(described
-            .into_iter()
-            .map(|(mut t, range)| {
-                t.data = self.body[range].to_vec();
-                t
-            })
-            .collect())
+        Ok(self.filled(described))
     }
 
     /// Takes the tensors' data into the frame (written from where it is,

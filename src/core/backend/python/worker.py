@@ -271,10 +271,14 @@ class Worker:
                     if item is not None:
                         return item
         finally:
-            with self.cond:
-                self.reading = False
-                if self.waiters:
-                    self.cond.notify_all()
+            self._release_reader()
+
+    def _release_reader(self):
+        """Give up the reader role; a waiting thread may take it."""
+        with self.cond:
+            self.reading = False
+            if self.waiters:
+                self.cond.notify_all()
 
     def poll(self):
         """Route the frames already waiting, without blocking, when nobody
@@ -290,10 +294,7 @@ class Worker:
                 with self.cond:
                     self._route(header, body)
         finally:
-            with self.cond:
-                self.reading = False
-                if self.waiters:
-                    self.cond.notify_all()
+            self._release_reader()
 
     def _waiting(self):
         """Whether the socket has bytes to read (or is at end of file)."""

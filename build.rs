@@ -3,7 +3,11 @@
 //! - `model_config.proto` → plain prost types (`core::config::pb`), pure data;
 //! - `grpc_service.proto`, `health.proto` → prost types and tonic service
 //!   code (`core::protocol::pb`), referring to the config types above;
-//! - the encoded descriptor set of all of them, for `prost-reflect`.
+//! - the encoded descriptor set of all of them, for `prost-reflect`;
+//! - `proto/v1/*.proto` (the legacy TRTIS v1 API, package
+//!   `nvidia.inferenceserver`) → prost types and tonic service code
+//!   (`core::protocol::v1::pb`), and their own descriptor set, which
+//!   `prost-reflect` uses for the v1 text and JSON formats.
 use std::{env, fs, path::PathBuf};
 
 use prost_types::FileDescriptorSet;
@@ -56,6 +60,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     grpc.compile_fds(fds.clone())?;
+
+    let v1 = protox::compile(
+        [
+            "request_status.proto",
+            "api.proto",
+            "model_config.proto",
+            "server_status.proto",
+            "grpc_service.proto",
+        ],
+        ["proto/v1"],
+    )?;
+    fs::write(
+        out.join("descriptors_v1.bin"),
+        protox::prost::Message::encode_to_vec(&v1),
+    )?;
+    let v1_dir = out.join("v1");
+    fs::create_dir_all(&v1_dir)?;
+    tonic_prost_build::configure()
+        // Ordered maps: the status lists models and versions in order.
+        .btree_map(".")
+        .out_dir(&v1_dir)
+        .compile_fds(v1)?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything trtis needs on a fresh machine, idempotently:
 #   - the project-local Python environment .venv with the pinned test clients
-#     (tritonclient 2.51.0) from PyPI.
+#     (tritonclient 2.51.0) from PyPI;
+#   - .venv-v1 with the TRTIS v1 API's client modules (tensorrtserver 1.11.0);
+#   - .venv-torch with libtorch (unless TRTIS_NO_TORCH=1).
 # Rust comes from the machine's toolchain; crates come from crates.io when
 # cargo builds. Nothing is downloaded from anywhere but the package registries.
 set -euo pipefail
@@ -19,6 +21,21 @@ if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
   echo "setup: installing $(grep -v '^#' "$REQ" | tr '\n' ' ')"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ"
   cp "$REQ" "$STAMP"
+fi
+
+# The v1 API's reference client (tests/python_v1): NVIDIA's tensorrtserver
+# 1.11.0 wheel, whose generated modules need protobuf 3, so a venv of its own
+# (~150 MB, ~12 s).
+V1_REQ=scripts/requirements-v1.txt
+V1_STAMP=.venv-v1/.trtis-requirements
+if [ ! -x .venv-v1/bin/python ]; then
+  echo "setup: creating .venv-v1 (the TRTIS v1 API's client modules)"
+  "$PYTHON" -m venv .venv-v1
+fi
+if ! cmp -s "$V1_REQ" "$V1_STAMP" 2>/dev/null; then
+  echo "setup: installing $(grep -v '^#' "$V1_REQ" | tr '\n' ' ')"
+  .venv-v1/bin/python -m pip install --quiet --disable-pip-version-check -r "$V1_REQ"
+  cp "$V1_REQ" "$V1_STAMP"
 fi
 
 # libtorch for the PyTorch backend (cargo feature `torch`): the `torch` wheel

@@ -2,7 +2,8 @@
 # Runs every test: sets up what the tests need (scripts/setup.sh), then
 # rustfmt and clippy (warnings are errors), the Rust unit and integration
 # tests, then the protocol compatibility suite that
-# drives a real `trtis serve` with Triton's own Python client (tritonclient).
+# drives a real `trtis serve` with Triton's own Python client (tritonclient),
+# and the v1 API suite with TRTIS 1.11's own generated client modules.
 # The PyTorch backend library (backends/torch, linked against libtorch from
 # .venv-torch) is built and checked too; clippy also checks the server built
 # without its optional parts. This is what CI runs (.ci/run).
@@ -19,4 +20,5 @@ cargo clippy --locked --no-default-features --lib --bins -- -D warnings
 cargo build --locked --workspace
 cargo test --locked "$@"
 TRTIS_BIN="$PWD/target/debug/trtis" .venv/bin/python -m pytest tests/python -q
+TRTIS_BIN="$PWD/target/debug/trtis" .venv-v1/bin/python -m pytest tests/python_v1 -q
 ./scripts/perf-analyzer-smoke.sh

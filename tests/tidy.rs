@@ -177,7 +177,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "logging",
         ],
     ),
-    ("protocol", &["config", "engine", "repository"]),
+    ("protocol", &["config", "engine", "repository", "classify"]),
     (
         "frontend",
         &[

@@ -163,6 +163,7 @@ impl GrpcClient {
                         cache_hit: pair(st.cache_hit),
                         cache_miss: pair(st.cache_miss),
                         batches: Vec::new(),
+                        request_batches: Vec::new(),
                     },
                 }
             })

@@ -146,6 +146,7 @@ impl From<ModelStatsJson> for ModelStats {
                 cache_hit: st.cache_hit.into(),
                 cache_miss: st.cache_miss.into(),
                 batches: Vec::new(),
+                request_batches: Vec::new(),
             },
         }
     }

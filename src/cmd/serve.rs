@@ -430,11 +430,16 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
         };
         let service =
             GrpcService::new(engine.clone()).with_max_input_size(args.grpc_max_input_size);
+        let v1 = trtis::core::frontend::grpc_v1::GrpcV1Service::new(
+            engine.clone(),
+            args.grpc_max_input_size,
+        );
         let shutdown = stopped(stop_rx.clone());
         services.push(tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service.inference())
                 .add_service(service.health())
+                .add_service(v1.server())
                 .serve_with_incoming_shutdown(
                     // Answers go out at once, not held back by Nagle's
                     // algorithm waiting for the client's delayed ACK.

@@ -29,14 +29,7 @@ pub(crate) fn classify(
             let mut elements: Vec<Vec<u8>> = Vec::new();
             let k = n.min(per_row);
             for row in values.chunks(per_row.max(1)).take(rows) {
-                let mut idx: Vec<usize> = (0..row.len()).collect();
-                idx.sort_by(|&a, &b| {
-                    row[b]
-                        .partial_cmp(&row[a])
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                        .then(a.cmp(&b))
-                });
-                for &i in idx.iter().take(k) {
+                for i in top_k(row, k) {
                     let mut s = format!("{}:{}", fmt_value(row[i], t.datatype), i);
                     if let Some(label) = labels.and_then(|l| l.get(i)) {
                         s.push(':');
@@ -58,6 +51,20 @@ pub(crate) fn classify(
             })
         })
         .collect()
+}
+
+/// The indices of the `k` largest values of `row`, largest first (ties:
+/// the lower index first).
+pub(crate) fn top_k(row: &[f64], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| {
+        row[b]
+            .partial_cmp(&row[a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    idx.truncate(k);
+    idx
 }
 
 fn fmt_value(v: f64, dt: DataType) -> String {

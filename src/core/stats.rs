@@ -98,6 +98,20 @@ pub struct ModelStats {
     pub request_histogram: Histogram,
     pub queue_histogram: Histogram,
     pub compute_histogram: Histogram,
+    /// Successful requests by their own batch size (the v1 API's
+    /// `infer_stats`): (success, compute, queue) per size. A map behind a
+    /// lock, not a fixed array, because a request's batch size has no
+    /// bound below `max_batch_size`; uncontended, it costs tens of ns.
+    pub by_request_batch: std::sync::Mutex<std::collections::BTreeMap<u32, RequestBatch>>,
+}
+
+/// The successful requests of one batch size: end to end, in the backend
+/// (input, infer and output), queued; (count, ns) each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestBatch {
+    pub success: (u64, u64),
+    pub compute: (u64, u64),
+    pub queue: (u64, u64),
 }
 
 /// Compute durations by batch size.
@@ -136,6 +150,20 @@ impl ModelStats {
         self.compute_infer.add(compute);
         self.compute_output.add(output);
         self.inference_count.fetch_add(batch as u64, Relaxed);
+        {
+            let mut by = self
+                .by_request_batch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let entry = by.entry(batch as u32).or_default();
+            let add = |(count, ns): &mut (u64, u64), d: Duration| {
+                *count += 1;
+                *ns += d.as_nanos() as u64;
+            };
+            add(&mut entry.success, total);
+            add(&mut entry.compute, input + compute + output);
+            add(&mut entry.queue, queue);
+        }
         if let Some(executed) = execution {
             self.record_execution(executed, (input, compute, output));
         }
@@ -212,6 +240,8 @@ pub struct Snapshot {
     /// (batch size, executions, compute input, infer and output ns), for
     /// sizes that ran.
     pub batches: Vec<(u64, u64, u64, u64, u64)>,
+    /// Successful requests by their batch size.
+    pub request_batches: Vec<(u32, RequestBatch)>,
 }
 
 impl ModelStats {
@@ -237,6 +267,13 @@ impl ModelStats {
                     let (count, ns) = c.get();
                     (count > 0).then_some((size as u64, count, i.get().1, ns, o.get().1))
                 })
+                .collect(),
+            request_batches: self
+                .by_request_batch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(&size, &b)| (size, b))
                 .collect(),
         }
     }

@@ -101,6 +101,8 @@ pub struct Engine {
 
 struct Inner {
     config: ServerConfig,
+    /// When the engine started (the v1 status's uptime).
+    started: std::time::Instant,
     manager: ModelManager,
     shm: SharedMemoryManager,
     /// Inference requests being handled (shutdown waits for 0).
@@ -145,6 +147,7 @@ impl Engine {
                 backend,
             });
             Inner {
+                started: std::time::Instant::now(),
                 config,
                 manager,
                 shm: SharedMemoryManager::default(),
@@ -230,6 +233,16 @@ impl Engine {
 
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// How long the engine has been up.
+    pub fn uptime(&self) -> std::time::Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// Whether shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.inner.draining.load(SeqCst)
     }
 
     pub fn live(&self) -> bool {

@@ -1,8 +1,10 @@
 //! Network frontends over the one `Engine`: the KServe v2 HTTP/REST API
-//! (`http`) and Triton's gRPC service (`grpc`). Each maps `ErrorKind` to its
-//! protocol's status in one table.
+//! (`http`) and Triton's gRPC service (`grpc`), and the legacy TRTIS v1 API
+//! beside each (`http::v1`, `grpc_v1`) on the same ports. Each maps
+//! `ErrorKind` to its protocol's status in one table.
 
 pub mod grpc;
+pub mod grpc_v1;
 pub mod http;
 
 use crate::core::error::{Error, Result};

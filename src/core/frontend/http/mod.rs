@@ -14,6 +14,7 @@ use axum::Router;
 use serde_json::{json, Value};
 
 mod admin;
+pub mod v1;
 
 use crate::core::engine::{Engine, TensorMetadata, EXTENSIONS};
 use crate::core::error::{Error, ErrorKind};
@@ -87,7 +88,8 @@ pub fn metrics_router(engine: Engine) -> Router {
         .with_state(engine)
 }
 
-/// The router: every route Triton serves that trtis implements.
+/// The router: every route Triton serves that trtis implements, and the
+/// legacy v1 API's (`v1`).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v2/health/live", get(live))
@@ -156,6 +158,7 @@ pub fn router(state: AppState) -> Router {
             "/v2/repository/models/{model}/unload",
             post(repository_unload),
         )
+        .merge(v1::routes())
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,

@@ -348,3 +348,122 @@ fn streaming_and_shared_memory_through_the_client() {
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }
+
+/// `trtis status --api v1` and `trtis infer --api v1` speak the legacy TRTIS
+/// v1 API (here to trtis's own v1 routes and service) over both protocols:
+/// the same answers as v2, classification included, the server's errors
+/// passed on, and `perf --api v1` refused with the reason.
+#[test]
+fn status_and_infer_commands_speak_the_v1_api() {
+    let repo = repo();
+    let server = Serve::start(repo.path(), &[], &[]);
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let http = format!("127.0.0.1:{}", server.port);
+    let grpc = format!("127.0.0.1:{}", server.grpc_port);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.json");
+    std::fs::write(
+        &data,
+        r#"{"data": [{"INPUT0": {"content": [5, 7, 6], "shape": [3]}}]}"#,
+    )
+    .unwrap();
+    for (url, proto) in [(&http, "http"), (&grpc, "grpc")] {
+        let out = trtis(here, &["status", "--api", "v1", "-u", url, "-i", proto]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{proto}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = stdout(&out);
+        assert!(text.contains("live, ready"), "{proto}: {text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ident_int32") && l.contains("READY")),
+            "{proto}: {text}"
+        );
+
+        let out = trtis(
+            here,
+            &[
+                "infer",
+                "--api",
+                "v1",
+                "-m",
+                "ident_int32",
+                "-u",
+                url,
+                "-i",
+                proto,
+                "--input-data",
+                data.to_str().unwrap(),
+                "--json",
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{proto}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            doc["outputs"][0]["data"],
+            serde_json::json!([5, 7, 6]),
+            "{proto}"
+        );
+        assert_eq!(
+            doc["outputs"][0]["shape"],
+            serde_json::json!([1, 3]),
+            "{proto}"
+        );
+
+        // Top 2 classes with the labels file, as v2 formats them.
+        let out = trtis(
+            here,
+            &[
+                "infer",
+                "--api",
+                "v1",
+                "-m",
+                "ident_int32",
+                "-u",
+                url,
+                "-i",
+                proto,
+                "--input-data",
+                data.to_str().unwrap(),
+                "-c",
+                "2",
+                "--json",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{proto}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            doc["outputs"][0]["data"],
+            serde_json::json!(["7.000000:1:one", "6.000000:2:two"]),
+            "{proto}"
+        );
+
+        // The server's own v1 error comes through, with its code.
+        let out = trtis(
+            here,
+            &["infer", "--api", "v1", "-m", "nope", "-u", url, "-i", proto],
+        );
+        assert_eq!(out.status.code(), Some(1), "{proto}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("INVALID_ARG") && err.contains("'nope'"),
+            "{proto}: {err}"
+        );
+    }
+    let out = trtis(
+        here,
+        &["perf", "--api", "v1", "-m", "ident_int32", "-u", &http],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--api v1 is not supported"));
+    server.interrupt();
+    assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
+}

@@ -13,6 +13,8 @@ pub enum ClientError {
     Transport(String),
     /// The server's answer could not be understood.
     Decode(String),
+    /// What was asked cannot be done with the chosen API.
+    Unsupported(String),
 }
 
 impl ClientError {
@@ -20,7 +22,7 @@ impl ClientError {
     pub fn message(&self) -> &str {
         match self {
             ClientError::Http { message, .. } | ClientError::Grpc { message, .. } => message,
-            ClientError::Transport(m) | ClientError::Decode(m) => m,
+            ClientError::Transport(m) | ClientError::Decode(m) | ClientError::Unsupported(m) => m,
         }
     }
 
@@ -37,6 +39,7 @@ impl fmt::Display for ClientError {
             ClientError::Grpc { code, message } => write!(f, "gRPC {code}: {message}"),
             ClientError::Transport(m) => write!(f, "cannot reach the server: {m}"),
             ClientError::Decode(m) => write!(f, "unexpected answer from the server: {m}"),
+            ClientError::Unsupported(m) => write!(f, "not supported: {m}"),
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod image;
 pub mod inputs;
 mod kserve;
 mod prepared;
+mod v1;
 
 pub use error::ClientError;
 pub use prepared::{Prepared, SeqFlags, Timing};
@@ -24,6 +25,15 @@ use crate::core::types::{InferResponse, ModelMetadata, RequestedOutput, Tensor};
 pub enum Protocol {
     Http,
     Grpc,
+}
+
+/// Which API: KServe v2 (Triton), or the legacy TRTIS v1 API (`/api/...`,
+/// `nvidia.inferenceserver.GRPCService`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Api {
+    #[default]
+    V2,
+    V1,
 }
 
 /// Server metadata.
@@ -56,19 +66,31 @@ pub struct ModelStats {
 pub enum Client {
     Http(http::HttpClient),
     Grpc(grpc::GrpcClient),
+    /// The v1 API, over either protocol.
+    V1(v1::V1Client),
 }
 
 impl Client {
     /// Connects to `url` (`host:port`, optionally with `http://`).
     pub async fn connect(url: &str, protocol: Protocol) -> Result<Client, ClientError> {
+        Self::connect_api(url, protocol, Api::V2).await
+    }
+
+    /// Connects to `url` speaking `api` over `protocol`.
+    pub async fn connect_api(
+        url: &str,
+        protocol: Protocol,
+        api: Api,
+    ) -> Result<Client, ClientError> {
         let base = if url.starts_with("http://") || url.starts_with("https://") {
             url.trim_end_matches('/').to_string()
         } else {
             format!("http://{}", url.trim_end_matches('/'))
         };
-        Ok(match protocol {
-            Protocol::Http => Client::Http(http::HttpClient::new(base)?),
-            Protocol::Grpc => Client::Grpc(grpc::GrpcClient::connect(base).await?),
+        Ok(match (api, protocol) {
+            (Api::V1, p) => Client::V1(v1::V1Client::connect(base, p == Protocol::Grpc).await?),
+            (Api::V2, Protocol::Http) => Client::Http(http::HttpClient::new(base)?),
+            (Api::V2, Protocol::Grpc) => Client::Grpc(grpc::GrpcClient::connect(base).await?),
         })
     }
 
@@ -76,6 +98,7 @@ impl Client {
         match self {
             Client::Http(c) => c.live().await,
             Client::Grpc(c) => c.live().await,
+            Client::V1(c) => c.live().await,
         }
     }
 
@@ -83,6 +106,7 @@ impl Client {
         match self {
             Client::Http(c) => c.ready().await,
             Client::Grpc(c) => c.ready().await,
+            Client::V1(c) => c.ready().await,
         }
     }
 
@@ -90,6 +114,7 @@ impl Client {
         match self {
             Client::Http(c) => c.model_ready(model, version).await,
             Client::Grpc(c) => c.model_ready(model, version).await,
+            Client::V1(c) => Ok(!c.model_metadata(model, version).await?.versions.is_empty()),
         }
     }
 
@@ -97,6 +122,7 @@ impl Client {
         match self {
             Client::Http(c) => c.server_metadata().await,
             Client::Grpc(c) => c.server_metadata().await,
+            Client::V1(c) => c.server_metadata().await,
         }
     }
 
@@ -108,6 +134,7 @@ impl Client {
         match self {
             Client::Http(c) => c.model_metadata(model, version).await,
             Client::Grpc(c) => c.model_metadata(model, version).await,
+            Client::V1(c) => c.model_metadata(model, version).await,
         }
     }
 
@@ -119,6 +146,7 @@ impl Client {
         match self {
             Client::Http(c) => c.model_config(model, version).await,
             Client::Grpc(c) => c.model_config(model, version).await,
+            Client::V1(c) => c.model_config(model, version).await,
         }
     }
 
@@ -128,6 +156,7 @@ impl Client {
         match self {
             Client::Http(c) => c.statistics(model).await,
             Client::Grpc(c) => c.statistics(model).await,
+            Client::V1(c) => c.statistics(model).await,
         }
     }
 
@@ -135,6 +164,7 @@ impl Client {
         match self {
             Client::Http(c) => c.index().await,
             Client::Grpc(c) => c.index().await,
+            Client::V1(c) => c.index().await,
         }
     }
 
@@ -142,6 +172,7 @@ impl Client {
         match self {
             Client::Http(c) => c.load(model).await,
             Client::Grpc(c) => c.load(model).await,
+            Client::V1(c) => c.load(model).await,
         }
     }
 
@@ -149,6 +180,7 @@ impl Client {
         match self {
             Client::Http(c) => c.unload(model).await,
             Client::Grpc(c) => c.unload(model).await,
+            Client::V1(c) => c.unload(model).await,
         }
     }
 
@@ -163,6 +195,7 @@ impl Client {
         match self {
             Client::Http(c) => c.register_shm(name, key, offset, byte_size).await,
             Client::Grpc(c) => c.register_shm(name, key, offset, byte_size).await,
+            Client::V1(c) => c.register_shm(name, key, offset, byte_size).await,
         }
     }
 
@@ -171,6 +204,7 @@ impl Client {
         match self {
             Client::Http(c) => c.unregister_shm(name).await,
             Client::Grpc(c) => c.unregister_shm(name).await,
+            Client::V1(c) => c.unregister_shm(name).await,
         }
     }
 
@@ -203,6 +237,35 @@ impl Client {
                 Ok(out)
             }
             Client::Grpc(c) => c.stream_infer(model, version, requests, outputs).await,
+            Client::V1(c) => {
+                let mut out = Vec::with_capacity(requests.len());
+                for inputs in requests {
+                    out.push(c.infer(model, version, inputs, outputs.clone(), None).await);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Runs one inference as part of a sequence (its correlation id and
+    /// start/end flags).
+    pub async fn infer_in_sequence(
+        &mut self,
+        model: &str,
+        version: &str,
+        inputs: Vec<Tensor>,
+        outputs: Vec<RequestedOutput>,
+        sequence: SeqFlags,
+    ) -> Result<InferResponse, ClientError> {
+        match self {
+            Client::V1(c) => {
+                c.infer(model, version, inputs, outputs, Some(sequence))
+                    .await
+            }
+            _ => {
+                let request = self.prepare(model, version, inputs, outputs)?;
+                request.infer(Some(sequence)).await.map(|(_, r)| r)
+            }
         }
     }
 
@@ -218,6 +281,7 @@ impl Client {
         match self {
             Client::Http(c) => c.infer(model, version, inputs, outputs).await,
             Client::Grpc(c) => c.infer(model, version, inputs, outputs).await,
+            Client::V1(c) => c.infer(model, version, inputs, outputs, None).await,
         }
     }
 }

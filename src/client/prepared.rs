@@ -101,6 +101,11 @@ impl Client {
                     model, version, inputs, input_shm, outputs,
                 )),
             },
+            Client::V1(_) => {
+                return Err(ClientError::Unsupported(
+                    "prepared (timed or repeated) requests are not available with the v1 API; use the v2 API".into(),
+                ))
+            }
         })
     }
 }

@@ -2,12 +2,22 @@
 
 use std::process::ExitCode;
 
-use trtis::client::{Client, ClientError, Protocol};
+use trtis::client::{Api, Client, ClientError, Protocol};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProtocolArg {
     Http,
     Grpc,
+}
+
+/// Which API to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiArg {
+    /// KServe v2, as Triton (the default).
+    V2,
+    /// The legacy TRTIS 0.12/1.x API (`/api/...` over HTTP,
+    /// `nvidia.inferenceserver.GRPCService` over gRPC).
+    V1,
 }
 
 #[derive(Debug, clap::Args)]
@@ -20,6 +30,10 @@ pub struct ServerArgs {
     /// Protocol.
     #[arg(short = 'i', long = "protocol", value_enum, default_value_t = ProtocolArg::Http)]
     pub protocol: ProtocolArg,
+
+    /// The API: v2 (KServe, Triton) or v1 (TRTIS 0.12/1.x).
+    #[arg(long = "api", value_enum, default_value_t = ApiArg::V2)]
+    pub api: ApiArg,
 }
 
 impl ServerArgs {
@@ -37,8 +51,15 @@ impl ServerArgs {
         }
     }
 
+    pub fn api(&self) -> Api {
+        match self.api {
+            ApiArg::V2 => Api::V2,
+            ApiArg::V1 => Api::V1,
+        }
+    }
+
     pub async fn connect(&self) -> Result<Client, ClientError> {
-        Client::connect(&self.url(), self.protocol()).await
+        Client::connect_api(&self.url(), self.protocol(), self.api()).await
     }
 }
 

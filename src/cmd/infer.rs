@@ -167,10 +167,9 @@ async fn infer(args: Args) -> ExitCode {
                 start: args.sequence_start,
                 end: args.sequence_end,
             };
-            match client.prepare(&args.model, &args.version, inputs, outputs) {
-                Ok(request) => request.infer(Some(seq)).await.map(|(_, r)| r),
-                Err(e) => Err(e),
-            }
+            client
+                .infer_in_sequence(&args.model, &args.version, inputs, outputs, seq)
+                .await
         }
     };
     let response = match sent {

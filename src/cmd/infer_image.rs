@@ -154,7 +154,9 @@ pub async fn run(
         classification: Some(args.classes.max(1)),
         shm: None,
     }];
-    let results: Vec<Result<InferResponse, ClientError>> = if args.streaming {
+    // The v1 client sends its requests one after another.
+    let one_by_one = args.streaming || matches!(client, Client::V1(_));
+    let results: Vec<Result<InferResponse, ClientError>> = if one_by_one {
         // One gRPC stream; the answers come back in order.
         let mut client = client;
         match client

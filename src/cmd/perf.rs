@@ -17,8 +17,8 @@ use trtis::perf::load::{self, Settings, Step, Window};
 use trtis::perf::setup::{self, LoadFlags, Options, Regions, SequenceOptions, Setup, SetupError};
 use trtis::perf::{plot, report};
 
-use super::client_args::ServerArgs;
 use super::client_args::{fail, server_error};
+use super::client_args::{ApiArg, ServerArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -166,6 +166,12 @@ enum SharedMemory {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    if args.server.api == ApiArg::V1 {
+        return fail(
+            "trtis perf speaks the v2 API only: --api v1 is not supported (measure a v1 server with its own perf_client)",
+            2,
+        );
+    }
     if args.plot.is_some() && !plot::AVAILABLE {
         return fail(plot::UNAVAILABLE, 2);
     }

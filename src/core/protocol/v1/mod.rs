@@ -170,8 +170,15 @@ pub fn server_status(engine: &Engine, model: Option<&str>) -> Result<pb::ServerS
                 }),
                 ..Default::default()
             });
-        let Ok(version) = entry.version.parse::<i64>() else {
-            continue;
+        let version = match entry.version.parse::<i64>() {
+            Ok(v) => v,
+            // Failed before any version was known (its config, say): v1
+            // has no model-level state, so the failure is reported under
+            // the version the default policy would load, its latest.
+            Err(_) => match latest_version_dir(engine, &entry.name) {
+                Some(v) => v,
+                None => continue,
+            },
         };
         let mut vs = pb::ModelVersionStatus {
             ready_state: ready_state(entry.state) as i32,
@@ -207,6 +214,17 @@ pub fn server_status(engine: &Engine, model: Option<&str>) -> Result<pb::ServerS
         model_status.version_status.insert(version, vs);
     }
     Ok(status)
+}
+
+/// The highest numbered version directory of a model in the repository.
+fn latest_version_dir(engine: &Engine, name: &str) -> Option<i64> {
+    let dir = engine.config().model_repository.join(name);
+    crate::core::repository::layout::scan_model_dir(&dir)
+        .ok()?
+        .versions
+        .keys()
+        .next_back()
+        .copied()
 }
 
 /// Every model of the repository, by name.

@@ -23,6 +23,7 @@ benches=(
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
+  "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
 )
 

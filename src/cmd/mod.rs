@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve a Triton model repository over KServe v2 HTTP/REST and gRPC (and
     /// Prometheus metrics).
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Run one inference against a Triton-protocol server (HTTP or gRPC).
     Infer(infer::Args),
     /// Show a server's health, models and statistics (exit 0 only when ready).
@@ -56,7 +56,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::ValidateConfig(args) => validate_config::run(args),
         Command::GenConfig(args) => gen_config::run(args),
         Command::Infer(args) => infer::run(args),

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use trtis::core::frontend::grpc::GrpcService;
 use trtis::core::frontend::http::{router, AppState};
+use trtis::core::frontend::restrict::{GrpcRestrictLayer, Restrictions};
+use trtis::core::frontend::tls::{TlsFiles, TlsListener};
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
 
@@ -57,6 +59,67 @@ pub struct Args {
     /// Port of the gRPC service (0: any free port, printed at start).
     #[arg(long, env = "TRTIS_GRPC_PORT", default_value_t = 8001)]
     grpc_port: u16,
+
+    /// gRPC over TLS (Triton's flag): needs --grpc-server-cert and
+    /// --grpc-server-key.
+    #[arg(long, env = "TRTIS_GRPC_USE_SSL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    grpc_use_ssl: bool,
+
+    /// gRPC over mutual TLS: clients must present a certificate that
+    /// chains to --grpc-root-cert (implies --grpc-use-ssl).
+    #[arg(long, env = "TRTIS_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    grpc_use_ssl_mutual: bool,
+
+    /// The gRPC server's certificate chain (PEM).
+    #[arg(long, env = "TRTIS_GRPC_SERVER_CERT", value_name = "FILE")]
+    grpc_server_cert: Option<PathBuf>,
+
+    /// The gRPC server's private key (PEM).
+    #[arg(long, env = "TRTIS_GRPC_SERVER_KEY", value_name = "FILE")]
+    grpc_server_key: Option<PathBuf>,
+
+    /// The root certificate(s) client certificates must chain to (PEM;
+    /// with --grpc-use-ssl-mutual).
+    #[arg(long, env = "TRTIS_GRPC_ROOT_CERT", value_name = "FILE")]
+    grpc_root_cert: Option<PathBuf>,
+
+    /// Restrict gRPC API groups to clients sending the metadata
+    /// `triton-grpc-protocol-<key>: <value>` (Triton's flag; repeatable):
+    /// <apis>:<key>=<value>, apis among health, metadata, inference,
+    /// shared-memory, model-config, model-repository, statistics, trace,
+    /// logging (comma-separated).
+    #[arg(long = "grpc-restricted-protocol", value_name = "APIS:KEY=VALUE")]
+    grpc_restricted_protocol: Vec<String>,
+
+    /// HTTPS on the HTTP port (our equivalent of Triton's gRPC flags; the
+    /// metrics port stays plain HTTP): needs --http-server-cert and
+    /// --http-server-key.
+    #[arg(long, env = "TRTIS_HTTP_USE_SSL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    http_use_ssl: bool,
+
+    /// HTTPS with client certificates that chain to --http-root-cert
+    /// (implies --http-use-ssl).
+    #[arg(long, env = "TRTIS_HTTP_USE_SSL_MUTUAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    http_use_ssl_mutual: bool,
+
+    /// The HTTPS server's certificate chain (PEM).
+    #[arg(long, env = "TRTIS_HTTP_SERVER_CERT", value_name = "FILE")]
+    http_server_cert: Option<PathBuf>,
+
+    /// The HTTPS server's private key (PEM).
+    #[arg(long, env = "TRTIS_HTTP_SERVER_KEY", value_name = "FILE")]
+    http_server_key: Option<PathBuf>,
+
+    /// The root certificate(s) HTTPS client certificates must chain to
+    /// (PEM; with --http-use-ssl-mutual).
+    #[arg(long, env = "TRTIS_HTTP_ROOT_CERT", value_name = "FILE")]
+    http_root_cert: Option<PathBuf>,
+
+    /// Restrict HTTP API groups to requests with the header `<key>: <value>`
+    /// (Triton's flag; repeatable): <apis>:<key>=<value>, apis as for
+    /// --grpc-restricted-protocol.
+    #[arg(long = "http-restricted-api", value_name = "APIS:KEY=VALUE")]
+    http_restricted_api: Vec<String>,
 
     /// Serve Prometheus metrics (`/metrics`).
     #[arg(long, env = "TRTIS_ALLOW_METRICS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -329,6 +392,13 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let front = match Frontends::from_args(&args) {
+        Ok(f) => f,
+        Err(why) => {
+            log('E', &why);
+            return ExitCode::from(2);
+        }
+    };
 
     let (engine, errors) = match Engine::start(config) {
         Ok(started) => started,
@@ -380,9 +450,111 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     engine.attach_runtime(runtime.handle().clone());
-    let code = runtime.block_on(serve(engine.clone(), &args, started));
+    let code = runtime.block_on(serve(engine.clone(), &args, front, started));
     engine.shutdown();
     code
+}
+
+/// What the listeners put in front of the services: TLS and Triton's
+/// restricted APIs, checked before any model loads.
+struct Frontends {
+    http_tls: Option<tokio_rustls::rustls::ServerConfig>,
+    grpc_tls: Option<tonic::transport::ServerTlsConfig>,
+    http_rules: Restrictions,
+    grpc_rules: Restrictions,
+}
+
+impl Frontends {
+    fn from_args(args: &Args) -> Result<Frontends, String> {
+        let files = |proto: &str,
+                     on: bool,
+                     mutual: bool,
+                     cert: &Option<PathBuf>,
+                     key: &Option<PathBuf>,
+                     root: &Option<PathBuf>|
+         -> Result<Option<TlsFiles>, String> {
+            if !on && !mutual {
+                let given = [
+                    ("server-cert", cert),
+                    ("server-key", key),
+                    ("root-cert", root),
+                ];
+                if let Some((flag, _)) = given.iter().find(|(_, v)| v.is_some()) {
+                    return Err(format!(
+                        "--{proto}-{flag} is given but TLS is off: add --{proto}-use-ssl (or --{proto}-use-ssl-mutual)"
+                    ));
+                }
+                return Ok(None);
+            }
+            let (Some(cert), Some(key)) = (cert, key) else {
+                return Err(format!(
+                    "--{proto}-use-ssl needs --{proto}-server-cert and --{proto}-server-key"
+                ));
+            };
+            if mutual && root.is_none() {
+                return Err(format!(
+                    "--{proto}-use-ssl-mutual needs --{proto}-root-cert (the roots client certificates must chain to)"
+                ));
+            }
+            if !mutual && root.is_some() {
+                return Err(format!(
+                    "--{proto}-root-cert checks client certificates: it needs --{proto}-use-ssl-mutual"
+                ));
+            }
+            Ok(Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_roots: if mutual { root.clone() } else { None },
+            }))
+        };
+        let http = files(
+            "http",
+            args.http_use_ssl,
+            args.http_use_ssl_mutual,
+            &args.http_server_cert,
+            &args.http_server_key,
+            &args.http_root_cert,
+        )?;
+        let grpc = files(
+            "grpc",
+            args.grpc_use_ssl,
+            args.grpc_use_ssl_mutual,
+            &args.grpc_server_cert,
+            &args.grpc_server_key,
+            &args.grpc_root_cert,
+        )?;
+        let http_tls = http
+            .map(|f| {
+                f.server_config()
+                    .map_err(|e| format!("HTTPS: {}", e.message))
+            })
+            .transpose()?;
+        let grpc_tls = match grpc {
+            None => None,
+            Some(f) => {
+                // The same checks as HTTPS (a clear error at start, not at
+                // the first handshake), then tonic's own configuration.
+                f.server_config()
+                    .map_err(|e| format!("gRPC TLS: {}", e.message))?;
+                let pem = f.pem().map_err(|e| e.message)?;
+                let mut tls = tonic::transport::ServerTlsConfig::new()
+                    .identity(tonic::transport::Identity::from_pem(pem.cert, pem.key));
+                if let Some(roots) = pem.client_roots {
+                    tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(roots));
+                }
+                Some(tls)
+            }
+        };
+        Ok(Frontends {
+            http_tls,
+            grpc_tls,
+            http_rules: Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?,
+            grpc_rules: Restrictions::parse(
+                &args.grpc_restricted_protocol,
+                "--grpc-restricted-protocol",
+            )?,
+        })
+    }
 }
 
 async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpListener, ExitCode> {
@@ -400,7 +572,7 @@ async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpLis
     }
 }
 
-async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
+async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) -> ExitCode {
     // Listen for signals before announcing any listener, so a SIGINT right
     // after start is a graceful stop, not the default kill.
     let signal = match shutdown_signal() {
@@ -435,8 +607,20 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             args.grpc_max_input_size,
         );
         let shutdown = stopped(stop_rx.clone());
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = front.grpc_tls.clone() {
+            builder = match builder.tls_config(tls) {
+                Ok(b) => b,
+                Err(e) => {
+                    log('E', &format!("gRPC TLS: {e}"));
+                    return ExitCode::from(2);
+                }
+            };
+        }
+        let restrict = GrpcRestrictLayer(std::sync::Arc::new(front.grpc_rules.clone()));
         services.push(tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            builder
+                .layer(restrict)
                 .add_service(service.inference())
                 .add_service(service.health())
                 .add_service(v1.server())
@@ -462,20 +646,45 @@ async fn serve(engine: Engine, args: &Args, started: Instant) -> ExitCode {
             Ok(l) => l,
             Err(code) => return code,
         };
-        let app = router(AppState {
+        let mut app = router(AppState {
             engine: engine.clone(),
             max_input_size: args.http_max_input_size,
         });
+        if !front.http_rules.is_empty() {
+            app = app.layer(axum::middleware::from_fn_with_state(
+                std::sync::Arc::new(front.http_rules.clone()),
+                trtis::core::frontend::restrict::http_check,
+            ));
+        }
         let shutdown = stopped(stop_rx.clone());
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        services.push(tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| format!("HTTP service failed: {e}"))
-        }));
+        match front.http_tls.clone() {
+            Some(tls) => {
+                let listener = match TlsListener::new(listener, tls) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        log('E', &format!("HTTPS: {e}"));
+                        return ExitCode::from(1);
+                    }
+                };
+                services.push(tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                        .map_err(|e| format!("HTTP service failed: {e}"))
+                }));
+            }
+            None => {
+                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                services.push(tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                        .map_err(|e| format!("HTTP service failed: {e}"))
+                }));
+            }
+        }
     }
     if args.allow_metrics {
         let address = args

@@ -1,11 +1,15 @@
 //! Network frontends over the one `Engine`: the KServe v2 HTTP/REST API
 //! (`http`) and Triton's gRPC service (`grpc`), and the legacy TRTIS v1 API
 //! beside each (`http::v1`, `grpc_v1`) on the same ports. Each maps
-//! `ErrorKind` to its protocol's status in one table.
+//! `ErrorKind` to its protocol's status in one table. `tls` and `restrict`
+//! are what both listeners may put in front: TLS, and Triton's restricted
+//! APIs.
 
 pub mod grpc;
 pub mod grpc_v1;
 pub mod http;
+pub mod restrict;
+pub mod tls;
 
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadOverride;

@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+use super::options::Headers;
 
 use crate::core::config::ModelConfig;
 use crate::core::protocol::pb::inference::{
@@ -22,29 +25,33 @@ use crate::core::types::{
     DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
 };
 
-use super::error::with_causes;
 use super::{ClientError, IndexEntry, ModelStats, ServerMetadata};
 
+/// The generated stub over a channel that adds the connection's headers.
+pub(super) type Stub = GrpcInferenceServiceClient<InterceptedService<Channel, Headers>>;
+
 pub struct GrpcClient {
-    stub: GrpcInferenceServiceClient<Channel>,
+    stub: Stub,
 }
 
 impl GrpcClient {
     /// The generated stub (cheap to clone: it shares the connection).
-    pub(super) fn stub(&self) -> GrpcInferenceServiceClient<Channel> {
+    pub(super) fn stub(&self) -> Stub {
         self.stub.clone()
     }
 
-    pub async fn connect(url: String) -> Result<Self, ClientError> {
-        let channel = Channel::from_shared(url)
-            .map_err(|e| ClientError::Transport(e.to_string()))?
-            .connect()
-            .await
-            .map_err(|e| ClientError::Transport(with_causes(&e)))?;
+    pub async fn connect(
+        url: String,
+        options: &super::ConnectOptions,
+    ) -> Result<Self, ClientError> {
+        let channel = super::options::grpc_channel(&url, options).await?;
         Ok(GrpcClient {
-            stub: GrpcInferenceServiceClient::new(channel)
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
+            stub: GrpcInferenceServiceClient::with_interceptor(
+                channel,
+                Headers::new(&options.headers)?,
+            )
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX),
         })
     }
 

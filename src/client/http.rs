@@ -37,10 +37,8 @@ fn decode(what: &str) -> impl Fn(serde_json::Error) -> ClientError + '_ {
 }
 
 impl HttpClient {
-    pub fn new(base: String) -> Result<Self, ClientError> {
-        let http = reqwest::Client::builder()
-            .build()
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+    pub fn new(base: String, options: &super::ConnectOptions) -> Result<Self, ClientError> {
+        let http = super::options::http_client(options)?;
         Ok(HttpClient { base, http })
     }
 

@@ -10,10 +10,12 @@ mod http;
 pub mod image;
 pub mod inputs;
 mod kserve;
+mod options;
 mod prepared;
 mod v1;
 
 pub use error::ClientError;
+pub use options::{ClientTls, ConnectOptions};
 pub use prepared::{Prepared, SeqFlags, Timing};
 
 use crate::core::config::ModelConfig;
@@ -82,15 +84,35 @@ impl Client {
         protocol: Protocol,
         api: Api,
     ) -> Result<Client, ClientError> {
+        Self::connect_with(url, protocol, api, &ConnectOptions::default()).await
+    }
+
+    /// Connects with headers on every request and, when `options.tls` is
+    /// set, over TLS (`https://`).
+    pub async fn connect_with(
+        url: &str,
+        protocol: Protocol,
+        api: Api,
+        options: &ConnectOptions,
+    ) -> Result<Client, ClientError> {
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let base = if url.starts_with("http://") || url.starts_with("https://") {
             url.trim_end_matches('/').to_string()
         } else {
-            format!("http://{}", url.trim_end_matches('/'))
+            format!("{scheme}://{}", url.trim_end_matches('/'))
         };
         Ok(match (api, protocol) {
-            (Api::V1, p) => Client::V1(v1::V1Client::connect(base, p == Protocol::Grpc).await?),
-            (Api::V2, Protocol::Http) => Client::Http(http::HttpClient::new(base)?),
-            (Api::V2, Protocol::Grpc) => Client::Grpc(grpc::GrpcClient::connect(base).await?),
+            (Api::V1, p) => {
+                Client::V1(v1::V1Client::connect(base, p == Protocol::Grpc, options).await?)
+            }
+            (Api::V2, Protocol::Http) => Client::Http(http::HttpClient::new(base, options)?),
+            (Api::V2, Protocol::Grpc) => {
+                Client::Grpc(grpc::GrpcClient::connect(base, options).await?)
+            }
         })
     }
 

@@ -5,11 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use tonic::transport::Channel;
-
 use crate::core::protocol::pb::inference::{
-    grpc_inference_service_client::GrpcInferenceServiceClient, infer_parameter::ParameterChoice,
-    InferParameter, ModelInferRequest,
+    infer_parameter::ParameterChoice, InferParameter, ModelInferRequest,
 };
 use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
@@ -58,7 +55,7 @@ pub enum Prepared {
         json_len: usize,
     },
     Grpc {
-        stub: GrpcInferenceServiceClient<Channel>,
+        stub: grpc::Stub,
         request: Box<ModelInferRequest>,
     },
 }

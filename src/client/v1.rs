@@ -7,6 +7,7 @@
 //! is the `RequestStatus`'s code and message.
 
 use prost::Message;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::core::config::ModelConfig;
@@ -23,12 +24,12 @@ use crate::core::types::{
     DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
 };
 
-use super::error::with_causes;
+use super::options::Headers;
 use super::{ClientError, IndexEntry, ModelStats, SeqFlags, ServerMetadata};
 
 enum Transport {
     Http { base: String, http: reqwest::Client },
-    Grpc(GrpcServiceClient<Channel>),
+    Grpc(GrpcServiceClient<InterceptedService<Channel, Headers>>),
 }
 
 pub struct V1Client {
@@ -61,22 +62,20 @@ fn decode_err(what: &str) -> impl Fn(prost::DecodeError) -> ClientError + '_ {
 }
 
 impl V1Client {
-    pub async fn connect(base: String, grpc: bool) -> Result<Self, ClientError> {
+    pub async fn connect(
+        base: String,
+        grpc: bool,
+        options: &super::ConnectOptions,
+    ) -> Result<Self, ClientError> {
         let transport = if grpc {
-            let channel = Channel::from_shared(base)
-                .map_err(|e| ClientError::Transport(e.to_string()))?
-                .connect()
-                .await
-                .map_err(|e| ClientError::Transport(with_causes(&e)))?;
+            let channel = super::options::grpc_channel(&base, options).await?;
             Transport::Grpc(
-                GrpcServiceClient::new(channel)
+                GrpcServiceClient::with_interceptor(channel, Headers::new(&options.headers)?)
                     .max_decoding_message_size(usize::MAX)
                     .max_encoding_message_size(usize::MAX),
             )
         } else {
-            let http = reqwest::Client::builder()
-                .build()
-                .map_err(|e| ClientError::Transport(e.to_string()))?;
+            let http = super::options::http_client(options)?;
             Transport::Http { base, http }
         };
         Ok(V1Client { transport })

@@ -211,6 +211,10 @@ pub fn run(args: Args) -> ExitCode {
     };
     let url = args.server.url();
     let protocol = args.server.protocol();
+    let connect = match args.server.options() {
+        Ok(c) => c,
+        Err(m) => return fail(m, 2),
+    };
     let options = Options {
         model: args.model.clone(),
         version: args.version.clone(),
@@ -233,6 +237,7 @@ pub fn run(args: Args) -> ExitCode {
             id_range: args.sequence_id_range.clone(),
             num_of_sequences: args.num_of_sequences,
         },
+        connect: connect.clone(),
     };
     let mut regions = Regions::default();
     let setup = rt.block_on(setup::prepare(&url, protocol, &options, &mut regions));
@@ -248,7 +253,7 @@ pub fn run(args: Args) -> ExitCode {
                 SetupError::Failed(m) => fail(m, 1),
                 SetupError::Server(e) => server_error(&url, e),
             };
-            regions.cleanup(&url, protocol);
+            regions.cleanup(&url, protocol, &connect);
             return code;
         }
     };
@@ -330,7 +335,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let result = load::sweep(&mut driver, &plan, &settings, &mut on_window, &mut on_step);
     drop(driver);
-    regions.cleanup(&url, protocol);
+    regions.cleanup(&url, protocol, &connect);
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

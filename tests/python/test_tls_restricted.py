@@ -68,7 +68,8 @@ def certs(tmp_path_factory) -> Path:
     dir = tmp_path_factory.mktemp("certs")
     _make_ca(dir, "ca")
     _make_ca(dir, "other_ca")
-    _make_cert(dir, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+    # Named localhost only: 127.0.0.1 is a name the certificate does not carry.
+    _make_cert(dir, "server", "ca", "subjectAltName=DNS:localhost")
     _make_cert(dir, "client", "ca", "extendedKeyUsage=clientAuth")
     return dir
 
@@ -303,3 +304,85 @@ def test_start_up_refusals(repo, certs, args, message):
     )
     assert out.returncode == 2, out.stderr
     assert message in out.stderr + out.stdout
+
+
+def _trtis(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(trtis_bin()), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_our_client_over_tls(tls_server, mutual_server, certs):
+    """trtis status / infer / perf with perf_analyzer's TLS flags."""
+    ca, crt, key = (str(certs / n) for n in ("ca.crt", "client.crt", "client.key"))
+    out = _trtis("status", "-u", f"localhost:{tls_server.port}", "--ssl-https-ca-certificates-file", ca)
+    assert out.returncode == 0, out.stderr
+    assert "live, ready" in out.stdout
+    out = _trtis(
+        "infer", "-m", "simple", "-i", "grpc", "-u", f"localhost:{tls_server.grpc_port}",
+        "--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", ca, "--data", "zero", "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    # Without the CA the server's certificate is not trusted.
+    out = _trtis("status", "-u", f"https://localhost:{tls_server.port}")
+    assert out.returncode != 0
+    # --ssl-https-verify-peer 0 accepts it anyway; verify-host 0 accepts
+    # a name the certificate does not carry (127.0.0.1 is not in it).
+    out = _trtis("status", "-u", f"localhost:{tls_server.port}", "--ssl-https-verify-peer", "0")
+    assert out.returncode == 0, out.stderr
+    out = _trtis(
+        "status", "-u", f"127.0.0.1:{tls_server.port}", "--ssl-https-ca-certificates-file", ca,
+    )
+    assert out.returncode != 0, "a name the certificate lacks must fail with host checks on"
+    out = _trtis(
+        "status", "-u", f"127.0.0.1:{tls_server.port}", "--ssl-https-ca-certificates-file", ca,
+        "--ssl-https-verify-host", "0",
+    )
+    assert out.returncode == 0, out.stderr
+    # Mutual TLS: with the client certificate, over both protocols.
+    out = _trtis(
+        "infer", "-m", "simple", "-u", f"localhost:{mutual_server.port}",
+        "--ssl-https-ca-certificates-file", ca, "--ssl-https-client-certificate-file", crt,
+        "--ssl-https-private-key-file", key, "--data", "zero", "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    out = _trtis(
+        "perf", "-m", "simple", "-i", "grpc", "-u", f"localhost:{mutual_server.grpc_port}",
+        "--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", ca,
+        "--ssl-grpc-certificate-chain-file", crt, "--ssl-grpc-private-key-file", key,
+        "-p", "300", "-r", "3", "-s", "100",
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "Throughput" in out.stdout
+    out = _trtis(
+        "status", "-i", "grpc", "-u", f"localhost:{mutual_server.grpc_port}",
+        "--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", ca,
+    )
+    assert out.returncode != 0, "mutual TLS without a client certificate must fail"
+
+
+def test_our_client_flags_are_checked(tls_server):
+    out = _trtis("perf", "-m", "simple", "-u", f"localhost:{tls_server.port}", "--ssl-grpc-use-ssl")
+    assert out.returncode == 2
+    assert "--ssl-grpc-* options are for -i grpc" in out.stderr
+    out = _trtis("status", "-u", f"localhost:{tls_server.port}", "--ssl-https-private-key-type", "DER")
+    assert out.returncode != 0
+    assert "PEM files only" in out.stderr
+
+
+def test_our_client_sends_headers(restricted_server):
+    http = f"127.0.0.1:{restricted_server.port}"
+    grpc = f"127.0.0.1:{restricted_server.grpc_port}"
+    out = _trtis("infer", "-m", "simple", "-u", http, "--data", "zero")
+    assert out.returncode == 1
+    assert "expecting header 'infer-key'" in out.stderr
+    out = _trtis("infer", "-m", "simple", "-u", http, "--data", "zero", "-H", "infer-key:infer-value")
+    assert out.returncode == 0, out.stderr
+    out = _trtis(
+        "infer", "-m", "simple", "-i", "grpc", "-u", grpc, "--data", "zero",
+        "-H", "triton-grpc-protocol-infer-key: infer-value",
+    )
+    assert out.returncode == 0, out.stderr
+    out = _trtis(
+        "perf", "-m", "simple", "-u", http, "-H", "infer-key:infer-value",
+        "-H", "admin-key:admin-value", "-p", "300", "-r", "3", "-s", "100",
+    )
+    assert out.returncode == 0, out.stderr + out.stdout

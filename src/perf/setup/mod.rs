@@ -19,7 +19,7 @@ mod sweep;
 use std::path::PathBuf;
 
 use crate::client::inputs::Generate;
-use crate::client::{Client, ClientError, Prepared, Protocol, SeqFlags};
+use crate::client::{Api, Client, ClientError, ConnectOptions, Prepared, Protocol, SeqFlags};
 use crate::core::types::RequestedOutput;
 
 use super::driver::Sequences;
@@ -60,6 +60,8 @@ pub struct Options {
     /// Bytes of the region of each output.
     pub output_shm_size: usize,
     pub sequence: SequenceOptions,
+    /// Headers and TLS of the connections.
+    pub connect: ConnectOptions,
 }
 
 /// What the measurement runs with.
@@ -82,7 +84,7 @@ pub async fn prepare(
     options: &Options,
     regions: &mut Regions,
 ) -> Result<Setup, SetupError> {
-    let mut client = Client::connect(url, protocol)
+    let mut client = Client::connect_with(url, protocol, Api::V2, &options.connect)
         .await
         .map_err(SetupError::Server)?;
     let (model, version) = (options.model.as_str(), options.version.as_str());
@@ -182,6 +184,7 @@ mod tests {
                 id_range: None,
                 num_of_sequences: 2,
             },
+            connect: ConnectOptions::default(),
         }
     }
 
@@ -266,7 +269,7 @@ mod tests {
         // One region for the output, one for the input.
         let names = regions.names.clone();
         let files = region_files("");
-        regions.cleanup(&server.url, Protocol::Http);
+        regions.cleanup(&server.url, Protocol::Http, &ConnectOptions::default());
         let setup = setup.unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(setup.requests.len(), 1);
         assert!(setup.sequences.is_none());

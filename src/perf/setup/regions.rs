@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::client::{Client, Protocol};
+use crate::client::{Api, Client, ConnectOptions, Protocol};
 use crate::core::types::ShmRef;
 
 /// System shared memory regions made for a run: files under `/dev/shm`
@@ -44,7 +44,7 @@ impl Regions {
 
     /// Unregisters and removes the regions (on a fresh connection, from
     /// outside any async runtime).
-    pub fn cleanup(&self, url: &str, protocol: Protocol) {
+    pub fn cleanup(&self, url: &str, protocol: Protocol, options: &ConnectOptions) {
         if self.names.is_empty() {
             return;
         }
@@ -53,7 +53,7 @@ impl Regions {
             .build()
         {
             rt.block_on(async {
-                if let Ok(mut c) = Client::connect(url, protocol).await {
+                if let Ok(mut c) = Client::connect_with(url, protocol, Api::V2, options).await {
                     for n in &self.names {
                         let _ = c.unregister_system_shared_memory(n).await;
                     }
@@ -93,7 +93,7 @@ mod tests {
         });
         let name = format!("trtis_perf_{}_refused", std::process::id());
         let left = region_files("_refused");
-        regions.cleanup(url, Protocol::Http);
+        regions.cleanup(url, Protocol::Http, &ConnectOptions::default());
         assert!(
             err.starts_with(&format!("registering shared memory region '{name}': ")),
             "{err}"

@@ -151,6 +151,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("shm", &["logging"]),
+    ("remote", &[]),
     ("trace", &["logging"]),
     (
         "metrics",

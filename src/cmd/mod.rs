@@ -8,6 +8,7 @@ mod infer;
 mod infer_image;
 mod npy;
 mod perf;
+mod remote_repo;
 mod serve;
 mod status;
 mod validate_config;

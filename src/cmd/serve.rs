@@ -332,7 +332,20 @@ pub fn run(args: Args) -> ExitCode {
         log('E', &e.message);
         return ExitCode::from(2);
     }
-    let mut config = ServerConfig::new(&args.model_store);
+    // A repository in object storage is mirrored into a local directory
+    // first, and served from there.
+    let remote = match super::remote_repo::mirror(&args.model_store) {
+        Ok(r) => r,
+        Err(e) => {
+            log('E', &format!("error: creating server: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    let store = remote
+        .as_ref()
+        .map(|r| r.local_dir().to_path_buf())
+        .unwrap_or_else(|| args.model_store.clone());
+    let mut config = ServerConfig::new(&store);
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,
         Mode::Poll => ControlMode::Poll,
@@ -450,7 +463,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     engine.attach_runtime(runtime.handle().clone());
-    let code = runtime.block_on(serve(engine.clone(), &args, front, started));
+    let code = runtime.block_on(serve(engine.clone(), &args, front, remote, started));
     engine.shutdown();
     code
 }
@@ -572,7 +585,13 @@ async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpLis
     }
 }
 
-async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) -> ExitCode {
+async fn serve(
+    engine: Engine,
+    args: &Args,
+    front: Frontends,
+    mut remote: Option<trtis::core::remote::RemoteRepository>,
+    started: Instant,
+) -> ExitCode {
     // Listen for signals before announcing any listener, so a SIGINT right
     // after start is a graceful stop, not the default kill.
     let signal = match shutdown_signal() {
@@ -717,6 +736,13 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             tick.tick().await;
             loop {
                 tick.tick().await;
+                // A repository in object storage: mirror what changed first.
+                if let Some(r) = remote.as_mut() {
+                    if let Err(e) = r.sync().await {
+                        log('E', &e.message);
+                        continue;
+                    }
+                }
                 for e in poller.poll().await {
                     log('E', &e.message);
                 }

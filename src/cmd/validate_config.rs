@@ -40,7 +40,19 @@ pub fn run(args: Args) -> ExitCode {
     };
     let mut models: Vec<CheckedModel> = Vec::new();
     for path in &args.paths {
-        match check_path(path, &opts) {
+        // A repository in object storage is checked from its mirror.
+        let mirrored = match super::remote_repo::mirror(path) {
+            Ok(m) => m,
+            Err(message) => {
+                eprintln!("error: {}: {message}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        let path = mirrored
+            .as_ref()
+            .map(|r| r.local_dir().to_path_buf())
+            .unwrap_or_else(|| path.clone());
+        match check_path(&path, &opts) {
             Ok(mut checked) => models.append(&mut checked),
             Err(message) => {
                 eprintln!("error: {}: {message}", path.display());

@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod rate_limit;
+pub mod remote;
 pub mod repository;
 pub mod request;
 pub mod responder;

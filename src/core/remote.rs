@@ -1,0 +1,395 @@
+//! Model repositories in object storage, as Triton names them:
+//! `s3://bucket/prefix` (with a custom endpoint: `s3://http://host:port/
+//! bucket/prefix`, or `https://`), `gs://bucket/prefix` and
+//! `as://account/container/prefix`. A repository is mirrored into a local
+//! directory (every object under the prefix, at its relative path) and
+//! served from there as any local one; `sync` again (poll mode) fetches what
+//! was added or changed and removes what was removed, so the next poll of
+//! the local directory sees it.
+//!
+//! Credentials come from where Triton's documentation says: for S3 the
+//! `AWS_*` environment variables (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_DEFAULT_REGION`, and
+//! the rest the `object_store` crate reads); for Azure `AZURE_STORAGE_KEY`
+//! (Triton's name) or the `AZURE_STORAGE_*` variables `object_store` reads,
+//! with `AZURE_STORAGE_USE_EMULATOR=true` for Azurite; for GCS
+//! `GOOGLE_APPLICATION_CREDENTIALS` / `GOOGLE_SERVICE_ACCOUNT*`. The
+//! `object_store` crate does the protocols (hand-writing S3 signing and
+//! Azure's shared key is not worth it).
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use object_store::{path::Path as ObjectPath, ObjectStore, ObjectStoreExt};
+
+use crate::core::error::{Error, Result};
+
+/// Whether a `--model-store` value names object storage.
+pub fn is_remote(location: &str) -> bool {
+    ["s3://", "gs://", "as://"]
+        .iter()
+        .any(|s| location.starts_with(s))
+}
+
+/// A parsed repository URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteUrl {
+    S3 {
+        /// A custom endpoint (`http://host:port`), else AWS.
+        endpoint: Option<String>,
+        bucket: String,
+        prefix: String,
+    },
+    Gcs {
+        bucket: String,
+        prefix: String,
+    },
+    Azure {
+        account: String,
+        container: String,
+        prefix: String,
+    },
+}
+
+fn bad(url: &str, why: &str) -> Error {
+    Error::invalid_arg(format!("invalid model repository URL '{url}': {why}"))
+}
+
+/// Splits `first/rest...` into the first segment and the rest (without
+/// leading or trailing slashes).
+fn split_first(s: &str) -> (&str, &str) {
+    let s = s.trim_start_matches('/');
+    match s.split_once('/') {
+        Some((a, b)) => (a, b.trim_matches('/')),
+        None => (s, ""),
+    }
+}
+
+impl RemoteUrl {
+    pub fn parse(url: &str) -> Result<RemoteUrl> {
+        if let Some(rest) = url.strip_prefix("s3://") {
+            // Triton's custom endpoint form: s3://http://host:port/bucket/prefix.
+            let (endpoint, rest) = match ["http://", "https://"]
+                .iter()
+                .find(|s| rest.starts_with(*s))
+            {
+                Some(scheme) => {
+                    let after = &rest[scheme.len()..];
+                    let (host, path) = split_first(after);
+                    if host.is_empty() {
+                        return Err(bad(url, "the endpoint has no host"));
+                    }
+                    (Some(format!("{scheme}{host}")), path)
+                }
+                None => (None, rest),
+            };
+            let (bucket, prefix) = split_first(rest);
+            if bucket.is_empty() {
+                return Err(bad(url, "no bucket"));
+            }
+            return Ok(RemoteUrl::S3 {
+                endpoint,
+                bucket: bucket.into(),
+                prefix: prefix.into(),
+            });
+        }
+        if let Some(rest) = url.strip_prefix("gs://") {
+            let (bucket, prefix) = split_first(rest);
+            if bucket.is_empty() {
+                return Err(bad(url, "no bucket"));
+            }
+            return Ok(RemoteUrl::Gcs {
+                bucket: bucket.into(),
+                prefix: prefix.into(),
+            });
+        }
+        if let Some(rest) = url.strip_prefix("as://") {
+            let (account, rest) = split_first(rest);
+            let (container, prefix) = split_first(rest);
+            if account.is_empty() || container.is_empty() {
+                return Err(bad(url, "expected as://account/container/prefix"));
+            }
+            return Ok(RemoteUrl::Azure {
+                account: account.into(),
+                container: container.into(),
+                prefix: prefix.into(),
+            });
+        }
+        Err(bad(url, "expected s3://, gs:// or as://"))
+    }
+
+    fn prefix(&self) -> &str {
+        match self {
+            RemoteUrl::S3 { prefix, .. }
+            | RemoteUrl::Gcs { prefix, .. }
+            | RemoteUrl::Azure { prefix, .. } => prefix,
+        }
+    }
+
+    /// The store, with credentials from the environment.
+    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        // object_store's reqwest needs the process's rustls provider: ring,
+        // as everywhere in trtis (already installed is fine).
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let failed = |e: object_store::Error| {
+            Error::invalid_arg(format!("cannot open the model repository: {e}"))
+        };
+        Ok(match self {
+            RemoteUrl::S3 {
+                endpoint, bucket, ..
+            } => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                if std::env::var_os("AWS_DEFAULT_REGION").is_none()
+                    && std::env::var_os("AWS_REGION").is_none()
+                {
+                    b = b.with_region("us-east-1");
+                }
+                if let Some(e) = endpoint {
+                    b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
+                }
+                Arc::new(b.build().map_err(failed)?)
+            }
+            RemoteUrl::Gcs { bucket, .. } => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(failed)?,
+            ),
+            RemoteUrl::Azure {
+                account, container, ..
+            } => {
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_account(account)
+                    .with_container_name(container);
+                if let Ok(key) = std::env::var("AZURE_STORAGE_KEY") {
+                    b = b.with_access_key(key);
+                }
+                Arc::new(b.build().map_err(failed)?)
+            }
+        })
+    }
+}
+
+/// What a sync changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    pub fetched: usize,
+    pub removed: usize,
+}
+
+/// A repository in object storage and its local mirror.
+pub struct RemoteRepository {
+    url: String,
+    remote: RemoteUrl,
+    local: PathBuf,
+    /// Relative path → (size, e_tag or last-modified) of what is mirrored.
+    seen: HashMap<String, (u64, String)>,
+}
+
+impl RemoteRepository {
+    /// Opens `url`, mirrored under `cache_root` (a directory of its own per
+    /// URL, made private to this user).
+    pub fn open(url: &str, cache_root: &Path) -> Result<RemoteRepository> {
+        let remote = RemoteUrl::parse(url)?;
+        // The settings are checked now; each sync makes its own client (a
+        // sync may run on another async runtime than the last).
+        remote.store()?;
+        let mut hash: u64 = 0xcbf29ce484222325;
+        for b in url.bytes() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
+        }
+        let local = cache_root.join(format!("repo-{hash:016x}"));
+        private_dir(cache_root)?;
+        private_dir(&local)?;
+        Ok(RemoteRepository {
+            url: url.to_string(),
+            remote,
+            local,
+            seen: HashMap::new(),
+        })
+    }
+
+    /// The local directory the repository is mirrored into.
+    pub fn local_dir(&self) -> &Path {
+        &self.local
+    }
+
+    /// Mirrors the repository: fetches new and changed objects, removes
+    /// local files whose objects are gone.
+    pub async fn sync(&mut self) -> Result<SyncReport> {
+        let failed = |e: object_store::Error| {
+            Error::unavailable(format!(
+                "failed to read the model repository '{}': {e}",
+                self.url
+            ))
+        };
+        let store = self.remote.store()?;
+        let prefix = self.remote.prefix();
+        let base = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
+        let mut listing = store.list(base.as_ref());
+        let mut now: HashMap<String, (u64, String, ObjectPath)> = HashMap::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(failed)?;
+            let full = meta.location.as_ref();
+            let relative = full
+                .strip_prefix(prefix)
+                .unwrap_or(full)
+                .trim_start_matches('/')
+                .to_string();
+            if relative.is_empty() || relative.ends_with('/') {
+                continue; // a "directory" marker object
+            }
+            let stamp = meta
+                .e_tag
+                .clone()
+                .unwrap_or_else(|| meta.last_modified.to_rfc3339());
+            now.insert(relative, (meta.size, stamp, meta.location));
+        }
+        let mut report = SyncReport::default();
+        for (relative, (size, stamp, location)) in &now {
+            if self.seen.get(relative) == Some(&(*size, stamp.clone())) {
+                continue;
+            }
+            let target = self.target(relative)?;
+            let bytes = store
+                .get(location)
+                .await
+                .map_err(failed)?
+                .bytes()
+                .await
+                .map_err(failed)?;
+            write_atomically(&target, &bytes)?;
+            self.seen.insert(relative.clone(), (*size, stamp.clone()));
+            report.fetched += 1;
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|k| !now.contains_key(*k))
+            .cloned()
+            .collect();
+        for relative in gone {
+            let target = self.target(&relative)?;
+            let _ = std::fs::remove_file(&target);
+            remove_empty_parents(&target, &self.local);
+            self.seen.remove(&relative);
+            report.removed += 1;
+        }
+        Ok(report)
+    }
+
+    /// Where an object goes: under the mirror, never outside it.
+    fn target(&self, relative: &str) -> Result<PathBuf> {
+        let path = Path::new(relative);
+        if path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+        {
+            return Err(Error::invalid_arg(format!(
+                "model repository '{}' holds an object whose name leads outside it: '{relative}'",
+                self.url
+            )));
+        }
+        Ok(self.local.join(path))
+    }
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::internal(format!("model repository cache {}: {e}", path.display()))
+}
+
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error(dir, e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| io_error(dir, e))?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(Error::internal(format!(
+            "model repository cache {} is not a directory of this user",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+fn write_atomically(target: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.part",
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).map_err(|e| io_error(&tmp, e))?;
+    std::fs::rename(&tmp, target).map_err(|e| io_error(target, e))
+}
+
+fn remove_empty_parents(file: &Path, root: &Path) {
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        if d == root || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tritons_url_forms() {
+        assert_eq!(
+            RemoteUrl::parse("s3://bucket/path/to/repo").unwrap(),
+            RemoteUrl::S3 {
+                endpoint: None,
+                bucket: "bucket".into(),
+                prefix: "path/to/repo".into()
+            }
+        );
+        assert_eq!(
+            RemoteUrl::parse("s3://http://127.0.0.1:9000/models/repo/").unwrap(),
+            RemoteUrl::S3 {
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                bucket: "models".into(),
+                prefix: "repo".into()
+            }
+        );
+        assert_eq!(
+            RemoteUrl::parse("gs://bucket").unwrap(),
+            RemoteUrl::Gcs {
+                bucket: "bucket".into(),
+                prefix: String::new()
+            }
+        );
+        assert_eq!(
+            RemoteUrl::parse("as://account/container/a/b").unwrap(),
+            RemoteUrl::Azure {
+                account: "account".into(),
+                container: "container".into(),
+                prefix: "a/b".into()
+            }
+        );
+        for bad in [
+            "s3://",
+            "s3://http:///b",
+            "as://account",
+            "gs://",
+            "ftp://x",
+        ] {
+            assert!(RemoteUrl::parse(bad).is_err(), "{bad}");
+        }
+        assert!(is_remote("s3://b") && is_remote("as://a/c") && !is_remote("/models"));
+    }
+}

@@ -6,7 +6,8 @@
 # and the v1 API suite with TRTIS 1.11's own generated client modules.
 # The PyTorch backend library (backends/torch, linked against libtorch from
 # .venv-torch) is built and checked too; clippy also checks the server built
-# without its optional parts. This is what CI runs (.ci/run).
+# without its optional parts; then the deployment files (scripts/check-deploy.sh).
+# This is what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,3 +23,6 @@ cargo test --locked "$@"
 TRTIS_BIN="$PWD/target/debug/trtis" .venv/bin/python -m pytest tests/python -q
 TRTIS_BIN="$PWD/target/debug/trtis" .venv-v1/bin/python -m pytest tests/python_v1 -q
 ./scripts/perf-analyzer-smoke.sh
+# The Dockerfile and deploy/ checked statically, and the image's runtime
+# layout built from this checkout and served (no container engine here).
+./scripts/check-deploy.sh

@@ -38,6 +38,20 @@ if ! cmp -s "$V1_REQ" "$V1_STAMP" 2>/dev/null; then
   cp "$V1_REQ" "$V1_STAMP"
 fi
 
+# Azurite, the Azure Blob Storage emulator (npm), for the object-storage
+# repository tests (tests/python/test_remote_repository.py): ~22 s, ~190 MB.
+AZURITE_REQ="azurite@3.35.0"
+AZURITE_STAMP=.npm-tools/.trtis-requirements
+if [ "$(cat "$AZURITE_STAMP" 2>/dev/null)" != "$AZURITE_REQ" ]; then
+  if command -v npm >/dev/null; then
+    echo "setup: installing $AZURITE_REQ into .npm-tools"
+    npm install --prefix .npm-tools --no-audit --no-fund --silent "$AZURITE_REQ"
+    echo "$AZURITE_REQ" >"$AZURITE_STAMP"
+  else
+    echo "setup: npm not found: the Azure repository test will fail (it needs azurite)"
+  fi
+fi
+
 # libtorch for the PyTorch backend (cargo feature `torch`): the `torch` wheel
 # installed without its CUDA dependencies except the two libtorch_cpu.so
 # links (rust-deps-notes §5b: ~35 s, ~1.4 GB). Python cannot `import torch`

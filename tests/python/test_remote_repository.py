@@ -7,6 +7,10 @@ a real S3-compatible server, moto in server mode (PyPI), with tritonclient.
   config reloads, a model whose objects are deleted unloads.
 - `validate-config` reads the same URL (and reports a broken config in it).
 - A missing bucket stops the server at start with the URL in the error.
+- Azure Blob Storage (`as://account/container/prefix`) against Azurite (npm),
+  through object_store's emulator settings: validate-config and serving.
+  GCS (`gs://`) has no emulator in the registries that object_store can
+  point at; its URL form is parsed and unit-tested only.
 """
 
 from __future__ import annotations
@@ -81,12 +85,12 @@ def _delete(client, bucket: str, prefix: str) -> None:
         client.delete_object(Bucket=bucket, Key=obj["Key"])
 
 
-class S3Server(TrtisServer):
+class RemoteServer(TrtisServer):
     """A server whose --model-store is a URL (the harness's repository is a
     scratch directory, the server's working directory)."""
 
     def __init__(self, url: str, args: list[str], workdir: Path):
-        super().__init__(workdir / "unused", args, name="s3-server")
+        super().__init__(workdir / "unused", args, name="remote-server")
         self.store_url = url
 
     def command(self) -> list[str]:
@@ -121,7 +125,7 @@ def test_serves_and_polls_an_s3_repository(moto, tmp_path):
     _upload(s3, "models", "repo", EXAMPLES / "simple")
     url = f"s3://{endpoint}/models/repo"
     server = start_or_fail(
-        S3Server(url, ["--model-control-mode", "poll", "--repository-poll-secs", "1"], tmp_path)
+        RemoteServer(url, ["--model-control-mode", "poll", "--repository-poll-secs", "1"], tmp_path)
     )
     try:
         assert any("files fetched into" in line for line in server.log_lines()), server.log_tail()
@@ -185,3 +189,73 @@ def test_a_missing_bucket_stops_the_server(moto):
     )
     assert out.returncode == 1, out.stderr
     assert url in out.stderr + out.stdout
+
+
+# -- Azure Blob Storage: Azurite, the emulator (npm, scripts/setup.sh) --------
+
+AZURITE = Path(__file__).resolve().parents[2] / ".npm-tools" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's well-known development account.
+AZ_ACCOUNT = "devstoreaccount1"
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    if not AZURITE.exists():
+        pytest.fail(f"Azurite is not installed at {AZURITE} (scripts/setup.sh installs it from npm)")
+    from azure.storage.blob import BlobServiceClient
+
+    port = _free_port()
+    data = tmp_path_factory.mktemp("azurite")
+    proc = subprocess.Popen(
+        [str(AZURITE), "--silent", "--disableTelemetry", "--skipApiVersionCheck", "--loose",
+         "--location", str(data), "--blobHost", "127.0.0.1", "--blobPort", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName={AZ_ACCOUNT};AccountKey={AZ_KEY};"
+        f"BlobEndpoint={url}/{AZ_ACCOUNT};"
+    )
+    service = BlobServiceClient.from_connection_string(conn)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            list(service.list_containers())
+            break
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("azurite did not start")
+            time.sleep(0.2)
+    yield url, service
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_serves_an_azure_repository(azurite, tmp_path):
+    url, service = azurite
+    container = service.create_container("models")
+    for path in (EXAMPLES / "simple").rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                container.upload_blob(f"repo/simple/{path.relative_to(EXAMPLES / 'simple')}", f)
+    env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": url}
+    store = f"as://{AZ_ACCOUNT}/models/repo"
+    out = subprocess.run(
+        [str(trtis_bin()), "validate-config", store],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    os.environ.update(env)
+    try:
+        server = start_or_fail(RemoteServer(store, [], tmp_path))
+        try:
+            client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+            inputs, expected = _simple_inputs()
+            np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), expected)
+        finally:
+            stop_and_check(server)
+    finally:
+        for k in env:
+            os.environ.pop(k, None)

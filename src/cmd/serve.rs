@@ -27,14 +27,17 @@ enum Mode {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model repository to serve (Triton's --model-repository).
+    /// The model repository to serve (Triton's --model-repository): a
+    /// directory, or s3://, gs://, as:// object storage. Repeatable: the
+    /// repositories are served together; a model name may be in only one.
     #[arg(
         long = "model-store",
         visible_alias = "model-repository",
         env = "TRTIS_MODEL_STORE",
-        value_name = "DIR"
+        value_name = "DIR|URL",
+        required = true
     )]
-    model_store: PathBuf,
+    model_store: Vec<PathBuf>,
 
     /// Serve HTTP/REST.
     #[arg(long, env = "TRTIS_ALLOW_HTTP", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -334,18 +337,23 @@ pub fn run(args: Args) -> ExitCode {
     }
     // A repository in object storage is mirrored into a local directory
     // first, and served from there.
-    let remote = match super::remote_repo::mirror(&args.model_store) {
-        Ok(r) => r,
-        Err(e) => {
-            log('E', &format!("error: creating server: {e}"));
-            return ExitCode::from(1);
+    let mut remote = Vec::new();
+    let mut stores = Vec::new();
+    for location in &args.model_store {
+        match super::remote_repo::mirror(location) {
+            Ok(Some(r)) => {
+                stores.push(r.local_dir().to_path_buf());
+                remote.push(r);
+            }
+            Ok(None) => stores.push(location.clone()),
+            Err(e) => {
+                log('E', &format!("error: creating server: {e}"));
+                return ExitCode::from(1);
+            }
         }
-    };
-    let store = remote
-        .as_ref()
-        .map(|r| r.local_dir().to_path_buf())
-        .unwrap_or_else(|| args.model_store.clone());
-    let mut config = ServerConfig::new(&store);
+    }
+    let mut config = ServerConfig::new(&stores[0]);
+    config.extra_repositories = stores[1..].to_vec();
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,
         Mode::Poll => ControlMode::Poll,
@@ -589,7 +597,7 @@ async fn serve(
     engine: Engine,
     args: &Args,
     front: Frontends,
-    mut remote: Option<trtis::core::remote::RemoteRepository>,
+    mut remote: Vec<trtis::core::remote::RemoteRepository>,
     started: Instant,
 ) -> ExitCode {
     // Listen for signals before announcing any listener, so a SIGINT right
@@ -737,11 +745,15 @@ async fn serve(
             loop {
                 tick.tick().await;
                 // A repository in object storage: mirror what changed first.
-                if let Some(r) = remote.as_mut() {
+                let mut synced = true;
+                for r in remote.iter_mut() {
                     if let Err(e) = r.sync().await {
                         log('E', &e.message);
-                        continue;
+                        synced = false;
                     }
+                }
+                if !synced {
+                    continue;
                 }
                 for e in poller.poll().await {
                     log('E', &e.message);

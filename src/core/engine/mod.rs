@@ -27,6 +27,9 @@ use crate::core::types::{DataType, InferRequest};
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub model_repository: PathBuf,
+    /// More repositories served with the first (a repeated
+    /// `--model-store`); a model name may be in only one.
+    pub extra_repositories: Vec<PathBuf>,
     pub control_mode: ControlMode,
     /// `--load-model` (explicit mode); `*` loads all.
     pub load_models: Vec<String>,
@@ -57,9 +60,17 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Every repository, the first one first.
+    pub fn repositories(&self) -> Vec<PathBuf> {
+        std::iter::once(self.model_repository.clone())
+            .chain(self.extra_repositories.iter().cloned())
+            .collect()
+    }
+
     pub fn new(model_repository: impl Into<PathBuf>) -> Self {
         ServerConfig {
             model_repository: model_repository.into(),
+            extra_repositories: Vec::new(),
             control_mode: ControlMode::None,
             load_models: Vec::new(),
             strict_readiness: true,
@@ -124,11 +135,13 @@ impl Engine {
     /// `--load-model` ones in explicit mode). Returns the engine and the
     /// models that failed to load. Blocking.
     pub fn start(config: ServerConfig) -> Result<(Engine, Vec<Error>)> {
-        if !config.model_repository.is_dir() {
-            return Err(Error::invalid_arg(format!(
-                "failed to stat file {}: repository path is not a valid directory",
-                config.model_repository.display()
-            )));
+        for repository in config.repositories() {
+            if !repository.is_dir() {
+                return Err(Error::invalid_arg(format!(
+                    "failed to stat file {}: repository path is not a valid directory",
+                    repository.display()
+                )));
+            }
         }
         let tracer = Tracer::new(config.trace.clone());
         let cache = config.cache.map(ResponseCache::new);
@@ -139,7 +152,7 @@ impl Engine {
                 host: Some(Arc::new(host::EngineHost::new(weak.clone()))),
             };
             let manager = ModelManager::new(ManagerOptions {
-                repository: config.model_repository.clone(),
+                repositories: config.repositories(),
                 gpu_count: config.gpu_count,
                 queue_capacity: config.queue_capacity,
                 auto_complete: config.auto_complete,

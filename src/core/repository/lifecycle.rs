@@ -16,7 +16,7 @@ use super::loader::{auto_complete, load_version, read_labels, LoadedModel};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
 
-use super::check::{check_completed, check_given, check_repository, CheckOptions};
+use super::check::{check_completed, check_given, check_repositories, CheckOptions};
 use super::layout::scan_model_dir;
 use super::overrides::{self, LoadOverride};
 use crate::core::config::pb::model_config::SchedulingChoice;
@@ -126,7 +126,9 @@ struct ModelEntry {
 /// Settings of the manager.
 #[derive(Clone)]
 pub struct ManagerOptions {
-    pub repository: PathBuf,
+    /// The model repositories (Triton's repeated --model-repository); a
+    /// model name may be in only one of them.
+    pub repositories: Vec<PathBuf>,
     pub gpu_count: usize,
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
@@ -154,18 +156,28 @@ impl ModelManager {
         }
     }
 
-    /// Model directory names in the repository.
+    /// Model directory names in the repositories.
     pub fn repository_models(&self) -> Result<Vec<String>> {
-        let dirs = super::layout::list_model_dirs(&self.opts.repository).map_err(|e| {
-            Error::internal(format!(
-                "failed to open directory {}: {e}",
-                self.opts.repository.display()
-            ))
-        })?;
-        Ok(dirs
-            .iter()
-            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .collect())
+        let mut names = std::collections::BTreeSet::new();
+        for root in &self.opts.repositories {
+            let dirs = super::layout::list_model_dirs(root).map_err(|e| {
+                Error::internal(format!("failed to open directory {}: {e}", root.display()))
+            })?;
+            names.extend(
+                dirs.iter()
+                    .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
+            );
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    /// Where model `name` is: its directory in the one repository that has
+    /// it (the first repository's path when none has it).
+    fn model_path(&self, name: &str) -> PathBuf {
+        super::check::model_dirs(&self.opts.repositories, name)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| self.opts.repositories[0].join(name))
     }
 
     /// Loads (or reloads) a model: every version its policy selects.
@@ -191,12 +203,13 @@ impl ModelManager {
         };
         let (mut model, fingerprint, scratch) = match over {
             None => {
-                let fingerprint = fingerprint(&self.opts.repository.join(name));
-                let checked =
-                    check_repository(&self.opts.repository, Some(&[name.to_string()]), &opts)
-                        .map_err(|e| {
-                            Error::internal(format!("failed to poll model '{name}': {e}"))
-                        })?;
+                let fingerprint = fingerprint(&self.model_path(name));
+                let checked = check_repositories(
+                    &self.opts.repositories,
+                    Some(&[name.to_string()]),
+                    &opts,
+                )
+                .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
                 let Some(model) = checked.into_iter().next() else {
                     return Err(Error::not_found(not_there()));
                 };
@@ -207,7 +220,7 @@ impl ModelManager {
                 let scratch = overrides::write_files(name, over)?;
                 let path = match &scratch {
                     Some(dir) => dir.path().join(name),
-                    None => self.opts.repository.join(name),
+                    None => self.model_path(name),
                 };
                 if !path.is_dir() {
                     return Err(Error::not_found(not_there()));
@@ -215,7 +228,7 @@ impl ModelManager {
                 let dir = scan_model_dir(&path)
                     .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
                 let fingerprint = fingerprint(&path);
-                let checked = check_given(&self.opts.repository, dir, config, &opts)
+                let checked = check_given(&self.opts.repositories, dir, config, &opts)
                     .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
                 (checked, fingerprint, scratch)
             }
@@ -418,7 +431,7 @@ impl ModelManager {
                 .unwrap()
                 .get(name)
                 .and_then(|e| e.fingerprint);
-            if known != Some(fingerprint(&self.opts.repository.join(name))) {
+            if known != Some(fingerprint(&self.model_path(name))) {
                 if let Err(e) = self.load(name) {
                     errors.push(e);
                 }

@@ -7,7 +7,9 @@ pub mod lifecycle;
 mod loader;
 mod overrides;
 
-pub use check::{check_completed, check_repository, CheckOptions, CheckedModel, Finding};
+pub use check::{
+    check_completed, check_repositories, check_repository, CheckOptions, CheckedModel, Finding,
+};
 pub use lifecycle::{ControlMode, IndexEntry, ManagerOptions, ModelManager, ModelState};
 pub use loader::LoadedModel;
 pub use overrides::LoadOverride;

@@ -218,8 +218,8 @@ pub fn server_status(engine: &Engine, model: Option<&str>) -> Result<pb::ServerS
 
 /// The highest numbered version directory of a model in the repository.
 fn latest_version_dir(engine: &Engine, name: &str) -> Option<i64> {
-    let dir = engine.config().model_repository.join(name);
-    crate::core::repository::layout::scan_model_dir(&dir)
+    let dirs = crate::core::repository::check::model_dirs(&engine.config().repositories(), name);
+    crate::core::repository::layout::scan_model_dir(dirs.first()?)
         .ok()?
         .versions
         .keys()

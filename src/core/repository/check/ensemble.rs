@@ -4,7 +4,7 @@
 //! ensemble reaches itself.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::PathBuf;
 
 use super::{load_into, CheckOptions, CheckedModel};
 use crate::core::config::pb::{model_config::SchedulingChoice, ModelConfig, ModelEnsembling};
@@ -15,7 +15,7 @@ use crate::core::config::Issue;
 /// exist, are valid, have the versions asked for, agree with the mapping,
 /// and no ensemble reaches itself.
 pub(super) fn check_ensemble(
-    root: &Path,
+    roots: &[PathBuf],
     name: &str,
     opts: &CheckOptions,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
@@ -33,10 +33,10 @@ pub(super) fn check_ensemble(
         return Ok(());
     }
     for step in &ens.step {
-        load_into(root, &step.model_name, opts, cache)?;
+        load_into(roots, &step.model_name, opts, cache)?;
     }
     let mut issues = Vec::new();
-    if let Some(cycle) = find_cycle(name, cache, root, opts)? {
+    if let Some(cycle) = find_cycle(name, cache, roots, opts)? {
         issues.push(Issue::error(
             "ensemble_scheduling",
             format!(
@@ -261,7 +261,7 @@ fn dims_string(dims: &[i64]) -> String {
 fn find_cycle(
     name: &str,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
-    root: &Path,
+    roots: &[PathBuf],
     opts: &CheckOptions,
 ) -> std::io::Result<Option<Vec<String>>> {
     // Depth-first over ensemble → step models, loading models on demand.
@@ -271,7 +271,7 @@ fn find_cycle(
         if !visited.insert(current.clone()) {
             continue;
         }
-        load_into(root, &current, opts, cache)?;
+        load_into(roots, &current, opts, cache)?;
         let steps: Vec<String> = match cache.get(&current) {
             Some(Some(m)) => match m.config.as_ref().and_then(|c| c.scheduling_choice.as_ref()) {
                 Some(SchedulingChoice::EnsembleScheduling(e)) => {

@@ -124,16 +124,34 @@ pub fn check_repository(
     names: Option<&[String]>,
     opts: &CheckOptions,
 ) -> std::io::Result<Vec<CheckedModel>> {
+    check_repositories(&[root.to_path_buf()], names, opts)
+}
+
+/// As `check_repository`, over several repositories served together
+/// (Triton's repeated `--model-repository`): a model is found in whichever
+/// holds it, and one in more than one is an error.
+pub fn check_repositories(
+    roots: &[PathBuf],
+    names: Option<&[String]>,
+    opts: &CheckOptions,
+) -> std::io::Result<Vec<CheckedModel>> {
     let requested: Vec<String> = match names {
         Some(n) => n.to_vec(),
-        None => layout::list_model_dirs(root)?
-            .iter()
-            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .collect(),
+        None => {
+            let mut all = std::collections::BTreeSet::new();
+            for root in roots {
+                for p in layout::list_model_dirs(root)? {
+                    if let Some(n) = p.file_name() {
+                        all.insert(n.to_string_lossy().into_owned());
+                    }
+                }
+            }
+            all.into_iter().collect()
+        }
     };
     let mut cache: BTreeMap<String, Option<CheckedModel>> = BTreeMap::new();
     for name in &requested {
-        load_into(root, name, opts, &mut cache)?;
+        load_into(roots, name, opts, &mut cache)?;
     }
     // Ensembles: resolve their steps (checking the step models on demand).
     for name in &requested {
@@ -143,7 +161,7 @@ pub fn check_repository(
             .and_then(|m| m.config.as_ref())
             .is_some_and(|c| c.platform == ENSEMBLE_PLATFORM);
         if is_ensemble {
-            check_ensemble(root, name, opts, &mut cache)?;
+            check_ensemble(roots, name, opts, &mut cache)?;
         }
     }
     Ok(requested
@@ -152,9 +170,33 @@ pub fn check_repository(
         .collect())
 }
 
-/// Checks `root/name` into the cache (None when there is no such directory).
+/// The directories of model `name` in the repositories (more than one is
+/// an error for the caller to report).
+pub fn model_dirs(roots: &[PathBuf], name: &str) -> Vec<PathBuf> {
+    if !layout::is_contained_name(name) {
+        return Vec::new();
+    }
+    roots
+        .iter()
+        .map(|r| r.join(name))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// Triton's error for a model name in more than one repository.
+pub fn duplicate_message(name: &str, dirs: &[PathBuf]) -> String {
+    format!(
+        "failed to load '{name}': the model is in more than one model repository ({})",
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Checks `<root>/name` into the cache (None when no repository has it).
 fn load_into(
-    root: &Path,
+    roots: &[PathBuf],
     name: &str,
     opts: &CheckOptions,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
@@ -162,11 +204,16 @@ fn load_into(
     if cache.contains_key(name) {
         return Ok(());
     }
-    let path = root.join(name);
-    let model = if layout::is_contained_name(name) && path.is_dir() {
-        Some(check_model(layout::scan_model_dir(&path)?, opts))
-    } else {
-        None
+    let dirs = model_dirs(roots, name);
+    let model = match dirs.first() {
+        None => None,
+        Some(path) => {
+            let mut m = check_model(layout::scan_model_dir(path)?, opts);
+            if dirs.len() > 1 {
+                m.push_dir(Severity::Error, duplicate_message(name, &dirs));
+            }
+            Some(m)
+        }
     };
     cache.insert(name.to_string(), model);
     Ok(())
@@ -238,7 +285,7 @@ pub fn check_completed(dir: ModelDir, config: ModelConfig, opts: &CheckOptions) 
 /// `config`), with its directory `dir`: the same checks as a file, an
 /// ensemble's steps resolved against the repository at `root`.
 pub fn check_given(
-    root: &Path,
+    roots: &[PathBuf],
     dir: ModelDir,
     config: ModelConfig,
     opts: &CheckOptions,
@@ -247,7 +294,7 @@ pub fn check_given(
     let model = check_completed(dir, config, opts);
     let mut cache = BTreeMap::new();
     cache.insert(name.clone(), Some(model));
-    check_ensemble(root, &name, opts, &mut cache)?;
+    check_ensemble(roots, &name, opts, &mut cache)?;
     Ok(cache
         .remove(&name)
         .flatten()

@@ -13,7 +13,10 @@
 //! the rest the `object_store` crate reads); for Azure `AZURE_STORAGE_KEY`
 //! (Triton's name) or the `AZURE_STORAGE_*` variables `object_store` reads,
 //! with `AZURE_STORAGE_USE_EMULATOR=true` for Azurite; for GCS
-//! `GOOGLE_APPLICATION_CREDENTIALS` / `GOOGLE_SERVICE_ACCOUNT*`. The
+//! `GOOGLE_APPLICATION_CREDENTIALS` / `GOOGLE_SERVICE_ACCOUNT*`; and, over
+//! all of these, Triton's credential file `TRITON_CLOUD_CREDENTIAL_PATH`
+//! (JSON: per scheme `s3`, `gs`, `as`, keys that are URL prefixes, `""`
+//! for any; the longest key that prefixes the repository's URL wins). The
 //! `object_store` crate does the protocols (hand-writing S3 signing and
 //! Azure's shared key is not worth it).
 
@@ -128,8 +131,27 @@ impl RemoteUrl {
         }
     }
 
-    /// The store, with credentials from the environment.
-    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+    fn scheme(&self) -> &'static str {
+        match self {
+            RemoteUrl::S3 { .. } => "s3",
+            RemoteUrl::Gcs { .. } => "gs",
+            RemoteUrl::Azure { .. } => "as",
+        }
+    }
+
+    /// The store for the repository at `url`, with credentials from the
+    /// environment and the credential file (its entries are matched against
+    /// `url`).
+    fn store_for(&self, url: &str) -> Result<Arc<dyn ObjectStore>> {
+        let creds = credentials_for(self.scheme(), url)?;
+        let text = |key: &str| {
+            creds
+                .as_ref()
+                .and_then(|c| c.get(key))
+                .and_then(|v| v.as_str())
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
         // object_store's reqwest needs the process's rustls provider: ring,
         // as everywhere in trtis (already installed is fine).
         let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
@@ -149,14 +171,34 @@ impl RemoteUrl {
                 if let Some(e) = endpoint {
                     b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
                 }
+                if let Some(k) = text("key_id") {
+                    b = b.with_access_key_id(k);
+                }
+                if let Some(k) = text("secret_key") {
+                    b = b.with_secret_access_key(k);
+                }
+                if let Some(r) = text("region") {
+                    b = b.with_region(r);
+                }
+                if let Some(t) = text("session_token") {
+                    b = b.with_token(t);
+                }
+                if text("profile").is_some() {
+                    return Err(Error::invalid_arg(
+                        "the credential file's s3 \"profile\" is not supported by trtis: give key_id and secret_key",
+                    ));
+                }
                 Arc::new(b.build().map_err(failed)?)
             }
-            RemoteUrl::Gcs { bucket, .. } => Arc::new(
-                object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_bucket_name(bucket)
-                    .build()
-                    .map_err(failed)?,
-            ),
+            RemoteUrl::Gcs { bucket, .. } => {
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(bucket);
+                // The gs entry is the path of a service account file.
+                if let Some(path) = creds.as_ref().and_then(|c| c.as_str()) {
+                    b = b.with_service_account_path(path);
+                }
+                Arc::new(b.build().map_err(failed)?)
+            }
             RemoteUrl::Azure {
                 account, container, ..
             } => {
@@ -166,10 +208,48 @@ impl RemoteUrl {
                 if let Ok(key) = std::env::var("AZURE_STORAGE_KEY") {
                     b = b.with_access_key(key);
                 }
+                if let Some(key) = text("account_key") {
+                    b = b.with_access_key(key);
+                }
+                if let Some(a) = text("account_str") {
+                    if &a != account {
+                        return Err(Error::invalid_arg(format!(
+                            "the credential file's account_str '{a}' is not the repository's account '{account}'"
+                        )));
+                    }
+                }
                 Arc::new(b.build().map_err(failed)?)
             }
         })
     }
+}
+
+/// The entry of Triton's credential file (`TRITON_CLOUD_CREDENTIAL_PATH`)
+/// for `scheme` whose key is the longest prefix of `url` (`""` matches any);
+/// None without a file or a matching entry.
+fn credentials_for(scheme: &str, url: &str) -> Result<Option<serde_json::Value>> {
+    let Some(path) = std::env::var_os("TRITON_CLOUD_CREDENTIAL_PATH") else {
+        return Ok(None);
+    };
+    let bad = |why: String| {
+        Error::invalid_arg(format!(
+            "TRITON_CLOUD_CREDENTIAL_PATH {}: {why}",
+            Path::new(&path).display()
+        ))
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let Some(section) = doc.get(scheme) else {
+        return Ok(None);
+    };
+    let entries = section
+        .as_object()
+        .ok_or_else(|| bad(format!("\"{scheme}\" must be an object")))?;
+    Ok(entries
+        .iter()
+        .filter(|(key, _)| url.starts_with(key.as_str()))
+        .max_by_key(|(key, _)| key.len())
+        .map(|(_, v)| v.clone()))
 }
 
 /// What a sync changed.
@@ -195,7 +275,7 @@ impl RemoteRepository {
         let remote = RemoteUrl::parse(url)?;
         // The settings are checked now; each sync makes its own client (a
         // sync may run on another async runtime than the last).
-        remote.store()?;
+        remote.store_for(url)?;
         let mut hash: u64 = 0xcbf29ce484222325;
         for b in url.bytes() {
             hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
@@ -225,7 +305,7 @@ impl RemoteRepository {
                 self.url
             ))
         };
-        let store = self.remote.store()?;
+        let store = self.remote.store_for(&self.url)?;
         let prefix = self.remote.prefix();
         let base = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
         let mut listing = store.list(base.as_ref());

@@ -15,6 +15,7 @@ a real S3-compatible server, moto in server mode (PyPI), with tritonclient.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -259,3 +260,33 @@ def test_serves_an_azure_repository(azurite, tmp_path):
     finally:
         for k in env:
             os.environ.pop(k, None)
+
+
+def test_triton_credential_file_picks_the_longest_matching_entry(azurite, tmp_path):
+    """TRITON_CLOUD_CREDENTIAL_PATH: the entry whose key is the longest
+    prefix of the repository's URL gives the credentials (Azurite checks the
+    account key: a wrong one is refused)."""
+    url, service = azurite
+    container = service.create_container("credmodels")
+    for path in (EXAMPLES / "simple").rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                container.upload_blob(f"r/simple/{path.relative_to(EXAMPLES / 'simple')}", f)
+    store = f"as://{AZ_ACCOUNT}/credmodels/r"
+    wrong = {"account_str": AZ_ACCOUNT, "account_key": "d3Jvbmc="}
+    right = {"account_str": AZ_ACCOUNT, "account_key": AZ_KEY}
+
+    def validate(entries: dict) -> subprocess.CompletedProcess:
+        creds = tmp_path / "creds.json"
+        creds.write_text(json.dumps({"as": entries}))
+        env = {**os.environ, "AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": url,
+               "TRITON_CLOUD_CREDENTIAL_PATH": str(creds)}
+        return subprocess.run([str(trtis_bin()), "validate-config", store],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    out = validate({"": wrong, f"as://{AZ_ACCOUNT}/credmodels": right})
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = validate({"": right, f"as://{AZ_ACCOUNT}/credmodels": wrong})
+    assert out.returncode == 2 and "403" in out.stderr, out.stdout + out.stderr
+    out = validate({"": {"account_str": "someone-else", "account_key": AZ_KEY}})
+    assert out.returncode == 2 and "account_str" in out.stderr, out.stderr

@@ -173,6 +173,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "scheduler",
             "repository",
             "stats",
+            "remote",
             "shm",
             "trace",
             "logging",

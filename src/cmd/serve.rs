@@ -354,6 +354,11 @@ pub fn run(args: Args) -> ExitCode {
     }
     let mut config = ServerConfig::new(&stores[0]);
     config.extra_repositories = stores[1..].to_vec();
+    if !remote.is_empty() {
+        config.remotes = Some(std::sync::Arc::new(trtis::core::remote::Remotes::new(
+            remote,
+        )));
+    }
     config.control_mode = match args.model_control_mode {
         Mode::None => ControlMode::None,
         Mode::Poll => ControlMode::Poll,
@@ -471,7 +476,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     engine.attach_runtime(runtime.handle().clone());
-    let code = runtime.block_on(serve(engine.clone(), &args, front, remote, started));
+    let code = runtime.block_on(serve(engine.clone(), &args, front, started));
     engine.shutdown();
     code
 }
@@ -593,13 +598,7 @@ async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpLis
     }
 }
 
-async fn serve(
-    engine: Engine,
-    args: &Args,
-    front: Frontends,
-    mut remote: Vec<trtis::core::remote::RemoteRepository>,
-    started: Instant,
-) -> ExitCode {
+async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) -> ExitCode {
     // Listen for signals before announcing any listener, so a SIGINT right
     // after start is a graceful stop, not the default kill.
     let signal = match shutdown_signal() {
@@ -744,17 +743,6 @@ async fn serve(
             tick.tick().await;
             loop {
                 tick.tick().await;
-                // A repository in object storage: mirror what changed first.
-                let mut synced = true;
-                for r in remote.iter_mut() {
-                    if let Err(e) = r.sync().await {
-                        log('E', &e.message);
-                        synced = false;
-                    }
-                }
-                if !synced {
-                    continue;
-                }
                 for e in poller.poll().await {
                     log('E', &e.message);
                 }

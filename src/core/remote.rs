@@ -252,6 +252,33 @@ fn credentials_for(scheme: &str, url: &str) -> Result<Option<serde_json::Value>>
         .map(|(_, v)| v.clone()))
 }
 
+/// The repositories in object storage a server serves, synced together
+/// (before each poll, and before an explicit load reads its model).
+pub struct Remotes(tokio::sync::Mutex<Vec<RemoteRepository>>);
+
+impl std::fmt::Debug for Remotes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Remotes")
+    }
+}
+
+impl Remotes {
+    pub fn new(repositories: Vec<RemoteRepository>) -> Remotes {
+        Remotes(tokio::sync::Mutex::new(repositories))
+    }
+
+    /// Mirrors every repository (one sync at a time).
+    pub async fn sync(&self) -> Result<SyncReport> {
+        let mut total = SyncReport::default();
+        for r in self.0.lock().await.iter_mut() {
+            let report = r.sync().await?;
+            total.fetched += report.fetched;
+            total.removed += report.removed;
+        }
+        Ok(total)
+    }
+}
+
 /// What a sync changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SyncReport {

@@ -290,3 +290,23 @@ def test_triton_credential_file_picks_the_longest_matching_entry(azurite, tmp_pa
     assert out.returncode == 2 and "403" in out.stderr, out.stdout + out.stderr
     out = validate({"": {"account_str": "someone-else", "account_key": AZ_KEY}})
     assert out.returncode == 2 and "account_str" in out.stderr, out.stderr
+
+
+def test_explicit_load_fetches_from_the_store(moto, tmp_path):
+    """In explicit mode a load request mirrors the store first, so a model
+    uploaded after the server started loads."""
+    endpoint, s3 = moto
+    s3.create_bucket(Bucket="explicit")
+    _upload(s3, "explicit", "repo", EXAMPLES / "simple")
+    server = start_or_fail(
+        RemoteServer(f"s3://{endpoint}/explicit/repo", ["--model-control-mode", "explicit"], tmp_path)
+    )
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        _upload(s3, "explicit", "repo", EXAMPLES / "simple_identity")
+        client.load_model("simple_identity")
+        assert client.is_model_ready("simple_identity")
+        client.load_model("simple")
+        assert client.is_model_ready("simple")
+    finally:
+        stop_and_check(server)

@@ -30,6 +30,9 @@ pub struct ServerConfig {
     /// More repositories served with the first (a repeated
     /// `--model-store`); a model name may be in only one.
     pub extra_repositories: Vec<PathBuf>,
+    /// The repositories among them that mirror object storage: synced
+    /// before each poll and before each explicit load.
+    pub remotes: Option<Arc<crate::core::remote::Remotes>>,
     pub control_mode: ControlMode,
     /// `--load-model` (explicit mode); `*` loads all.
     pub load_models: Vec<String>,
@@ -71,6 +74,7 @@ impl ServerConfig {
         ServerConfig {
             model_repository: model_repository.into(),
             extra_repositories: Vec::new(),
+            remotes: None,
             control_mode: ControlMode::None,
             load_models: Vec::new(),
             strict_readiness: true,
@@ -246,6 +250,14 @@ impl Engine {
 
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// Mirrors the repositories in object storage, if any.
+    async fn sync_remotes(&self) -> Result<()> {
+        match &self.inner.config.remotes {
+            Some(r) => r.sync().await.map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// How long the engine has been up.
@@ -455,6 +467,7 @@ impl Engine {
     /// parameters in place of the repository's files when given.
     pub async fn load_with(&self, name: &str, over: Option<LoadOverride>) -> Result<()> {
         self.check_control()?;
+        self.sync_remotes().await?;
         let engine = self.clone();
         let name = name.to_string();
         tokio::task::spawn_blocking(move || engine.load_blocking(&name, over.as_ref()))
@@ -522,6 +535,11 @@ impl Engine {
 
     /// One repository poll (poll mode): new, changed and removed models.
     pub async fn poll(&self) -> Vec<Error> {
+        // Object storage: mirror what changed first; an unreachable store
+        // leaves the models as they are.
+        if let Err(e) = self.sync_remotes().await {
+            return vec![e];
+        }
         let engine = self.clone();
         tokio::task::spawn_blocking(move || engine.inner.manager.poll())
             .await

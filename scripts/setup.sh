@@ -52,6 +52,33 @@ if [ "$(cat "$AZURITE_STAMP" 2>/dev/null)" != "$AZURITE_REQ" ]; then
   fi
 fi
 
+# HAProxy, the load balancer of the scale-out test (tests/python/
+# test_scale_out.py): Debian's package and the two libraries it needs that
+# the base system lacks, unpacked into .tools/haproxy (no install; ~1 s,
+# 5 MB). Open-source nginx has no active health checks, which the test needs.
+HAPROXY_DEBS="haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1"
+HAPROXY_STAMP=.tools/haproxy/.trtis-requirements
+if [ "$(cat "$HAPROXY_STAMP" 2>/dev/null)" != "$HAPROXY_DEBS" ]; then
+  if command -v apt-get >/dev/null && command -v dpkg >/dev/null; then
+    echo "setup: unpacking Debian's haproxy into .tools/haproxy"
+    rm -rf .tools/haproxy && mkdir -p .tools/haproxy
+    fetch() { (cd .tools/haproxy && apt-get download $HAPROXY_DEBS >/dev/null 2>&1); }
+    # shellcheck disable=SC2086
+    if ! fetch && [ "$(id -u)" = 0 ]; then apt-get update >/dev/null 2>&1 || true; fi
+    if fetch || [ -n "$(ls .tools/haproxy/*.deb 2>/dev/null)" ]; then
+      for deb in .tools/haproxy/*.deb; do dpkg -x "$deb" .tools/haproxy; done
+      rm -f .tools/haproxy/*.deb
+    fi
+    if [ -x .tools/haproxy/usr/sbin/haproxy ]; then
+      echo "$HAPROXY_DEBS" >"$HAPROXY_STAMP"
+    else
+      echo "setup: could not fetch Debian's haproxy (apt-get download): the scale-out test will fail"
+    fi
+  else
+    echo "setup: no apt-get: the scale-out test needs haproxy in .tools/haproxy/usr/sbin/haproxy"
+  fi
+fi
+
 # libtorch for the PyTorch backend (cargo feature `torch`): the `torch` wheel
 # installed without its CUDA dependencies except the two libtorch_cpu.so
 # links (rust-deps-notes §5b: ~35 s, ~1.4 GB). Python cannot `import torch`

@@ -162,7 +162,9 @@ impl RemoteUrl {
             RemoteUrl::S3 {
                 endpoint, bucket, ..
             } => {
-                let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry());
                 if std::env::var_os("AWS_DEFAULT_REGION").is_none()
                     && std::env::var_os("AWS_REGION").is_none()
                 {
@@ -203,6 +205,7 @@ impl RemoteUrl {
                 account, container, ..
             } => {
                 let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_retry(retry())
                     .with_account(account)
                     .with_container_name(container);
                 if let Ok(key) = std::env::var("AZURE_STORAGE_KEY") {
@@ -276,6 +279,17 @@ impl Remotes {
             total.removed += report.removed;
         }
         Ok(total)
+    }
+}
+
+/// Retries of a failed store request: a few, within 15 s (object_store's
+/// default, 10 retries within 3 minutes, keeps a server with an unreachable
+/// store from starting or failing for minutes).
+fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(15),
+        ..Default::default()
     }
 }
 

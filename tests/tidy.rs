@@ -151,7 +151,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("shm", &["logging"]),
-    ("remote", &[]),
+    ("remote", &["logging"]),
     ("trace", &["logging"]),
     (
         "metrics",

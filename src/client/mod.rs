@@ -100,6 +100,11 @@ impl Client {
         } else {
             "http"
         };
+        if options.tls.is_some() && url.starts_with("http://") {
+            return Err(ClientError::Unsupported(format!(
+                "TLS is asked for but the URL {url} says http://: give https:// or host:port"
+            )));
+        }
         let base = if url.starts_with("http://") || url.starts_with("https://") {
             url.trim_end_matches('/').to_string()
         } else {

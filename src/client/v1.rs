@@ -513,7 +513,8 @@ impl V1Client {
                 let mut at = 0usize;
                 for o in &meta.output {
                     let n = o.raw.as_ref().map_or(0, |r| r.batch_byte_size as usize);
-                    let part = body.get(at..at + n).ok_or_else(|| {
+                    let end = at.saturating_add(n);
+                    let part = body.get(at..end).ok_or_else(|| {
                         ClientError::Decode(format!(
                             "the body is too short for output '{}'",
                             o.name

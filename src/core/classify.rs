@@ -56,13 +56,11 @@ pub(crate) fn classify(
 /// The indices of the `k` largest values of `row`, largest first (ties:
 /// the lower index first).
 pub(crate) fn top_k(row: &[f64], k: usize) -> Vec<usize> {
+    // A total order (a NaN ranks below everything), so the sort is sound
+    // whatever the model put out.
+    let key = |v: f64| if v.is_nan() { f64::NEG_INFINITY } else { v };
     let mut idx: Vec<usize> = (0..row.len()).collect();
-    idx.sort_by(|&a, &b| {
-        row[b]
-            .partial_cmp(&row[a])
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.cmp(&b))
-    });
+    idx.sort_by(|&a, &b| key(row[b]).total_cmp(&key(row[a])).then(a.cmp(&b)));
     idx.truncate(k);
     idx
 }

@@ -144,6 +144,24 @@ impl RemoteUrl {
     /// `url`).
     fn store_for(&self, url: &str) -> Result<Arc<dyn ObjectStore>> {
         let creds = credentials_for(self.scheme(), url)?;
+        // An entry of the wrong shape is an error, not a silent fallback to
+        // the environment: s3 and as entries are objects, gs entries paths.
+        let shape_ok = match (&creds, self.scheme()) {
+            (None, _) => true,
+            (Some(c), "gs") => c.is_string(),
+            (Some(c), _) => c.is_object(),
+        };
+        if !shape_ok {
+            return Err(Error::invalid_arg(format!(
+                "TRITON_CLOUD_CREDENTIAL_PATH: the \"{}\" entry for '{url}' must be {}",
+                self.scheme(),
+                if self.scheme() == "gs" {
+                    "a path"
+                } else {
+                    "an object"
+                }
+            )));
+        }
         let text = |key: &str| {
             creds
                 .as_ref()
@@ -162,9 +180,15 @@ impl RemoteUrl {
             RemoteUrl::S3 {
                 endpoint, bucket, ..
             } => {
-                let mut b = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_retry(retry());
+                // Keys from the credential file replace the environment's
+                // whole (an environment session token would not fit them).
+                let from_file = text("key_id").is_some() || text("secret_key").is_some();
+                let b = if from_file {
+                    object_store::aws::AmazonS3Builder::new()
+                } else {
+                    object_store::aws::AmazonS3Builder::from_env()
+                };
+                let mut b = b.with_bucket_name(bucket).with_retry(retry());
                 if std::env::var_os("AWS_DEFAULT_REGION").is_none()
                     && std::env::var_os("AWS_REGION").is_none()
                 {
@@ -194,7 +218,8 @@ impl RemoteUrl {
             }
             RemoteUrl::Gcs { bucket, .. } => {
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_bucket_name(bucket);
+                    .with_bucket_name(bucket)
+                    .with_retry(retry());
                 // The gs entry is the path of a service account file.
                 if let Some(path) = creds.as_ref().and_then(|c| c.as_str()) {
                     b = b.with_service_account_path(path);
@@ -270,15 +295,16 @@ impl Remotes {
         Remotes(tokio::sync::Mutex::new(repositories))
     }
 
-    /// Mirrors every repository (one sync at a time).
-    pub async fn sync(&self) -> Result<SyncReport> {
-        let mut total = SyncReport::default();
+    /// Mirrors every repository (one sync at a time). A store that fails
+    /// keeps its last mirror; the others sync anyway. Returns the failures.
+    pub async fn sync(&self) -> Vec<Error> {
+        let mut errors = Vec::new();
         for r in self.0.lock().await.iter_mut() {
-            let report = r.sync().await?;
-            total.fetched += report.fetched;
-            total.removed += report.removed;
+            if let Err(e) = r.sync().await {
+                errors.push(e);
+            }
         }
-        Ok(total)
+        errors
     }
 }
 
@@ -359,8 +385,8 @@ impl RemoteRepository {
                 .unwrap_or(full)
                 .trim_start_matches('/')
                 .to_string();
-            if relative.is_empty() || relative.ends_with('/') {
-                continue; // a "directory" marker object
+            if relative.is_empty() {
+                continue;
             }
             let stamp = meta
                 .e_tag
@@ -368,20 +394,52 @@ impl RemoteRepository {
                 .unwrap_or_else(|| meta.last_modified.to_rfc3339());
             now.insert(relative, (meta.size, stamp, meta.location));
         }
+        // "Folder" objects (a console's "create folder"; object_store lists
+        // them without their trailing slash): an object that other objects
+        // lie under is a directory. An empty one with nothing under it is a
+        // directory when its name is a version number (an empty version
+        // directory is the one empty directory a repository can mean),
+        // else an empty file.
+        let parents: std::collections::HashSet<String> = now
+            .keys()
+            .flat_map(|k| {
+                let mut out = Vec::new();
+                let mut rest = k.as_str();
+                while let Some((parent, _)) = rest.rsplit_once('/') {
+                    out.push(parent.to_string());
+                    rest = parent;
+                }
+                out
+            })
+            .collect();
+        now.retain(|k, (size, _, _)| !(*size == 0 && parents.contains(k)));
         let mut report = SyncReport::default();
+        let first = self.seen.is_empty();
         for (relative, (size, stamp, location)) in &now {
             if self.seen.get(relative) == Some(&(*size, stamp.clone())) {
                 continue;
             }
-            let target = self.target(relative)?;
-            let bytes = store
-                .get(location)
-                .await
-                .map_err(failed)?
-                .bytes()
-                .await
-                .map_err(failed)?;
-            write_atomically(&target, &bytes)?;
+            let target = match self.target(relative) {
+                Ok(t) => t,
+                Err(e) => {
+                    // One bad name skips that object, not the repository.
+                    crate::core::logging::log('W', &e.message);
+                    continue;
+                }
+            };
+            let version_dir = *size == 0
+                && relative
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+            if version_dir {
+                tokio::fs::create_dir_all(&target)
+                    .await
+                    .map_err(|e| io_error(&target, e))?;
+            } else {
+                let data = store.get(location).await.map_err(failed)?.into_stream();
+                write_atomically(&target, data, &self.url).await?;
+            }
             self.seen.insert(relative.clone(), (*size, stamp.clone()));
             report.fetched += 1;
         }
@@ -392,11 +450,17 @@ impl RemoteRepository {
             .cloned()
             .collect();
         for relative in gone {
-            let target = self.target(&relative)?;
-            let _ = std::fs::remove_file(&target);
-            remove_empty_parents(&target, &self.local);
+            if let Ok(target) = self.target(&relative) {
+                let _ = tokio::fs::remove_file(&target).await;
+                remove_empty_parents(&target, &self.local);
+            }
             self.seen.remove(&relative);
             report.removed += 1;
+        }
+        if first {
+            // A mirror left by an earlier run: what is no longer in the
+            // store (and any half-written file) goes.
+            report.removed += remove_unlisted(&self.local, &self.local, &now);
         }
         Ok(report)
     }
@@ -437,12 +501,26 @@ fn private_dir(dir: &Path) -> Result<()> {
             dir.display()
         )));
     }
+    if meta.mode() & 0o077 != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_error(dir, e))?;
+    }
     Ok(())
 }
 
-fn write_atomically(target: &Path, bytes: &[u8]) -> Result<()> {
+/// Streams an object into `target` through a temporary file renamed into
+/// place (never the whole object in memory, no blocking I/O on the runtime).
+async fn write_atomically(
+    target: &Path,
+    mut data: futures_util::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+    url: &str,
+) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
     let dir = target.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| io_error(dir, e))?;
     let tmp = dir.join(format!(
         ".{}.{}.part",
         target
@@ -451,8 +529,62 @@ fn write_atomically(target: &Path, bytes: &[u8]) -> Result<()> {
             .unwrap_or_default(),
         std::process::id()
     ));
-    std::fs::write(&tmp, bytes).map_err(|e| io_error(&tmp, e))?;
-    std::fs::rename(&tmp, target).map_err(|e| io_error(target, e))
+    let result = async {
+        let mut file = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| io_error(&tmp, e))?;
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk.map_err(|e| {
+                Error::unavailable(format!("failed to read the model repository '{url}': {e}"))
+            })?;
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| io_error(&tmp, e))?;
+        }
+        file.flush().await.map_err(|e| io_error(&tmp, e))?;
+        drop(file);
+        tokio::fs::rename(&tmp, target)
+            .await
+            .map_err(|e| io_error(target, e))
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result
+}
+
+/// Removes the files under `dir` that are not in `listed` (paths relative
+/// to `root`), and the directories left empty; returns how many files.
+fn remove_unlisted(
+    root: &Path,
+    dir: &Path,
+    listed: &HashMap<String, (u64, String, ObjectPath)>,
+) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let relative = path
+            .strip_prefix(root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if listed.contains_key(&relative) {
+                continue; // an empty version directory the store lists
+            }
+            removed += remove_unlisted(root, &path, listed);
+            let _ = std::fs::remove_dir(&path); // only if now empty
+        } else if !listed.contains_key(&relative) && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 fn remove_empty_parents(file: &Path, root: &Path) {

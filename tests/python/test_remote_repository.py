@@ -310,3 +310,29 @@ def test_explicit_load_fetches_from_the_store(moto, tmp_path):
         assert client.is_model_ready("simple")
     finally:
         stop_and_check(server)
+
+
+def test_folder_markers_and_a_mirror_left_by_an_earlier_run(moto):
+    """Console-made "folder" objects (`simple/`, `simple/1/`, empty) are
+    directories, not files; and a mirror left by an earlier process loses
+    what was deleted from the store since."""
+    endpoint, s3 = moto
+    s3.create_bucket(Bucket="markers")
+    for key in ("repo/simple/", "repo/simple/1/", "repo/simple_identity/", "repo/simple_identity/1/"):
+        s3.put_object(Bucket="markers", Key=key, Body=b"")
+    _upload(s3, "markers", "repo", EXAMPLES / "simple")
+    _upload(s3, "markers", "repo", EXAMPLES / "simple_identity")
+    env = {**os.environ, **CREDS}
+    url = f"s3://{endpoint}/markers/repo"
+
+    def validate():
+        return subprocess.run([str(trtis_bin()), "validate-config", url],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    out = validate()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 models checked" in out.stdout, out.stdout
+    _delete(s3, "markers", "repo/simple_identity")
+    out = validate()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 model checked" in out.stdout, out.stdout

@@ -252,12 +252,17 @@ impl Engine {
         &self.inner.config
     }
 
-    /// Mirrors the repositories in object storage, if any.
-    async fn sync_remotes(&self) -> Result<()> {
-        match &self.inner.config.remotes {
-            Some(r) => r.sync().await.map(|_| ()),
-            None => Ok(()),
+    /// Mirrors the repositories in object storage, if any; a store that
+    /// fails keeps its last mirror (logged; the errors are returned).
+    async fn sync_remotes(&self) -> Vec<Error> {
+        let errors = match &self.inner.config.remotes {
+            Some(r) => r.sync().await,
+            None => Vec::new(),
+        };
+        for e in &errors {
+            crate::core::logging::log('E', &e.message);
         }
+        errors
     }
 
     /// How long the engine has been up.
@@ -467,7 +472,8 @@ impl Engine {
     /// parameters in place of the repository's files when given.
     pub async fn load_with(&self, name: &str, over: Option<LoadOverride>) -> Result<()> {
         self.check_control()?;
-        self.sync_remotes().await?;
+        // A store that cannot be read: the model loads from the last mirror.
+        self.sync_remotes().await;
         let engine = self.clone();
         let name = name.to_string();
         tokio::task::spawn_blocking(move || engine.load_blocking(&name, over.as_ref()))
@@ -536,14 +542,15 @@ impl Engine {
     /// One repository poll (poll mode): new, changed and removed models.
     pub async fn poll(&self) -> Vec<Error> {
         // Object storage: mirror what changed first; an unreachable store
-        // leaves the models as they are.
-        if let Err(e) = self.sync_remotes().await {
-            return vec![e];
-        }
+        // keeps its last mirror.
+        let mut errors = self.sync_remotes().await;
         let engine = self.clone();
-        tokio::task::spawn_blocking(move || engine.inner.manager.poll())
-            .await
-            .unwrap_or_else(|e| vec![Error::internal(format!("repository poll failed: {e}"))])
+        errors.extend(
+            tokio::task::spawn_blocking(move || engine.inner.manager.poll())
+                .await
+                .unwrap_or_else(|e| vec![Error::internal(format!("repository poll failed: {e}"))]),
+        );
+        errors
     }
 
     /// Unloads every model (shutdown). Blocking.

@@ -70,6 +70,11 @@ impl Restrictions {
             if key.is_empty() {
                 return Err(format!("{flag}: the header key is empty in '{value}'"));
             }
+            if axum::http::HeaderName::from_bytes(key.as_bytes()).is_err() {
+                return Err(format!(
+                    "{flag}: '{key}' in '{value}' is not a valid header name"
+                ));
+            }
             for name in apis.split(',').map(str::trim) {
                 let api = Api::ALL
                     .iter()

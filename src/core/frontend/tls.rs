@@ -126,7 +126,12 @@ impl TlsListener {
         let (tx, incoming) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             loop {
-                let (tcp, addr) = match listener.accept().await {
+                // The listener goes (and its port is freed) with the server.
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    () = tx.closed() => return,
+                };
+                let (tcp, addr) = match accepted {
                     Ok(c) => c,
                     Err(_) => {
                         // Out of file descriptors and the like: wait a little.
@@ -134,9 +139,6 @@ impl TlsListener {
                         continue;
                     }
                 };
-                if tx.is_closed() {
-                    return;
-                }
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();

@@ -382,7 +382,18 @@ pub fn response(
                 raw.push(Vec::new());
             }
             None => {
-                let size = want.shm_size.unwrap_or(tensor.data.len() as u64);
+                // In shared memory the data left the answer: its size is
+                // the output's own (from its shape), not the region's.
+                let size = match want.shm_size {
+                    None => tensor.data.len() as u64,
+                    Some(region) => tensor
+                        .datatype
+                        .size()
+                        .and_then(|s| {
+                            crate::core::types::element_count(&tensor.shape).map(|n| (n * s) as u64)
+                        })
+                        .unwrap_or(region),
+                };
                 out.raw = Some(infer_response_header::output::Raw {
                     dims,
                     batch_byte_size: size,

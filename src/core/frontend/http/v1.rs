@@ -50,7 +50,7 @@ async fn no_route() -> StatusCode {
 
 fn status_value(engine: &Engine, result: std::result::Result<(), &Error>) -> HeaderValue {
     let status = v1::request_status(engine, result);
-    HeaderValue::from_str(&text::short(&status, "RequestStatus"))
+    HeaderValue::from_str(&text::request_status_line(&status))
         .unwrap_or_else(|_| HeaderValue::from_static("code: INTERNAL"))
 }
 

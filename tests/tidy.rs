@@ -103,10 +103,12 @@ const LAYERS: &[(&str, &[&str])] = &[
             "custom_metrics",
             "device",
             "responder",
+            "fsutil",
             "logging",
         ],
     ),
     ("rate_limit", &[]),
+    ("fsutil", &[]),
     (
         "instance",
         &["backend", "responder", "rate_limit", "logging"],
@@ -151,7 +153,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("shm", &["logging"]),
-    ("remote", &["logging"]),
+    ("remote", &["fsutil", "logging"]),
     ("trace", &["logging"]),
     (
         "metrics",

@@ -12,6 +12,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod frontend;
+pub mod fsutil;
 pub mod instance;
 pub mod logging;
 pub mod metrics;

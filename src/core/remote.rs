@@ -28,6 +28,7 @@ use futures_util::StreamExt;
 use object_store::{path::Path as ObjectPath, ObjectStore, ObjectStoreExt};
 
 use crate::core::error::{Error, Result};
+use crate::core::fsutil::{fnv1a, private_dir};
 
 /// Whether a `--model-store` value names object storage.
 pub fn is_remote(location: &str) -> bool {
@@ -343,13 +344,15 @@ impl RemoteRepository {
         // The settings are checked now; each sync makes its own client (a
         // sync may run on another async runtime than the last).
         remote.store_for(url)?;
-        let mut hash: u64 = 0xcbf29ce484222325;
-        for b in url.bytes() {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
-        }
+        let hash = fnv1a(url.as_bytes());
         let local = cache_root.join(format!("repo-{hash:016x}"));
-        private_dir(cache_root)?;
-        private_dir(&local)?;
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        for dir in [cache_root, &local] {
+            private_dir(dir, uid).map_err(|e| {
+                Error::internal(format!("model repository cache {}: {e}", dir.display()))
+            })?;
+        }
         Ok(RemoteRepository {
             url: url.to_string(),
             remote,
@@ -483,30 +486,6 @@ impl RemoteRepository {
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
     Error::internal(format!("model repository cache {}: {e}", path.display()))
-}
-
-fn private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_error(dir, e)),
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| io_error(dir, e))?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid {
-        return Err(Error::internal(format!(
-            "model repository cache {} is not a directory of this user",
-            dir.display()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io_error(dir, e))?;
-    }
-    Ok(())
 }
 
 /// Streams an object into `target` through a temporary file renamed into

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -30,7 +29,15 @@ boto3 = pytest.importorskip("boto3")
 
 import tritonclient.http as httpclient  # noqa: E402
 
-from trtis_harness import EXAMPLES, TrtisServer, start_or_fail, stop_and_check, trtis_bin, wait_for  # noqa: E402
+from trtis_harness import (  # noqa: E402
+    EXAMPLES,
+    TrtisServer,
+    free_port,
+    start_or_fail,
+    stop_and_check,
+    trtis_bin,
+    wait_for,
+)
 
 CREDS = {
     "AWS_ACCESS_KEY_ID": "trtis-test",
@@ -39,17 +46,12 @@ CREDS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def moto():
     moto_server = Path(os.__file__).parents[3] / "bin" / "moto_server"
     exe = shutil.which("moto_server") or str(moto_server)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [exe, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -206,7 +208,7 @@ def azurite(tmp_path_factory):
         pytest.fail(f"Azurite is not installed at {AZURITE} (scripts/setup.sh installs it from npm)")
     from azure.storage.blob import BlobServiceClient
 
-    port = _free_port()
+    port = free_port()
     data = tmp_path_factory.mktemp("azurite")
     proc = subprocess.Popen(
         [str(AZURITE), "--silent", "--disableTelemetry", "--skipApiVersionCheck", "--loose",

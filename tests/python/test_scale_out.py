@@ -31,18 +31,13 @@ from pathlib import Path
 
 import pytest
 
-from trtis_harness import EXAMPLES, REPO_ROOT, TrtisServer, start_or_fail, trtis_bin, wait_for
+from trtis_harness import EXAMPLES, REPO_ROOT, TrtisServer, free_port, start_or_fail, trtis_bin, wait_for
 
 HAPROXY_ROOT = REPO_ROOT / ".tools" / "haproxy"
 HAPROXY = HAPROXY_ROOT / "usr" / "sbin" / "haproxy"
 REPLICAS = 3
 PERF_SECONDS = 24
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Replica(TrtisServer):
@@ -103,11 +98,11 @@ def test_rolling_restart_behind_haproxy_loses_no_request(tmp_path):
         pytest.fail(f"HAProxy is not at {HAPROXY} (scripts/setup.sh unpacks Debian's package there)")
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLES / "simple", repo / "simple")
-    replicas = [Replica(repo, _free_port(), _free_port(), i) for i in range(REPLICAS)]
+    replicas = [Replica(repo, free_port(), free_port(), i) for i in range(REPLICAS)]
     for r in replicas:
         start_or_fail(r)
     conf = tmp_path / "haproxy.cfg"
-    http, grpc = _free_port(), _free_port()
+    http, grpc = free_port(), free_port()
     conf.write_text(_config(replicas, http, grpc))
     env = {**os.environ, "LD_LIBRARY_PATH": str(HAPROXY_ROOT / "usr" / "lib" / "x86_64-linux-gnu")}
     lb = subprocess.Popen([str(HAPROXY), "-db", "-f", str(conf)], env=env,

@@ -685,6 +685,14 @@ def binary_body(header: dict, *tensors: bytes) -> tuple[bytes, dict]:
     return head + b"".join(tensors), headers
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free right now (for servers that must keep
+    their port across restarts, or that the harness does not start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
     """Polls `predicate` until it returns a truthy value; returns it (or the
     last falsy value after `timeout`)."""

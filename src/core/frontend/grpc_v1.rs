@@ -61,20 +61,9 @@ async fn infer_one(engine: &Engine, req: InferRequest) -> InferResponse {
         } else {
             req.model_version.to_string()
         };
-        let model = engine
-            .model(&req.model_name, &version)
-            .map_err(|e| Error::unavailable(e.message))?;
-        if model.decoupled() {
-            return Err(Error::unsupported(format!(
-                "model '{}' is decoupled: the v1 API cannot serve it",
-                model.name
-            )));
-        }
-        let (request, plan) =
-            infer::request(&header, infer::InputData::Raw(req.raw_input), &model)?;
-        engine.admit(&request)?;
-        let response = engine.infer_on(model.clone(), request).await?;
-        let (meta_data, raw_output) = infer::response(response, &plan, &model)?;
+        let data = infer::InputData::Raw(req.raw_input);
+        let (meta_data, raw_output) =
+            infer::run(engine, &req.model_name, &version, &header, data).await?;
         Ok(InferResponse {
             request_status: Some(v1::request_status(engine, Ok(()))),
             meta_data: Some(meta_data),

@@ -29,6 +29,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::core::error::{Error, Result};
+use crate::core::fsutil::{fnv1a, private_dir};
 
 /// The most symbolic links one link's target may pass through (Linux's
 /// limit); more is a loop.
@@ -54,26 +55,6 @@ fn cache_root() -> Result<PathBuf> {
     Ok(root)
 }
 
-/// Makes `dir` (mode 0700) or checks that the one there is this user's and
-/// private: another user's directory in the shared temp directory could
-/// have its environments (or the worker's scripts) swapped.
-pub(super) fn private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        if e.kind() != std::io::ErrorKind::AlreadyExists {
-            return Err(e);
-        }
-        let meta = std::fs::symlink_metadata(dir)?;
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "it exists and is not a private directory of this user",
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The cache key of an archive: its canonical path, size and modification
 /// time (FNV-1a, hex).
 fn cache_key(archive: &Path) -> std::io::Result<String> {
@@ -81,11 +62,8 @@ fn cache_key(archive: &Path) -> std::io::Result<String> {
     use std::os::unix::fs::MetadataExt;
     let path = std::fs::canonicalize(archive)?;
     let meta = std::fs::metadata(&path)?;
-    let mut hash: u64 = 0xcbf29ce484222325;
     let stamp = format!("\0{}\0{}.{}", meta.len(), meta.mtime(), meta.mtime_nsec());
-    for b in path.as_os_str().as_bytes().iter().chain(stamp.as_bytes()) {
-        hash = (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3);
-    }
+    let hash = fnv1a(path.as_os_str().as_bytes().iter().chain(stamp.as_bytes()));
     Ok(format!("{hash:016x}"))
 }
 

@@ -693,15 +693,12 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
 fn scripts_dir() -> Result<PathBuf> {
     static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let mut hash: u64 = 0xcbf29ce484222325;
-        for b in WORKER.bytes().chain(UTILS.bytes()) {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
-        }
+        let hash = crate::core::fsutil::fnv1a(WORKER.as_bytes().iter().chain(UTILS.as_bytes()));
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         let dir = std::env::temp_dir().join(format!("trtis-python-{uid}-{hash:016x}"));
         let write = || -> std::io::Result<()> {
-            super::env::private_dir(&dir, uid)?;
+            crate::core::fsutil::private_dir(&dir, uid)?;
             for (name, text) in [
                 ("worker.py", WORKER),
                 ("triton_python_backend_utils.py", UTILS),

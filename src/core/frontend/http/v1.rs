@@ -283,20 +283,7 @@ async fn infer_handler(
                     s.max_input_size
                 ))
             })?;
-        let model = s
-            .engine
-            .model(&model, &version)
-            .map_err(|e| Error::unavailable(e.message))?;
-        if model.decoupled() {
-            return Err(Error::unsupported(format!(
-                "model '{}' is decoupled: the v1 API cannot serve it",
-                model.name
-            )));
-        }
-        let (request, plan) = infer::request(&header, infer::InputData::Body(&body), &model)?;
-        s.engine.admit(&request)?;
-        let response = s.engine.infer_on(model.clone(), request).await?;
-        infer::response(response, &plan, &model)
+        infer::run(&s.engine, &model, &version, &header, infer::InputData::Body(&body)).await
     }
     .await;
     match result {

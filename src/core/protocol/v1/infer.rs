@@ -11,6 +11,7 @@
 
 use crate::core::classify::top_k;
 use crate::core::config::pb::ModelConfig;
+use crate::core::engine::Engine;
 use crate::core::error::{Error, Result};
 use crate::core::repository::LoadedModel;
 use crate::core::types::{
@@ -335,6 +336,32 @@ fn type_name(data_type: i32) -> String {
     crate::core::config::pb::DataType::try_from(data_type)
         .map(|t| t.as_str_name().to_string())
         .unwrap_or_else(|_| data_type.to_string())
+}
+
+/// One v1 inference on `model` (`version` empty: the latest), both
+/// frontends' path: the model looked up (not there: UNAVAILABLE, as TRTIS),
+/// a decoupled one refused, the request checked and admitted, run, and
+/// answered as a response header and raw outputs.
+pub async fn run(
+    engine: &Engine,
+    model: &str,
+    version: &str,
+    header: &InferRequestHeader,
+    data: InputData<'_>,
+) -> Result<(InferResponseHeader, Vec<Vec<u8>>)> {
+    let model = engine
+        .model(model, version)
+        .map_err(|e| Error::unavailable(e.message))?;
+    if model.decoupled() {
+        return Err(Error::unsupported(format!(
+            "model '{}' is decoupled: the v1 API cannot serve it",
+            model.name
+        )));
+    }
+    let (request, plan) = request(header, data, &model)?;
+    engine.admit(&request)?;
+    let answer = engine.infer_on(model.clone(), request).await?;
+    response(answer, &plan, &model)
 }
 
 /// The response header of a failed request: only the request's `id`.

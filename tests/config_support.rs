@@ -89,8 +89,8 @@ fn repository() -> tempfile::TempDir {
             &format!("backend: \"identity\"\n{IO}\n{extra}\n"),
         );
     }
-    // Backends and platforms this server does not have (or a model file
-    // its backend cannot load).
+    // Model files their backends cannot load: a TorchScript file that is
+    // not one, an empty custom library.
     write_model(dir.path(), "torch", &format!("backend: \"pytorch\"\n{IO}"));
     std::fs::write(dir.path().join("torch/1/model.pt"), b"not a model").unwrap();
     write_model(dir.path(), "custom", &format!("platform: \"custom\"\n{IO}"));

@@ -84,6 +84,18 @@ pub fn run(args: Args) -> ExitCode {
     let made = match args.model.extension().and_then(|e| e.to_str()) {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
+        Some("so") => {
+            // A custom backend library (custom.h) declares no inputs or
+            // outputs: there is nothing to generate a config from.
+            eprintln!(
+                "error: {}: gen-config does not apply to custom backend libraries: \
+                 custom.h gives a library no way to declare its inputs and outputs, so \
+                 write its config.pbtxt by hand (platform: \"custom\"; \
+                 examples/custom_backends/models has some)",
+                args.model.display()
+            );
+            return ExitCode::from(2);
+        }
         _ => {
             eprintln!(
                 "error: {}: gen-config reads ONNX models (a .onnx file) and \

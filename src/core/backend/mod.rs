@@ -6,8 +6,10 @@
 //! Runtime through `ort`, the shared library loaded at run time; feature
 //! `onnx`) and `pytorch` (TorchScript through `tch` and libtorch, in a
 //! shared library of its own, `backends/torch`, loaded when a PyTorch model
-//! loads).
+//! loads), `python` (a worker process per instance running a `model.py`)
+//! and `custom` (a shared library implementing TRTIS's `custom.h` C API).
 
+pub mod custom;
 pub mod identity;
 #[cfg(feature = "onnx")]
 pub mod onnx;
@@ -117,6 +119,7 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
         "python" => Box::new(python::PythonInstance::load(ctx)?),
+        "custom" => Box::new(custom::CustomInstance::load(ctx)?),
         other => {
             return Err(Error::unsupported(format!(
                 "unable to find backend library for backend '{other}', try specifying runtime on the model configuration."
@@ -134,6 +137,7 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
 pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
     let mut out = Vec::new();
     match config.backend.as_str() {
+        "custom" => out.extend(custom::check(config, version_dirs)),
         "onnxruntime" => {
             if let Err(e) = onnx_settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));

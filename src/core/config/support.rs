@@ -30,22 +30,27 @@ pub fn built_backends() -> &'static [&'static str] {
     // model loads (backend::pytorch); a missing library fails that load, as
     // a missing ONNX Runtime library does.
     if cfg!(feature = "onnx") {
-        &["identity", "onnxruntime", "pytorch", "python"]
+        &["identity", "onnxruntime", "pytorch", "python", "custom"]
     } else {
-        &["identity", "pytorch", "python"]
+        &["identity", "pytorch", "python", "custom"]
     }
 }
 
 /// Whether the config's backend takes a batch's requests apart rather than
 /// concatenated (Triton's Python backend hands `execute` a list of
-/// requests); the schedulers then hand it `BackendRequest`s.
+/// requests; a custom library gets one `CustomPayload` per request); the
+/// schedulers then hand it `BackendRequest`s.
 pub fn takes_request_lists(config: &ModelConfig) -> bool {
-    config.backend == "python"
+    config.backend == "python" || config.backend == "custom"
 }
 
 /// Why a backend that takes requests apart (the Python backend) cannot
 /// have implicit state: Triton's Python backend cannot either.
 pub const LIST_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and the Python backend does not (nor does Triton's); keep a sequence's state in the model, keyed by request.correlation_id()";
+
+/// Why a custom library cannot have implicit state: the C API has no way
+/// to hand it the state (TRTIS 0.12 had none).
+pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and custom.h has no way to hand a library its state; keep a sequence's state in the library, per batch slot (the payload's index) or keyed by the CORRID control input";
 
 /// The `parameters` each built-in backend reads.
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
@@ -318,8 +323,10 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         );
     }
     let python = config.backend == "python";
-    // A Python model reads any parameter from its config JSON.
-    if !ensemble && !python {
+    let custom = config.backend == "custom";
+    // A Python model reads any parameter from its config JSON, a custom
+    // library from the serialized config it is initialized with.
+    if !ensemble && !python && !custom {
         let known = backend_parameters(&config.backend);
         for key in config.parameters.keys() {
             let session_entry = config.backend == "onnxruntime" && key.starts_with("session.");
@@ -353,6 +360,17 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "model_transaction_policy.decoupled".into(),
             "only Python models answer a request more than once here",
         );
+    }
+    if custom {
+        if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
+            if !s.state.is_empty() {
+                refuse(
+                    &mut out,
+                    "sequence_batching.state".into(),
+                    CUSTOM_BACKEND_STATE,
+                );
+            }
+        }
     }
     if python {
         // The Python backend takes each batch as a list of requests (the

@@ -23,6 +23,7 @@ benches=(
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
+  "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"
   "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"
   "remote    an S3 repository (moto) vs the same repository on local disk: start to READY, idle RSS"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"

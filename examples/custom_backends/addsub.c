@@ -165,6 +165,7 @@ static int run_payload(const Context* context, const Callbacks* cb, CustomPayloa
   for (size_t d = 0; d < dims; d++) {
     int64_t dim = payload->input_shape_dims[in0][d];
     if (dim != payload->input_shape_dims[in1][d] || dim < 0) return ADDSUB_BAD_SHAPE;
+    if (dim != 0 && elements > UINT64_MAX / 4 / (uint64_t)dim) return ADDSUB_BAD_SHAPE;
     elements *= (uint64_t)dim;
     shape[shape_cnt++] = dim;
   }

@@ -5,7 +5,10 @@
  * the sequence's INPUTs. The sum is kept per batch slot, which is the
  * payload's index in CustomExecute: the sequence batcher keeps a sequence
  * in one slot from its start to its end. A payload with READY 0 is an
- * empty slot: no request waits for it, and it leaves the slot's sum alone. */
+ * empty slot: no request waits for it, and it leaves the slot's sum alone.
+ * (A request cancelled before its batch ran is left out of CustomExecute,
+ * which shifts the later payloads: a library that must survive that keys
+ * its state by the CORRID control input instead.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +76,8 @@ int CustomExecute(void* custom_context, uint32_t payload_cnt, CustomPayload* pay
     if (code == SEQ_OK && ready) code = read_int(payload->input_context, input_fn, "INPUT", &input);
     if (code == SEQ_OK && ready) {
       if (start) context->sums[slot] = 0;
-      context->sums[slot] += input;
+      /* Wrapping, as INT32 arithmetic in the server's other backends. */
+      context->sums[slot] = (int32_t)((uint32_t)context->sums[slot] + (uint32_t)input);
     }
     for (uint32_t o = 0; code == SEQ_OK && o < payload->output_cnt; o++) {
       int64_t shape[2] = {1, 1};

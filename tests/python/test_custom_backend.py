@@ -304,6 +304,20 @@ def test_an_unknown_api_form_is_refused(tmp_path, libraries):
     assert "parameter 'custom_api_version' is '2'" in check.stdout + check.stderr
 
 
+def test_a_1x_library_is_refused_in_the_seeds_form(tmp_path, libraries):
+    """Calling a 1.x CustomInitialize with the seed's arguments would crash
+    the server: a library exporting 1.x-only symbols needs the parameter."""
+    repo = tmp_path / "models"
+    repo.mkdir()
+    add_model(repo, libraries, "addsub_1x", "libaddsub_1x.so")
+    config = repo / "addsub_1x" / "config.pbtxt"
+    config.write_text("\n".join(l for l in config.read_text().splitlines() if "custom_api_version" not in l))
+    check = subprocess.run([str(trtis_bin()), "validate-config", str(repo)], capture_output=True, text=True)
+    assert check.returncode == 1
+    assert "exports CustomVersion, so it was built for TRTIS 1.x" in check.stdout + check.stderr
+    assert "custom_api_version" in check.stdout + check.stderr
+
+
 def test_gen_config_says_it_does_not_apply(libraries):
     done = subprocess.run(
         [str(trtis_bin()), "gen-config", str(libraries / "libaddsub.so")], capture_output=True, text=True

@@ -50,7 +50,7 @@ pub const LIST_BACKEND_STATE: &str = "implicit state needs a backend that reads 
 
 /// Why a custom library cannot have implicit state: the C API has no way
 /// to hand it the state (TRTIS 0.12 had none).
-pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and custom.h has no way to hand a library its state; keep a sequence's state in the library, per batch slot (the payload's index) or keyed by the CORRID control input";
+pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and custom.h has no way to hand a library its state; keep a sequence's state in the library, keyed by the CORRID control input (or per batch slot, the payload's index)";
 
 /// The `parameters` each built-in backend reads.
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {

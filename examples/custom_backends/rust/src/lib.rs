@@ -199,6 +199,9 @@ pub unsafe extern "C" fn CustomExecute(
     output_fn: GetOutputFn,
 ) -> c_int {
     let ctx = &*context.cast::<Context>();
+    if payloads.is_null() {
+        return 0;
+    }
     let payloads = std::slice::from_raw_parts_mut(payloads, count as usize);
     for payload in payloads {
         payload.error_code = match run(ctx, payload, input_fn, output_fn) {
@@ -238,6 +241,16 @@ unsafe fn read_input(
     Ok(out)
 }
 
+/// `n` elements at `p`; empty when `n` is 0 or `p` is null (a C caller
+/// may pass a null pointer for an empty array).
+unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
+    if n == 0 || p.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p, n)
+    }
+}
+
 unsafe fn run(
     ctx: &Context,
     payload: &CustomPayload,
@@ -245,15 +258,15 @@ unsafe fn run(
     output_fn: GetOutputFn,
 ) -> Result<(), c_int> {
     let n = payload.input_cnt as usize;
-    let names = std::slice::from_raw_parts(payload.input_names, n);
-    let counts = std::slice::from_raw_parts(payload.input_shape_dim_cnts, n);
-    let dims = std::slice::from_raw_parts(payload.input_shape_dims, n);
+    let names = slice(payload.input_names, n);
+    let counts = slice(payload.input_shape_dim_cnts, n);
+    let dims = slice(payload.input_shape_dims, n);
     let find = |want: &CStr| names.iter().position(|&p| CStr::from_ptr(p) == want);
     let (Some(a), Some(b)) = (find(c"INPUT0"), find(c"INPUT1")) else {
         return Err(NO_INPUT);
     };
-    let shape_a = std::slice::from_raw_parts(dims[a], counts[a]);
-    let shape_b = std::slice::from_raw_parts(dims[b], counts[b]);
+    let shape_a = slice(dims[a], counts[a]);
+    let shape_b = slice(dims[b], counts[b]);
     if shape_a != shape_b || shape_a.iter().any(|&d| d < 0) {
         return Err(BAD_SHAPE);
     }
@@ -262,8 +275,12 @@ unsafe fn run(
         shape.push(i64::from(payload.batch_size));
     }
     shape.extend_from_slice(shape_a);
-    let elements = payload.batch_size as usize * shape_a.iter().product::<i64>() as usize;
-    let bytes = elements * 4;
+    let bytes = shape_a
+        .iter()
+        .try_fold(payload.batch_size as usize * 4, |n, &d| {
+            n.checked_mul(d as usize)
+        })
+        .ok_or(BAD_SHAPE)?;
     let x = read_input(payload, input_fn, c"INPUT0", bytes)?;
     let y = read_input(payload, input_fn, c"INPUT1", bytes)?;
     let wanted =

@@ -3,7 +3,10 @@
 //! with `CustomInitializeData` (and `CustomVersion` / `CustomExecuteV2`),
 //! the per-request `CustomPayload` and the two callbacks. Layouts are C's
 //! (`#[repr(C)]`); the unit tests pin the payload to the 72 bytes and the
-//! field offsets the seed's header gives on x86-64.
+//! field offsets the seed's header gives on x86-64. The library's own
+//! entry points are `extern "C-unwind"`: a C++ library's exception that
+//! escapes one aborts the process in a defined way instead of being
+//! undefined behaviour.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -85,7 +88,7 @@ pub type GetOutputV2Fn = unsafe extern "C" fn(
 ) -> bool;
 
 /// The seed's `CustomInitializeFn_t`.
-pub type InitializeFn = unsafe extern "C" fn(
+pub type InitializeFn = unsafe extern "C-unwind" fn(
     serialized_model_config: *const c_char,
     serialized_model_config_size: usize,
     gpu_device_id: c_int,
@@ -93,20 +96,20 @@ pub type InitializeFn = unsafe extern "C" fn(
 ) -> c_int;
 
 /// The 1.x `CustomInitializeFn_t`.
-pub type InitializeDataFn = unsafe extern "C" fn(
+pub type InitializeDataFn = unsafe extern "C-unwind" fn(
     data: *const CustomInitializeData,
     custom_context: *mut *mut c_void,
 ) -> c_int;
 
 /// `CustomFinalizeFn_t`.
-pub type FinalizeFn = unsafe extern "C" fn(custom_context: *mut c_void) -> c_int;
+pub type FinalizeFn = unsafe extern "C-unwind" fn(custom_context: *mut c_void) -> c_int;
 
 /// `CustomErrorStringFn_t`.
 pub type ErrorStringFn =
-    unsafe extern "C" fn(custom_context: *mut c_void, errcode: c_int) -> *const c_char;
+    unsafe extern "C-unwind" fn(custom_context: *mut c_void, errcode: c_int) -> *const c_char;
 
 /// `CustomExecuteFn_t`.
-pub type ExecuteFn = unsafe extern "C" fn(
+pub type ExecuteFn = unsafe extern "C-unwind" fn(
     custom_context: *mut c_void,
     payload_cnt: u32,
     payloads: *mut CustomPayload,
@@ -115,7 +118,7 @@ pub type ExecuteFn = unsafe extern "C" fn(
 ) -> c_int;
 
 /// `CustomExecuteV2Fn_t` (1.x, `CustomVersion()` 2).
-pub type ExecuteV2Fn = unsafe extern "C" fn(
+pub type ExecuteV2Fn = unsafe extern "C-unwind" fn(
     custom_context: *mut c_void,
     payload_cnt: u32,
     payloads: *mut CustomPayload,
@@ -124,15 +127,21 @@ pub type ExecuteV2Fn = unsafe extern "C" fn(
 ) -> c_int;
 
 /// `CustomVersionFn_t` (1.x, optional; absent means 1).
-pub type VersionFn = unsafe extern "C" fn() -> u32;
+pub type VersionFn = unsafe extern "C-unwind" fn() -> u32;
 
-/// The entry points every custom library exports.
+/// The entry points every custom library exports (a 1.x library with
+/// `CustomVersion()` 2 exports `CustomExecuteV2` in place of
+/// `CustomExecute`).
 pub const REQUIRED_SYMBOLS: [&str; 4] = [
     "CustomInitialize",
     "CustomFinalize",
     "CustomErrorString",
     "CustomExecute",
 ];
+
+/// Entry points only a TRTIS 1.x library has: the seed's form refuses a
+/// library that exports one (its `CustomInitialize` takes other arguments).
+pub const ONE_X_SYMBOLS: [&str; 2] = ["CustomVersion", "CustomExecuteV2"];
 
 #[cfg(test)]
 mod tests {

@@ -55,6 +55,9 @@ pub(super) struct PayloadIo {
     pub batch: Option<u32>,
     /// Why callbacks answered false, in order.
     pub errors: Vec<String>,
+    /// The execute returned: every callback answers false from now on
+    /// (one that found the payload just before may be waiting for its lock).
+    pub closed: bool,
 }
 
 // SAFETY: `InputSlot::data` points into a request's tensor, which the
@@ -102,23 +105,23 @@ impl Registration {
         self.tokens[i] as *mut c_void
     }
 
-    /// Ends the callbacks and hands back what they produced.
+    /// Ends the callbacks and hands back what they produced. Each payload
+    /// is closed under its lock first, so a callback that looked it up
+    /// before the tokens went away (a thread of the library racing the
+    /// return) finds it closed and lends nothing.
     pub fn finish(mut self) -> Vec<PayloadIo> {
         self.unregister();
         std::mem::take(&mut self.ios)
             .into_iter()
-            .map(|io| match Arc::try_unwrap(io) {
-                Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-                // A callback still holds it (a thread of the library racing
-                // the return): take the contents.
-                Err(shared) => {
-                    let mut guard = lock(&shared);
-                    PayloadIo {
-                        inputs: Vec::new(),
-                        outputs: std::mem::take(&mut guard.outputs),
-                        batch: guard.batch,
-                        errors: std::mem::take(&mut guard.errors),
-                    }
+            .map(|io| {
+                let mut guard = lock(&io);
+                guard.closed = true;
+                PayloadIo {
+                    inputs: std::mem::take(&mut guard.inputs),
+                    outputs: std::mem::take(&mut guard.outputs),
+                    batch: guard.batch,
+                    errors: std::mem::take(&mut guard.errors),
+                    closed: true,
                 }
             })
             .collect()
@@ -170,6 +173,9 @@ pub(super) unsafe extern "C" fn get_next_input(
             return false;
         };
         let mut io = lock(&io);
+        if io.closed {
+            return false;
+        }
         let Some(slot) = io.inputs.iter_mut().find(|s| s.name.as_c_str() == name) else {
             let message = format!(
                 "the custom library asked for input '{}', which the request does not have",
@@ -218,6 +224,9 @@ pub(super) unsafe extern "C" fn get_output(
             return false;
         };
         let mut io = lock(&io);
+        if io.closed {
+            return false;
+        }
         let io = &mut *io;
         let fail = |errors: &mut Vec<String>, message: String| {
             errors.push(message);
@@ -280,7 +289,7 @@ pub(super) unsafe extern "C" fn get_output(
                 format!("no memory for the {size} bytes of output '{}'", shown(name)),
             );
         }
-        buffer.resize(size, 0);
+        buffer.resize(size, 0); // zeroed: the library may leave bytes unwritten
         // SAFETY: checked non-null above.
         unsafe { *content = buffer.as_mut_ptr().cast() };
         // The buffer's heap block stays where it is from here on: it is
@@ -391,6 +400,7 @@ mod tests {
             }],
             batch: Some(1),
             errors: Vec::new(),
+            closed: false,
         }
     }
 

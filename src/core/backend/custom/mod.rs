@@ -11,7 +11,8 @@
 //! the scheduler forms is one `CustomExecute` call with one `CustomPayload`
 //! per request (the backend takes request lists, as the Python backend
 //! does: the sequence batcher's control inputs come as inputs of each
-//! payload, and a payload's slot is its sequence's batch slot); a payload's
+//! payload, and a payload's index is its sequence's batch slot, unless a
+//! request of the batch was cancelled before it ran and left out); a payload's
 //! `error_code` fails only its request, with the library's
 //! `CustomErrorString`; a non-zero return fails the batch.
 //! `CustomFinalize` runs when the instance is dropped (unload).
@@ -21,7 +22,9 @@
 //! `custom_api_version: "1"` selects TRTIS 1.x's
 //! `CustomInitialize(const CustomInitializeData*, context)`, with
 //! `CustomVersion()` 2 meaning `CustomExecuteV2`. The two forms cannot be
-//! told apart from the library, and calling one as the other crashes.
+//! told apart from the library, and calling one as the other crashes; a
+//! library exporting `CustomVersion` or `CustomExecuteV2` (1.x only) is
+//! refused in the seed's form.
 //!
 //! The library runs in the server's process, as in TRTIS: a library that
 //! crashes takes the server down. The callbacks (`callbacks`) are the
@@ -89,12 +92,13 @@ pub fn library_path(config: &ModelConfig, version_dir: &Path) -> PathBuf {
 /// read from the file; nothing in it runs.
 pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
     let mut out = Vec::new();
-    if let Err(e) = ApiForm::from_config(config) {
+    let form = ApiForm::from_config(config).unwrap_or_else(|e| {
         out.push(Issue::error(
             format!("parameters[\"{API_PARAMETER}\"]"),
             e.message,
         ));
-    }
+        ApiForm::Seed
+    });
     for dir in version_dirs {
         let path = library_path(config, dir);
         let Ok(bytes) = std::fs::read(&path) else {
@@ -107,11 +111,24 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
                 format!("'{shown}' is not a shared library this system can load: {why}"),
             )),
             Ok(symbols) => {
+                let has = |name: &str| symbols.iter().any(|s| s == name);
                 for symbol in REQUIRED_SYMBOLS {
-                    if !symbols.iter().any(|s| s == symbol) {
+                    // A 1.x library may have CustomExecuteV2 instead.
+                    let v2 = symbol == "CustomExecute"
+                        && form == ApiForm::OneX
+                        && has("CustomExecuteV2");
+                    if !has(symbol) && !v2 {
                         out.push(Issue::error(
                             "default_model_filename",
                             missing_symbol(symbol, &shown),
+                        ));
+                    }
+                }
+                if form == ApiForm::Seed {
+                    if let Some(symbol) = abi::ONE_X_SYMBOLS.iter().find(|s| has(s)) {
+                        out.push(Issue::error(
+                            "default_model_filename",
+                            one_x_library(symbol, &shown),
                         ));
                     }
                 }
@@ -130,14 +147,37 @@ fn shown_path(path: &Path) -> String {
     }
 }
 
+fn one_x_library(symbol: &str, path: &str) -> String {
+    format!(
+        "custom library {path} exports {symbol}, so it was built for TRTIS 1.x, whose CustomInitialize takes a CustomInitializeData: say so with parameters {{ key: \"{API_PARAMETER}\" value {{ string_value: \"1\" }} }} (calling it in the seed's form would crash the server)"
+    )
+}
+
 fn missing_symbol(symbol: &str, path: &str) -> String {
     format!("unable to find '{symbol}' entrypoint in custom library: {path}")
 }
 
-/// The names a shared library exports (its dynamic symbol table).
+/// The names a shared library exports (its dynamic symbol table); an
+/// error when it is not a shared library for this machine.
 fn exported_symbols(bytes: &[u8]) -> std::result::Result<Vec<String>, String> {
-    use object::{Object, ObjectSymbol};
+    use object::{Architecture, Object, ObjectKind, ObjectSymbol};
     let file = object::File::parse(bytes).map_err(|e| e.to_string())?;
+    if file.kind() != ObjectKind::Dynamic {
+        return Err(format!(
+            "it is a {:?} object file, not a shared library",
+            file.kind()
+        ));
+    }
+    let host = if cfg!(target_arch = "x86_64") {
+        Some(Architecture::X86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(Architecture::Aarch64)
+    } else {
+        None
+    };
+    if host.is_some_and(|h| h != file.architecture()) {
+        return Err(format!("it is built for {:?}", file.architecture()));
+    }
     Ok(file
         .dynamic_symbols()
         .filter(|s| s.is_definition() && s.is_global())
@@ -208,11 +248,20 @@ impl CustomInstance {
         })?;
         let finalize: abi::FinalizeFn = symbol(&lib, "CustomFinalize", &path)?;
         let error_string: abi::ErrorStringFn = symbol(&lib, "CustomErrorString", &path)?;
-        let execute_v1: abi::ExecuteFn = symbol(&lib, "CustomExecute", &path)?;
         let serialized = config.encode_to_vec();
         let mut context: *mut c_void = std::ptr::null_mut();
         let (code, execute) = match form {
             ApiForm::Seed => {
+                for name in abi::ONE_X_SYMBOLS {
+                    // SAFETY: only looked up, never called.
+                    if unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_ok() {
+                        return Err(Error::invalid_arg(one_x_library(
+                            name,
+                            &path.display().to_string(),
+                        )));
+                    }
+                }
+                let execute = Execute::V1(symbol(&lib, "CustomExecute", &path)?);
                 let init: abi::InitializeFn = symbol(&lib, "CustomInitialize", &path)?;
                 // SAFETY: the seed's signature; the bytes live for the call.
                 let code = unsafe {
@@ -223,7 +272,7 @@ impl CustomInstance {
                         &mut context,
                     )
                 };
-                (code, Execute::V1(execute_v1))
+                (code, execute)
             }
             ApiForm::OneX => {
                 let version = match symbol::<abi::VersionFn>(&lib, "CustomVersion", &path) {
@@ -232,7 +281,7 @@ impl CustomInstance {
                     Err(_) => 1,
                 };
                 let execute = match version {
-                    1 => Execute::V1(execute_v1),
+                    1 => Execute::V1(symbol(&lib, "CustomExecute", &path)?),
                     2 => Execute::V2(symbol(&lib, "CustomExecuteV2", &path)?),
                     n => {
                         return Err(Error::invalid_arg(format!(
@@ -266,6 +315,9 @@ impl CustomInstance {
         };
         if code != 0 {
             let message = library_error(error_string, context, code);
+            // As TRTIS: the context is finalized whatever initialize said.
+            // SAFETY: the context the library gave (maybe null).
+            unsafe { finalize(context) };
             return Err(Error::internal(format!(
                 "failed to initialize custom library '{}' for instance '{}': {message}",
                 path.display(),
@@ -313,11 +365,14 @@ impl CustomInstance {
             names.push(name);
             dims.push(t.shape.iter().skip(skip).copied().collect());
         }
-        let required: Vec<CString> = r
-            .outputs
-            .iter()
-            .map(|o| CString::new(o.as_str()).unwrap_or_default())
-            .collect();
+        // Each output once, however often the request names it.
+        let mut required: Vec<CString> = Vec::with_capacity(r.outputs.len());
+        for o in &r.outputs {
+            let name = CString::new(o.as_str()).unwrap_or_default();
+            if !required.contains(&name) {
+                required.push(name);
+            }
+        }
         let outputs = self
             .outputs
             .iter()
@@ -340,6 +395,7 @@ impl CustomInstance {
                 outputs,
                 batch,
                 errors: Vec::new(),
+                closed: false,
             }),
             _names: names,
             name_ptrs,
@@ -366,6 +422,11 @@ impl CustomInstance {
         let mut produced = io.outputs;
         let mut tensors = Vec::with_capacity(r.outputs.len());
         for name in &r.outputs {
+            if let Some(earlier) = tensors.iter().find(|t: &&Tensor| &t.name == name) {
+                let copy = earlier.clone();
+                tensors.push(copy);
+                continue;
+            }
             let slot = produced
                 .iter_mut()
                 .find(|s| s.name.as_bytes() == name.as_bytes())
@@ -502,10 +563,11 @@ impl Drop for CustomInstance {
         // SAFETY: the context CustomInitialize gave, finalized once.
         let code = unsafe { (self.finalize)(self.context) };
         if code != 0 {
+            // The context is gone: CustomErrorString gets none (allowed).
             tracing::warn!(
                 "CustomFinalize of instance '{}' failed: {}",
                 self.instance,
-                library_error(self.error_string, self.context, code)
+                library_error(self.error_string, std::ptr::null_mut(), code)
             );
         }
     }

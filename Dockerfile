@@ -63,12 +63,13 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     if [ "$WITH_TORCH" = 1 ]; then cargo build --release --locked --workspace; \
-    else cargo build --release --locked; fi \
+    else cargo build --release --locked -p trtis -p trtis-python-native; fi \
  && mkdir -p /out \
- && cp target/release/trtis /out/ \
+ && cp target/release/trtis target/release/lib_trtis_native.so /out/ \
  && if [ "$WITH_TORCH" = 1 ]; then cp target/release/libtrtis_torch.so /out/; fi
 
-# /stage/opt/trtis: bin/trtis, lib/libonnxruntime.so*, venv/ (numpy), and
+# /stage/opt/trtis: bin/trtis, lib/libonnxruntime.so*, venv/ (numpy) and
+# bin/lib_trtis_native.so (the Python worker's native core), and
 # with torch bin/libtrtis_torch.so + the libtorch libraries in lib/. The
 # script checks that every shared library resolves inside the layout or from
 # the system.
@@ -78,6 +79,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     if [ "$WITH_TORCH" = 1 ]; then flags="$flags --with-torch"; fi; \
     if [ "$WITH_PYTHON" != 1 ]; then flags="$flags --no-python"; fi; \
     TRTIS_BIN=/out/trtis TRTIS_TORCH_LIB=/out/libtrtis_torch.so \
+    TRTIS_PYTHON_NATIVE_LIB=/out/lib_trtis_native.so \
     ORT_CAPI="$(echo /opt/wheels/lib/python3*/site-packages/onnxruntime/capi)" \
     LIBTORCH=/src/.venv-torch/libtorch PYTHON=/usr/bin/python3 \
     scripts/runtime-layout.sh $flags /stage

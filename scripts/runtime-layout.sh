@@ -17,10 +17,13 @@
 #                              resolved with ldd, nothing else of the wheel
 #   venv/                      unless --no-python: python3 + numpy for the
 #                              Python backend (TRTIS_PYTHON names it), no pip
+#   bin/lib_trtis_native.so    unless --no-python: the Python worker's native
+#                              core, found beside the executable
 #
 # Inputs (defaults: this checkout after scripts/setup.sh and a release build):
 #   TRTIS_BIN        target/release/trtis
 #   TRTIS_TORCH_LIB  target/release/libtrtis_torch.so
+#   TRTIS_PYTHON_NATIVE_LIB  lib_trtis_native.so beside TRTIS_BIN
 #   ORT_CAPI         the onnxruntime package's capi/ folder in .venv
 #   LIBTORCH         .venv-torch/libtorch (the torch package folder)
 #   PYTHON           /usr/bin/python3 (Debian's, as in the image), else python3
@@ -72,6 +75,7 @@ opt="$dir/opt/trtis"
 
 TRTIS_BIN=${TRTIS_BIN:-$ROOT/target/release/trtis}
 TRTIS_TORCH_LIB=${TRTIS_TORCH_LIB:-$ROOT/target/release/libtrtis_torch.so}
+TRTIS_PYTHON_NATIVE_LIB=${TRTIS_PYTHON_NATIVE_LIB:-$(dirname "$TRTIS_BIN")/lib_trtis_native.so}
 if [ -z "${ORT_CAPI:-}" ]; then
   ORT_CAPI=$(echo "$ROOT"/.venv/lib/python3*/site-packages/onnxruntime/capi)
 fi
@@ -114,6 +118,9 @@ if [ "$with_torch" = 1 ]; then
 fi
 
 if [ "$with_python" = 1 ]; then
+  [ -f "$TRTIS_PYTHON_NATIVE_LIB" ] || die "no $TRTIS_PYTHON_NATIVE_LIB (cargo build --release --locked -p trtis-python-native, or set TRTIS_PYTHON_NATIVE_LIB)"
+  cp "$TRTIS_PYTHON_NATIVE_LIB" "$opt/bin/lib_trtis_native.so"
+  if command -v strip >/dev/null; then strip --strip-debug "$opt/bin/lib_trtis_native.so"; fi
   "$PYTHON" -m venv "$opt/venv"
   "$opt/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$NUMPY_SPEC"
   "$opt/venv/bin/python" -m pip uninstall --quiet --yes pip setuptools >/dev/null
@@ -203,10 +210,10 @@ for _ in $(seq 600); do
 done
 [ -n "$http" ] && [ -n "$metrics" ] || { cat "$log" >&2; die "the server did not start within 60 s"; }
 
-python3 - "$http" "$metrics" $wanted <<'EOF' || { cat "$log" >&2; die "the checks against the server failed"; }
-import http.client, json, sys, time
+python3 - "$pid" "$http" "$metrics" $wanted <<'EOF' || { cat "$log" >&2; die "the checks against the server failed"; }
+import http.client, json, os, sys, time
 
-http_addr, metrics_addr, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+server_pid, http_addr, metrics_addr, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 
 def call(addr, method, path, body=None):
     host, port = addr.rsplit(":", 1)
@@ -263,7 +270,12 @@ if "add_sub" in models:
         {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": y},
     ])
     assert out["OUTPUT0"]["data"] == [p + q for p, q in zip(x, y)], out
-    print("runtime-layout: ok: add_sub (python backend, the layout's venv with numpy)")
+    # Its worker (the server's child) runs with the native core from bin/.
+    workers = []
+    for task in os.listdir(f"/proc/{server_pid}/task"):
+        workers += open(f"/proc/{server_pid}/task/{task}/children").read().split()
+    assert any("lib_trtis_native.so" in open(f"/proc/{w}/maps").read() for w in workers), workers
+    print("runtime-layout: ok: add_sub (python backend, the layout's venv with numpy, the worker's native core)")
 
 status, text = call(metrics_addr, "GET", "/metrics")
 text = text.decode()

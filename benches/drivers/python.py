@@ -6,7 +6,9 @@ In one run on this machine it measures:
     built once per call as a received request would be), µs per execute();
   - add_sub through `trtis serve` (1 worker process), driven by perf_analyzer
     over gRPC at concurrency 1 and 2: throughput, p50 latency, and the CPU
-    per inference of the server plus its worker processes (from /proc);
+    per inference of the server plus its worker processes (from /proc); the
+    worker with its native core (lib_trtis_native.so, the default) and in
+    pure Python (TRTIS_PYTHON_NATIVE=0);
   - the overhead per request: server + worker CPU per inference minus the
     reference's CPU per call, and p50 latency minus the reference's time;
   - how tensors cross to the worker (a Unix socket, one copy each way, a
@@ -310,6 +312,12 @@ def main():
         print(text, flush=True)
         return text
 
+    # The worker in pure Python first (same run, same model), then with its
+    # native core, which the rest of the bench uses.
+    pure = Server(repo, 18400, env={"TRTIS_PYTHON_NATIVE": "0"})
+    for conc in (1, 2):
+        lines.append(row("trtis serve, pure-Python worker", conc, perf(pure, "add_sub", conc, prefix="python-pure")))
+    pure.stop()
     server = Server(repo, 18400)
     ours = {}
     for conc in (1, 2):
@@ -353,7 +361,9 @@ def main():
                 ratios.append(f"c={conc}: not measured")
                 continue
             ratios.append(
-                f"c={conc}: worker vs stub CPU {a['worker_us'] / max(b['worker_us'], 1e-9):.2f}, total (server + worker) CPU "
+                f"c={conc}: worker vs stub overhead (the target: 0.5) "
+                f"{(a['worker_us'] - ref['cpu_us']) / max(b['worker_us'] - ref['cpu_us'], 1e-9):.2f}, "
+                f"worker vs stub CPU {a['worker_us'] / max(b['worker_us'], 1e-9):.2f}, total (server + worker) CPU "
                 f"{(a['server_us'] + a['worker_us']) / max(b['server_us'] + b['worker_us'], 1e-9):.2f}, "
                 f"throughput {a['throughput'] / b['throughput']:.2f}")
         triton_lines += ["", "trtis/Triton (CPU per inference: below 1, trtis spends less; throughput: above 1, "

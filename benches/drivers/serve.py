@@ -59,7 +59,8 @@ def get(url):
 
 
 class Server:
-    def __init__(self, repo, port):
+    def __init__(self, repo, port, env=None):
+        """`env`: variables to set for the server on top of this process's."""
         self.port = port
         self.grpc_port = port + 1
         t0 = time.perf_counter()
@@ -67,7 +68,7 @@ class Server:
             [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1",
              "--allow-client-shm", "--metrics-port", "0",
              "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         while get(self.url("/v2/health/ready"))[0] != 200:
             if self.proc.poll() is not None:
                 sys.exit(f"trtis serve exited with {self.proc.returncode}")

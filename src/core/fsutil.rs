@@ -1,8 +1,21 @@
 //! Small file-system helpers the layers share: a directory private to this
 //! user (the Python backend's script and environment caches, the object
-//! storage mirrors), and the FNV-1a hash their directory names use.
+//! storage mirrors), the FNV-1a hash their directory names use, and where
+//! the libraries built beside the executable are (the PyTorch backend, the
+//! Python worker's native core).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The file `name` beside the running executable (where cargo builds the
+/// workspace's libraries) or in its parent folder, if there is one.
+pub fn beside_executable(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
 
 /// Makes `dir` (mode 0700), or accepts it when it exists and is a
 /// directory of user `uid` open to nobody else; refuses anything else (a

@@ -3,6 +3,12 @@ and its `triton_python_backend_utils`, without the Rust server: each test
 writes a small model.py into tmp_path, starts `worker.py --fd N` on one end of
 a socket pair and speaks PROTOCOL.md's frames on the other end.
 
+Every test with a worker runs twice: in pure Python, and with the worker's
+native core (`--native target/debug/lib_trtis_native.so`, built by `cargo
+build --workspace`; TRTIS_PYTHON_NATIVE names another file). Without the
+library the native runs are skipped, unless TRTIS_REQUIRE_PYTHON=1 (as
+scripts/test.sh sets), where they fail.
+
 Run: .venv/bin/python -m pytest tests/python/test_python_worker.py -q
 """
 
@@ -21,8 +27,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BACKEND_DIR = Path(__file__).resolve().parents[2] / "src" / "core" / "backend" / "python"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BACKEND_DIR = REPO_ROOT / "src" / "core" / "backend" / "python"
 WORKER = BACKEND_DIR / "worker.py"
+NATIVE = Path(
+    os.environ.get("TRTIS_PYTHON_NATIVE") or REPO_ROOT / "target" / "debug" / "lib_trtis_native.so"
+)
+
+
+def native_core() -> str:
+    """The native core's path for a native-mode test (skips or fails without it)."""
+    if not NATIVE.is_file():
+        if os.environ.get("TRTIS_REQUIRE_PYTHON") == "1":
+            pytest.fail(f"the worker's native core {NATIVE} is missing (cargo build --workspace)")
+        pytest.skip(f"the worker's native core {NATIVE} is not built (cargo build --workspace)")
+    return str(NATIVE)
 TIMEOUT_S = 10.0
 
 # Keep the source tree free of __pycache__ (here and in the workers' env).
@@ -88,9 +107,10 @@ def tensors_of(header: dict, body: bytes) -> dict:
 class Worker:
     """A running worker.py and our end of its socket."""
 
-    def __init__(self, model_dir: Path, fd: int | None = None):
+    def __init__(self, model_dir: Path, fd: int | None = None, native: str | None = None):
         """`fd`: the descriptor number the worker gets its socket on (as a
-        busy server's may be high), else whatever the socket has here."""
+        busy server's may be high), else whatever the socket has here;
+        `native`: the native core to pass as --native."""
         self.model_dir = model_dir
         self.model_file = model_dir / "1" / "model.py"
         self.sock, child = socket.socketpair()
@@ -101,7 +121,8 @@ class Worker:
             number = fd
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", str(WORKER), "--fd", str(number)],
+                [sys.executable, "-u", str(WORKER), "--fd", str(number)]
+                + (["--native", native] if native else []),
                 pass_fds=[number],
                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             )
@@ -196,17 +217,24 @@ class Worker:
             self.proc.wait()
 
 
+@pytest.fixture(params=["python", "native"])
+def mode(request):
+    """The worker's mode: "python", or "native" (with its native core)."""
+    return request.param
+
+
 @pytest.fixture
-def spawn(tmp_path):
+def spawn(tmp_path, mode):
     """spawn(source, name="probe") writes <tmp>/<name>/1/model.py and starts a
-    worker for it (not yet initialized)."""
+    worker for it (not yet initialized), in each mode."""
     workers = []
+    native = native_core() if mode == "native" else None
 
     def start(source: str, name: str = "probe") -> Worker:
         model_dir = tmp_path / name
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "1" / "model.py").write_text(textwrap.dedent(source))
-        worker = Worker(model_dir)
+        worker = Worker(model_dir, native=native)
         workers.append(worker)
         return worker
 
@@ -911,7 +939,8 @@ class TritonPythonModel:
     worker.recv_header("executed")
 
 
-def test_is_cancelled_works_on_a_socket_numbered_past_1024(tmp_path):
+@pytest.mark.parametrize("mode", ["python", "native"])
+def test_is_cancelled_works_on_a_socket_numbered_past_1024(tmp_path, mode):
     # A busy server's socket may get a high descriptor number; select()
     # cannot take one past 1023, so is_cancelled() must not rely on it.
     import resource
@@ -929,7 +958,7 @@ class TritonPythonModel:
 """)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1600), hard))
     try:
-        worker = Worker(model_dir, fd=1500)
+        worker = Worker(model_dir, fd=1500, native=native_core() if mode == "native" else None)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
@@ -944,11 +973,13 @@ class TritonPythonModel:
         worker.close()
 
 
-def test_a_log_sent_in_the_middle_of_a_write(ready):
+def test_a_log_sent_in_the_middle_of_a_write(ready, mode):
     # The garbage collector may run a model's __del__ (which logs) on the
     # thread that is writing a frame, while it holds the write lock: the
     # nested frame must not deadlock that thread. The model stands in for
     # the collector by logging from inside the socket write itself.
+    if mode == "native":
+        pytest.skip("the native core writes with no Python code running: nothing can come between")
     worker = ready(HEADER + """
 class Writing:
     def __init__(self, sock):
@@ -1015,3 +1046,68 @@ class TritonPythonModel:
     worker.sock.close()
     assert worker.wait() == 0
     assert time.monotonic() - started < 5
+
+
+# -- the native core --------------------------------------------------------------
+
+IDENTITY = HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            tensors = request.inputs()
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", tensors[0].as_numpy()),
+                 pb_utils.Tensor("SHAPE", np.int64(tensors[0].as_numpy().shape))]))
+        return out
+"""
+
+
+@pytest.mark.parametrize("elements", [0, 3, 300_000, 1_500_000])
+def test_tensors_cross_whole_at_any_size(ready, elements):
+    # Small frames come in one read; bodies past the receive buffer (64 KB)
+    # are read straight into place, and responses written from the arrays.
+    worker = ready(IDENTITY)
+    data = np.arange(elements, dtype=np.float32).reshape(-1, 3) if elements else np.zeros((0, 3), np.float32)
+    other = np.arange(7, dtype=np.int64)
+    worker.execute(
+        {"rid": 1, "inputs": {"IN": data}, "outputs": ["OUT", "SHAPE"]},
+        {"rid": 2, "inputs": {"IN": other}, "outputs": ["OUT"]},
+    )
+    got = {}
+    for _ in range(2):
+        header, body = worker.recv()
+        assert header["kind"] == "response" and header["error"] is None, header
+        got[header["rid"]] = tensors_of(header, body)
+    worker.recv_header("executed")
+    assert got[1]["OUT"].dtype == np.float32 and np.array_equal(got[1]["OUT"], data)
+    assert got[1]["SHAPE"].tolist() == list(data.shape)
+    assert set(got[2]) == {"OUT"} and got[2]["OUT"].tolist() == other.tolist()
+
+
+def test_the_native_core_is_used(ready, mode):
+    worker = ready(IDENTITY)
+    maps = Path(f"/proc/{worker.proc.pid}/maps").read_text()
+    assert ("lib_trtis_native.so" in maps) == (mode == "native")
+
+
+def test_a_native_core_that_does_not_load_leaves_the_worker_in_pure_python(tmp_path):
+    model_dir = tmp_path / "probe"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(IDENTITY)
+    bogus = tmp_path / "lib_trtis_native.so"
+    bogus.write_bytes(b"not a shared library")
+    worker = Worker(model_dir, native=str(bogus))
+    try:
+        log = worker.recv_header("log")
+        assert log["level"] == "W", log
+        assert f"native core {bogus} did not load" in log["message"], log
+        assert "runs in pure Python" in log["message"], log
+        worker.init("probe")
+        worker.recv_header("ready")
+        worker.execute({"rid": 1, "inputs": {"IN": np.int32([5, 6])}, "outputs": ["OUT"]})
+        header, body = worker.recv()
+        assert tensors_of(header, body)["OUT"].tolist() == [5, 6]
+        worker.recv_header("executed")
+    finally:
+        worker.close()

@@ -242,9 +242,14 @@ class TrtisServer:
     """One `trtis serve` process on ephemeral ports of 127.0.0.1: HTTP, and
     gRPC when the binary has it (`grpc_port`, `grpc_url`)."""
 
-    def __init__(self, repo: Path, args: list[str] | None = None, name: str = "server"):
+    def __init__(
+        self, repo: Path, args: list[str] | None = None, name: str = "server", env: dict | None = None
+    ):
+        """`env`: variables set for the server on top of this process's
+        (None: unset)."""
         self.repo = Path(repo)
         self.args = list(args or [])
+        self.env = dict(env or {})
         self.name = name
         self.proc: subprocess.Popen | None = None
         self.host = "127.0.0.1"
@@ -320,6 +325,7 @@ class TrtisServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=str(self.repo.parent),
+            env={k: v for k, v in {**os.environ, **self.env}.items() if v is not None},
         )
         for stream, tag in ((self.proc.stdout, "out"), (self.proc.stderr, "err")):
             t = threading.Thread(target=self._pump, args=(stream, tag), daemon=True)
@@ -539,9 +545,9 @@ def grpc_channel_for(server: TrtisServer):
     )
 
 
-def running_server(repo, args=None, name="server"):
+def running_server(repo, args=None, name="server", env=None):
     """Generator for fixtures: yields a started server, stops it after."""
-    server = TrtisServer(repo, args, name=name)
+    server = TrtisServer(repo, args, name=name, env=env)
     try:
         yield start_or_fail(server)
     finally:

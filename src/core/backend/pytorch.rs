@@ -44,12 +44,7 @@ fn find_library() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("TRTIS_TORCH_BACKEND") {
         return Some(PathBuf::from(path));
     }
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|dir| dir.join(LIBRARY))
-        .find(|p| p.is_file())
+    crate::core::fsutil::beside_executable(LIBRARY)
 }
 
 extern "C" fn log(level: u32, message: Str) {

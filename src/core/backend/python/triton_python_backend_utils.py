@@ -25,6 +25,13 @@ worker process (worker.py, in the same directory), which installs itself as
                                        a request's state was garbage collected
                                        without its final response (must be safe
                                        to call from __del__)
+    _runtime.live                      rid -> weakref of its _RequestState (a
+                                       dict); a state leaves it when collected
+
+The worker's native core (`_trtis_native`, when it loads) makes the
+received requests, their tensors and states itself, setting the same
+attributes `InferenceRequest._received`, `_tensors_from_wire` and
+`_RequestState.__init__` set: keep them in step.
 """
 
 import asyncio
@@ -599,8 +606,10 @@ class _RequestState:
         _runtime.send_frame(header, parts)
 
     def __del__(self):
-        if not self.closed and _runtime is not None:
-            _runtime.request_abandoned(self.rid, self.index, self.sender_used)
+        if _runtime is not None:
+            _runtime.live.pop(self.rid, None)
+            if not self.closed:
+                _runtime.request_abandoned(self.rid, self.index, self.sender_used)
 
 
 class InferenceResponseSender:

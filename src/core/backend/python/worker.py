@@ -22,6 +22,13 @@ Threads:
 - an event-loop thread, started for the first `async def execute`.
 Any thread may write; one lock keeps frames whole, and frames sent together
 (a batch's responses and its `executed`) go out in one system call.
+
+The native core: when the server passes `--native PATH` (its
+`_trtis_native` extension, backends/python-native) and it loads, reading
+frames, making the received requests, answering a batch in the usual case
+and writing go through it (`self.wire`); the pure-Python code below does
+the same where it is not (`self.wire` None), and for everything the native
+`answer` leaves to it. Behaviour is the same either way.
 """
 
 import argparse
@@ -47,6 +54,10 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _CHUNK = 1 << 16
 _SCAN = json.JSONDecoder().scan_once
 _EXECUTED = b'{"kind":"executed","error":null}'
+_EXECUTED_FRAME = _PREFIX.pack(len(_EXECUTED), 0) + _EXECUTED
+# _execute's answer when the native core sent the batch's answers and its
+# `executed` itself.
+_SENT = object()
 # sendmsg's buffer count is bounded (IOV_MAX, 1024 on Linux).
 _MAX_BUFFERS = 512
 
@@ -101,15 +112,30 @@ class _Replies:
         return self._worker.wait_for(lambda: items.popleft() if items else None)
 
 
+def _load_native(path):
+    """The native core's module from `path`; raises when it cannot load."""
+    from importlib.machinery import ExtensionFileLoader
+
+    loader = ExtensionFileLoader("_trtis_native", path)
+    spec = importlib.util.spec_from_file_location("_trtis_native", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 class Worker:
-    def __init__(self, sock):
+    def __init__(self, sock, native=None, rsock=None):
+        """`sock`: the socket to write to; `rsock`: the one to read from
+        (the same one when None)."""
         self.sock = sock
+        self.rsock = sock if rsock is None else rsock
         self.write_lock = threading.Lock()
         # Guards the reader role, the inbox, the BLS reply lists and the
         # cancelled flags; waiters for a frame wait on it.
         # Reentrant: a __del__ run by the garbage collector while this
         # thread holds it may reach it again (e.g. is_cancelled()).
-        self.cond = threading.Condition(threading.RLock())
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)  # `with self.lock`: C-level
         self.writing = threading.local()  # .active: inside send_frames
         self.reading = False  # some thread holds the reader role
         self.waiters = 0  # threads in cond.wait(): only they need a notify
@@ -117,8 +143,9 @@ class Worker:
         self.buffer = bytearray(_CHUNK)  # only the reader touches these three
         self.view = memoryview(self.buffer)
         self.start = self.end = 0
-        # rid -> pb_utils._RequestState of requests still referenced somewhere.
-        self.live = weakref.WeakValueDictionary()
+        # rid -> weakref of the pb_utils._RequestState of a request still
+        # referenced somewhere (a state leaves when collected).
+        self.live = {}
         self.bls_last_id = 0
         self.bls_waiting = {}  # bid -> _Replies
         # Frames sent by the deferred thread (errors of abandoned requests,
@@ -131,6 +158,20 @@ class Worker:
         self.instance_name = ""
         self.model_dir = ""
         self.bls_allowed = False
+        self.wire = None
+        if native is not None:
+            self.wire = native.Wire(
+                self.rsock.fileno(),
+                sock.fileno(),
+                pb_utils.Tensor,
+                pb_utils.InferenceRequest,
+                pb_utils._RequestState,
+                pb_utils.InferenceResponse,
+                pb_utils.np.ndarray,
+                dict(pb_utils._NUMBER_TYPES),
+                self.live,
+                threading.Lock,
+            )
 
     # -- writing -------------------------------------------------------------
 
@@ -150,6 +191,9 @@ class Worker:
             _encode(header, parts, buffers)
         self.writing.active = True
         try:
+            if self.wire is not None:
+                self.wire.send(buffers)
+                return
             with self.write_lock:
                 while buffers:
                     sent = self.sock.sendmsg(
@@ -180,12 +224,12 @@ class Worker:
         try:
             while got < length:
                 if length - got >= _CHUNK // 2:  # big: straight into place
-                    count = self.sock.recv_into(view[got:], length - got)
+                    count = self.rsock.recv_into(view[got:], length - got)
                     if not count:
                         return None
                     got += count
                 else:
-                    count = self.sock.recv_into(self.view)
+                    count = self.rsock.recv_into(self.view)
                     if not count:
                         return None
                     used = min(count, length - got)
@@ -205,7 +249,7 @@ class Worker:
             self.start, self.end = 0, left
         try:
             while self.end - self.start < length:
-                count = self.sock.recv_into(self.view[self.end :])
+                count = self.rsock.recv_into(self.view[self.end :])
                 if not count:
                     return False
                 self.end += count
@@ -249,7 +293,7 @@ class Worker:
         other than None, and return it. While nobody else reads, this thread
         is the reader: it reads frames and routes them until `take()` has
         its item."""
-        with self.cond:
+        with self.lock:
             while True:
                 item = take()
                 if item is not None:
@@ -264,9 +308,9 @@ class Worker:
                     self.waiters -= 1
         try:
             while True:
-                header, body = self._read_frame()
-                with self.cond:
-                    self._route(header, body)
+                frame = self._next_frame()
+                with self.lock:
+                    self._route(*frame)
                     item = take()
                     if item is not None:
                         return item
@@ -275,7 +319,7 @@ class Worker:
 
     def _release_reader(self):
         """Give up the reader role; a waiting thread may take it."""
-        with self.cond:
+        with self.lock:
             self.reading = False
             if self.waiters:
                 self.cond.notify_all()
@@ -284,33 +328,56 @@ class Worker:
         """Route the frames already waiting, without blocking, when nobody
         else reads (`is_cancelled()` calls this: a `cancel` that came while
         the main thread runs `execute` takes effect)."""
-        with self.cond:
+        with self.lock:
             if self.reading:
                 return  # the reader routes frames as they come
             self.reading = True
         try:
-            while self.start < self.end or self._waiting():
-                header, body = self._read_frame()
-                with self.cond:
-                    self._route(header, body)
+            while self._pending():
+                frame = self._next_frame()
+                with self.lock:
+                    self._route(*frame)
         finally:
             self._release_reader()
+
+    def _next_frame(self):
+        """The next frame as (kind, header, body, states); see _route."""
+        if self.wire is None:
+            header, body = self._read_frame()
+            return header.get("kind"), header, body, None
+        try:
+            frame = self.wire.read(self.decoupled)
+        except Exception:  # a broken stream ends the worker
+            sys.stderr.write("trtis python worker: bad frame from the server\n")
+            traceback.print_exc()
+            _exit(2)
+        if frame is None:
+            _exit(0)
+        return frame
+
+    def _pending(self):
+        """Whether a frame is waiting (never blocks)."""
+        if self.wire is not None:
+            return self.wire.pending()
+        return self.start < self.end or self._waiting()
 
     def _waiting(self):
         """Whether the socket has bytes to read (or is at end of file)."""
         try:
-            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            self.rsock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
             return True  # the read that follows finds the end
         return True
 
-    def _route(self, header, body):
-        """A frame to whoever it is for (`cond` is held)."""
-        kind = header.get("kind")
+    def _route(self, kind, header, body, states):
+        """A frame to whoever it is for (`cond` is held). An `execute` frame
+        read by the native core comes with its requests made: `header` is
+        their list, `states` theirs."""
         if kind == "cancel":
-            state = self.live.get(header.get("rid"))
+            ref = self.live.get(header.get("rid"))
+            state = ref() if ref is not None else None
             if state is not None:
                 state.cancelled = True
         elif kind == "bls_response" or kind == "reply":
@@ -320,6 +387,8 @@ class Worker:
                 self.bls_waiting.pop(bid, None)
             if replies is not None:
                 replies._items.append((header, body))
+        elif kind == "execute" and states is not None:
+            self.inbox.append((kind, header, body, states))
         elif kind == "execute":
             # The states exist as the frame is read, so that a `cancel`
             # right behind the `execute` frame finds them.
@@ -330,7 +399,7 @@ class Worker:
                 for index, request in enumerate(header.get("requests", []))
             ]
             for state in states:
-                self.live[state.rid] = state
+                self.live[state.rid] = weakref.ref(state)
             self.inbox.append((kind, header, body, states))
         else:
             self.inbox.append((kind, header, body, None))
@@ -353,7 +422,7 @@ class Worker:
 
     def start_bls(self, header, parts):
         replies = _Replies(self)
-        with self.cond:
+        with self.lock:
             self.bls_last_id += 1
             bid = self.bls_last_id
             self.bls_waiting[bid] = replies
@@ -361,7 +430,7 @@ class Worker:
         try:
             self.send_frame(header, parts)
         except BaseException:
-            with self.cond:
+            with self.lock:
                 self.bls_waiting.pop(bid, None)
             raise
         return replies
@@ -487,6 +556,8 @@ class Worker:
         except BaseException as exc:  # a bug here must not hang the server
             traceback.print_exc()
             error = self._batch_error(pb_utils._format_exception(exc))
+        if error is _SENT:
+            return
         if error is not None:
             for state in states:
                 state.close()
@@ -509,17 +580,24 @@ class Worker:
     def _execute(self, header, body, states, frames):
         """Run the batch; returns the `executed` error, or None. Responses to
         send go to `frames`."""
-        requests = []
-        offset = 0
-        for request, state in zip(header["requests"], states):
-            inputs, offset = pb_utils._tensors_from_wire(request.get("inputs", []), body, offset)
-            requests.append(pb_utils.InferenceRequest._received(request, inputs, state))
+        if type(header) is list:  # made by the native core
+            requests = header
+        else:
+            requests = []
+            offset = 0
+            for request, state in zip(header["requests"], states):
+                inputs, offset = pb_utils._tensors_from_wire(
+                    request.get("inputs", []), body, offset
+                )
+                requests.append(pb_utils.InferenceRequest._received(request, inputs, state))
 
         try:
             result = self.model.execute(requests)
         except BaseException as exc:  # any failure of model code
             return self._batch_error(pb_utils._format_exception(exc))
         if type(result) is list and not self.decoupled:  # the usual case
+            if self.wire is not None and self.wire.answer(result, states, _EXECUTED_FRAME):
+                return _SENT
             return self._answer(result, states, frames)
         failure = None
         if asyncio.iscoroutine(result):
@@ -620,16 +698,49 @@ class Worker:
 def main():
     parser = argparse.ArgumentParser(description="trtis Python backend worker")
     parser.add_argument("--fd", type=int, required=True, help="the socket's file descriptor")
-    fd = parser.parse_args().fd
+    parser.add_argument(
+        "--write-fd",
+        type=int,
+        help="a second socket to write to (then --fd is only read from)",
+    )
+    parser.add_argument("--native", help="the native core (_trtis_native) to load, if it can")
+    options = parser.parse_args()
+    fd = options.fd
     # Ctrl-C in a terminal reaches the whole process group; the server decides
     # when this worker stops (finalize, or closing the socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = socket.socket(fileno=fd)
-    # A process the model forks must not hold the server's socket open.
-    sock.set_inheritable(False)
-    sock.setblocking(True)
-    worker = Worker(sock)
+    sockets = []
+    for number in (fd, options.write_fd):
+        if number is None:
+            continue
+        sock = socket.socket(fileno=number)
+        # A process the model forks must not hold the server's socket open.
+        sock.set_inheritable(False)
+        sock.setblocking(True)
+        sockets.append(sock)
+    native, why_not = None, None
+    if options.native:
+        try:
+            native = _load_native(options.native)
+        except Exception as exc:  # any reason: the pure-Python code serves
+            why_not = "{}: {}".format(type(exc).__name__, exc)
+    # Two sockets (the server's way): one per direction, so that reading
+    # one direction's frames never wakes a thread blocked reading the other
+    # (a Unix socket wakes its peer's waiters whenever it frees send space).
+    worker = Worker(sockets[-1], native, rsock=sockets[0])
     pb_utils._runtime = worker
+    if why_not is not None:
+        worker.send_frame(
+            {
+                "kind": "log",
+                "level": "W",
+                "file": "worker.py",
+                "line": sys._getframe().f_lineno,
+                "message": "the Python backend's native core {} did not load ({}); "
+                "the worker runs in pure Python".format(options.native, why_not),
+            },
+            [],
+        )
     threading.Thread(target=worker.send_deferred, name="trtis-deferred", daemon=True).start()
     try:
         worker.serve()

@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 benches=(
   "serve     perf_analyzer on trtis serve (identity, simple, the classifier vs ONNX Runtime)"
   "batching  the dynamic batcher on a compute-bound MLP vs ONNX Runtime called directly"
+  "compute   a compute-bound MLP at concurrency 1 to 32 vs ONNX Runtime with the same threads (Triton's figures beside)"
   "perf      trtis perf vs perf_analyzer: same server and flags, throughput and client CPU"
   "infer     trtis infer IMAGE end to end, and the image preprocessing alone"
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"

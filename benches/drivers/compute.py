@@ -1,0 +1,138 @@
+"""Benchmark of a compute-bound ONNX model at every concurrency (issue 22).
+
+The model (benches/drivers/make_mlp.py): 8 x (MatMul 1024 + Relu) FP32,
+input [batch, 1024], with the configuration of the side-by-side table in
+shared/reference/measuring.md: dynamic batching with preferred batch sizes
+8 and 16 and a 100 µs queue delay, max_batch_size 16, the instances left to
+the default (two CPU instances, as Triton gives an onnxruntime model). In
+one run on this machine it measures:
+  - the reference: ONNX Runtime called directly from Python with the same
+    thread settings as a trtis instance (intra-op threads, no spinning):
+    latency at batch 1 and throughput at batch 16;
+  - trtis serve driven by perf_analyzer over gRPC at concurrency 1, 2, 4, 8,
+    16 and 32: throughput, p50 and p99 latency, server CPU per inference, and
+    the batch sizes that formed (from the statistics extension);
+  - the same with one intra-op thread per instance (`intra_op_thread_count:
+    1`, trtis's default before issue 22, the better setting under full load)
+    against the default (every core for each instance, as Triton's default
+    amounts to, less its spinning), so the trade shows in the same run;
+  - the model without dynamic batching at concurrency 1, 4 and 16.
+Triton 2.51's figures on this machine class (measured side by side on
+2026-11-23, another machine of the class) are printed as the reference to
+beat; Triton is not a dependency, so this bench cannot run it.
+
+Run it with scripts/bench.sh compute. Results: target/bench/compute-bench.md.
+"""
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve import OUT, Server  # noqa: E402
+from batching import histogram, perf  # noqa: E402
+from make_mlp import make  # noqa: E402
+
+CONCURRENCY = (1, 2, 4, 8, 16, 32)
+# Triton 2.51, same model and configuration, perf_analyzer gRPC, two takes
+# (shared/reference/measuring.md and issue 22): concurrency -> infer/s range.
+TRITON = {("mlp_dyn", 1): (1090, 1111), ("mlp_dyn", 4): (2646, 2972), ("mlp_dyn", 16): (4232, 4807),
+          ("mlp_nobatch", 4): (1485, 2284)}
+
+
+def direct_ort(model_path, batch, threads, seconds=3.0):
+    """ONNX Runtime in-process with a trtis instance's settings: (infer/s,
+    µs per run)."""
+    import numpy as np
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((batch, 1024), dtype=np.float32)
+    for _ in range(5):
+        sess.run(None, {"INPUT0": x})
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, {"INPUT0": x})
+        n += 1
+    elapsed = time.perf_counter() - t0
+    return n * batch / elapsed, elapsed / n * 1e6
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    repo = tempfile.mkdtemp(prefix="trtis-compute-")
+    model_path = os.path.join(OUT, "mlp.onnx")
+    if not os.path.exists(model_path):
+        make(model_path)
+    io = ('input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n'
+          'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n')
+    batching = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
+    cores = len(os.sched_getaffinity(0))
+    threads = 'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{}" }} }}\n'
+    models = {"mlp_dyn": batching, "mlp_dyn_1thread": batching + threads.format(1), "mlp_nobatch": ""}
+    for name, body in models.items():
+        os.makedirs(os.path.join(repo, name, "1"))
+        os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
+        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
+            f'backend: "onnxruntime"\nmax_batch_size: 16\n{io}{body}')
+
+    lines = ["# Compute-bound model at every concurrency", "",
+             f"Model: 8 x (MatMul 1024 + Relu) FP32 (benches/drivers/make_mlp.py); {cores} CPUs; two CPU "
+             "instances (the default). Reference: ONNX Runtime called directly from Python, same run, the "
+             "instance's intra-op threads, no spinning.", "",
+             "| direct ONNX Runtime | intra-op threads | batch 1: µs per run | batch 16: infer/s |",
+             "| --- | --- | --- | --- |"]
+    ref = {}
+    for threads in sorted({cores, 1}, reverse=True):
+        _, latency = direct_ort(model_path, 1, threads)
+        rate, _ = direct_ort(model_path, 16, threads)
+        ref[threads] = (latency, rate)
+        lines.append(f"| in-process | {threads} | {latency:.0f} | {rate:.0f} |")
+        print(lines[-1], flush=True)
+    lines += ["", "trtis serve, perf_analyzer over gRPC. `of ref` is throughput over the direct batch-16 rate "
+              "with the same threads; `p50 - ref` is p50 latency minus the direct batch-1 run time.", "",
+              "| model | intra-op threads | concurrency | infer/s | of ref | p50 ms | p50 - ref ms | p99 ms | "
+              "mean batch | batch sizes (share of executions) | server CPU µs/inf | Triton 2.51 infer/s (other machine) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    server = Server(repo, 18700)
+    runs = [(model, c) for model in ("mlp_dyn", "mlp_dyn_1thread") for c in CONCURRENCY]
+    runs += [("mlp_nobatch", c) for c in (1, 4, 16)]
+    results = {}
+    for model, c in runs:
+        threads = 1 if model.endswith("1thread") else cores
+        label = f"{threads} (default)" if threads == cores and not model.endswith("1thread") else str(threads)
+        r = perf(server, model, c)
+        results[(model, c)] = r
+        triton = TRITON.get((model, c))
+        triton = f"{triton[0]}–{triton[1]}" if triton else ""
+        if "error" in r:
+            lines.append(f"| {model} | {label} | {c} | {r['error']} | | | | | | | | {triton} |")
+        else:
+            latency, rate = ref[threads]
+            lines.append(f"| {model} | {label} | {c} | {r['throughput']:.0f} | {r['throughput'] / rate:.2f} | "
+                         f"{r['p50_ms']:.2f} | {r['p50_ms'] - latency / 1000:.2f} | {r['p99_ms']:.2f} | "
+                         f"{r['mean_batch']:.1f} | {histogram(r['sizes'])} | {r['server_cpu_us']:.0f} | {triton} |")
+        print(lines[-1], flush=True)
+    server.stop()
+    shutil.rmtree(repo)
+    lines.append("")
+    ratios = []
+    for c in CONCURRENCY:
+        a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_1thread", c), {})
+        if "throughput" in a and "throughput" in b:
+            ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f}")
+    lines.append(f"The default ({cores} intra-op threads per instance) over one thread per instance, "
+                 "throughput, same run: " + ", ".join(ratios) + ".")
+    lines += [
+              "", "Triton 2.51's figures are from another machine of this class (2026-11-23): compare the ratios "
+              "to the direct ONNX Runtime reference, not absolute rates, across runs."]
+    report = "\n".join(lines)
+    print(report)
+    open(os.path.join(OUT, "compute-bench.md"), "w").write(report + "\n")
+
+
+if __name__ == "__main__":
+    main()

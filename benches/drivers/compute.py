@@ -16,7 +16,10 @@ one run on this machine it measures:
     1`, trtis's default before issue 22, the better setting under full load)
     against the default (every core for each instance, as Triton's default
     amounts to, less its spinning), so the trade shows in the same run;
-  - the model without dynamic batching at concurrency 1, 4 and 16.
+  - the model without dynamic batching at concurrency 1, 4 and 16;
+  - idle memory: the server's RSS with no model, then after loading the
+    model with one instance and with two (explicit model control), so the
+    cost of a loaded model and of each instance shows.
 Triton 2.51's figures on this machine class (measured side by side on
 2026-11-23, another machine of the class) are printed as the reference to
 beat; Triton is not a dependency, so this bench cannot run it.
@@ -25,12 +28,13 @@ Run it with scripts/bench.sh compute. Results: target/bench/compute-bench.md.
 """
 import os
 import shutil
+import urllib.request
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, Server  # noqa: E402
+from serve import OUT, Server, rss_mib  # noqa: E402
 from batching import histogram, perf  # noqa: E402
 from make_mlp import make  # noqa: E402
 
@@ -61,6 +65,28 @@ def direct_ort(model_path, batch, threads, seconds=3.0):
     return n * batch / elapsed, elapsed / n * 1e6
 
 
+def post(url):
+    req = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.status
+
+
+def memory(repo):
+    """RSS (MiB) of an idle server: with no model, then with each model of
+    `repo` loaded in turn (explicit control): [(what, MiB)]."""
+    server = Server(repo, 18790, args=["--model-control-mode", "explicit"])
+    try:
+        time.sleep(0.5)
+        rows = [("no model", rss_mib(server.proc.pid))]
+        for model in ("mlp_1instance", "mlp_2instances"):
+            post(server.url(f"/v2/repository/models/{model}/load"))
+            time.sleep(0.5)
+            rows.append((f"+ {model}", rss_mib(server.proc.pid)))
+        return rows
+    finally:
+        server.stop()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     repo = tempfile.mkdtemp(prefix="trtis-compute-")
@@ -72,7 +98,9 @@ def main():
     batching = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
     cores = len(os.sched_getaffinity(0))
     threads = 'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{}" }} }}\n'
-    models = {"mlp_dyn": batching, "mlp_dyn_1thread": batching + threads.format(1), "mlp_nobatch": ""}
+    models = {"mlp_dyn": batching, "mlp_dyn_1thread": batching + threads.format(1), "mlp_nobatch": "",
+              "mlp_1instance": "instance_group [ { count: 1 kind: KIND_CPU } ]\n",
+              "mlp_2instances": "instance_group [ { count: 2 kind: KIND_CPU } ]\n"}
     for name, body in models.items():
         os.makedirs(os.path.join(repo, name, "1"))
         os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
@@ -97,7 +125,15 @@ def main():
               "| model | intra-op threads | concurrency | infer/s | of ref | p50 ms | p50 - ref ms | p99 ms | "
               "mean batch | batch sizes (share of executions) | server CPU µs/inf | Triton 2.51 infer/s (other machine) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    server = Server(repo, 18700)
+    mem = memory(repo)
+    lines += ["Idle RSS (explicit model control, models loaded one after the other; the first load also maps "
+              "ONNX Runtime's library):", "", "| server | RSS MiB | added MiB |", "| --- | --- | --- |"]
+    for i, (what, mib) in enumerate(mem):
+        lines.append(f"| {what} | {mib:.0f} | {'' if i == 0 else f'{mib - mem[i - 1][1]:.0f}'} |")
+    lines.append("")
+    print("\n".join(lines[-len(mem) - 3:]), flush=True)
+    server = Server(repo, 18700, args=["--model-control-mode", "explicit", "--load-model", "mlp_dyn",
+                                       "--load-model", "mlp_dyn_1thread", "--load-model", "mlp_nobatch"])
     runs = [(model, c) for model in ("mlp_dyn", "mlp_dyn_1thread") for c in CONCURRENCY]
     runs += [("mlp_nobatch", c) for c in (1, 4, 16)]
     results = {}

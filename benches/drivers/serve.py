@@ -59,15 +59,16 @@ def get(url):
 
 
 class Server:
-    def __init__(self, repo, port, env=None):
-        """`env`: variables to set for the server on top of this process's."""
+    def __init__(self, repo, port, env=None, args=()):
+        """`env`: variables to set for the server on top of this process's;
+        `args`: more `trtis serve` flags."""
         self.port = port
         self.grpc_port = port + 1
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [TRTIS, "serve", "--model-store", repo, "--http-port", str(port), "--http-address", "127.0.0.1",
              "--allow-client-shm", "--metrics-port", "0",
-             "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1"],
+             "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         while get(self.url("/v2/health/ready"))[0] != 200:
             if self.proc.poll() is not None:

@@ -107,27 +107,39 @@ def tensors_of(header: dict, body: bytes) -> dict:
 class Worker:
     """A running worker.py and our end of its socket."""
 
-    def __init__(self, model_dir: Path, fd: int | None = None, native: str | None = None):
+    def __init__(
+        self, model_dir: Path, fd: int | None = None, native: str | None = None, split: bool = True
+    ):
         """`fd`: the descriptor number the worker gets its socket on (as a
         busy server's may be high), else whatever the socket has here;
-        `native`: the native core to pass as --native."""
+        `native`: the native core to pass as --native; `split`: a second
+        socket pair for what the worker writes (`--write-fd`), as the server
+        starts it, else both directions on one."""
         self.model_dir = model_dir
         self.model_file = model_dir / "1" / "model.py"
         self.sock, child = socket.socketpair()
         self.sock.settimeout(TIMEOUT_S)
+        self.rsock, child_out = socket.socketpair() if split else (self.sock, None)
+        self.rsock.settimeout(TIMEOUT_S)
         number = child.fileno()
+        extra, fds = [], []
+        if child_out is not None:
+            extra, fds = ["--write-fd", str(child_out.fileno())], [child_out.fileno()]
         if fd is not None:
             os.dup2(child.fileno(), fd, inheritable=False)
             number = fd
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", str(WORKER), "--fd", str(number)]
+                + extra
                 + (["--native", native] if native else []),
-                pass_fds=[number],
+                pass_fds=[number, *fds],
                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             )
         finally:
             child.close()
+            if child_out is not None:
+                child_out.close()
             if fd is not None:
                 os.close(fd)
 
@@ -139,7 +151,7 @@ class Worker:
     def _exactly(self, length: int) -> bytes:
         data = b""
         while len(data) < length:
-            chunk = self.sock.recv(length - len(data))
+            chunk = self.rsock.recv(length - len(data))
             assert chunk, "the worker closed its socket"
             data += chunk
         return data
@@ -210,6 +222,7 @@ class Worker:
 
     def close(self) -> None:
         self.sock.close()
+        self.rsock.close()
         try:
             self.proc.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -1111,3 +1124,47 @@ def test_a_native_core_that_does_not_load_leaves_the_worker_in_pure_python(tmp_p
         worker.recv_header("executed")
     finally:
         worker.close()
+
+
+def test_a_tensor_that_does_not_fit_its_frame_fails_the_batch_and_the_worker_lives(ready):
+    # The server never sends one (it checks every input first); if it did,
+    # the batch fails and the worker serves on, in both modes.
+    worker = ready(IDENTITY)
+    desc, data = tensor("IN", np.float32([1, 2, 3]))
+    desc["shape"] = [5]  # 20 bytes claimed, 12 sent
+    request = {"rid": 1, "id": "", "correlation_id": 0, "flags": 0, "timeout": 0,
+               "parameters": "{}", "outputs": ["OUT"], "inputs": [desc]}
+    worker.send({"kind": "execute", "requests": [request]}, [data])
+    header = worker.recv_header("executed")
+    assert header["error"].startswith("Failed to process the request(s) for model 'probe_0_0', message: "), header
+    worker.execute({"rid": 2, "inputs": {"IN": np.int32([5, 6])}, "outputs": ["OUT"]})
+    header, body = worker.recv()
+    assert header["rid"] == 2 and tensors_of(header, body)["OUT"].tolist() == [5, 6]
+    worker.recv_header("executed")
+
+
+@pytest.mark.parametrize("mode", ["python", "native"])
+def test_both_directions_on_one_socket(tmp_path, mode):
+    # Without --write-fd the worker writes where it reads.
+    model_dir = tmp_path / "probe"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(IDENTITY)
+    worker = Worker(model_dir, native=native_core() if mode == "native" else None, split=False)
+    try:
+        worker.init("probe")
+        worker.recv_header("ready")
+        worker.execute({"rid": 1, "inputs": {"IN": np.int32([7])}, "outputs": ["OUT"]})
+        header, body = worker.recv()
+        assert tensors_of(header, body)["OUT"].tolist() == [7]
+        worker.recv_header("executed")
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("body_length", [2**63, 2**64 - 1])
+def test_a_frame_claiming_an_impossible_body_ends_the_worker_cleanly(ready, body_length):
+    # A protocol violation: the worker exits 2 (it does not crash).
+    worker = ready(IDENTITY)
+    header = json.dumps({"kind": "execute", "requests": []}).encode()
+    worker.sock.sendall(struct.pack("<IQ", len(header), body_length) + header + b"x" * 4096)
+    assert worker.wait() == 2

@@ -235,16 +235,18 @@ impl Wire {
     /// The requests of an `execute` frame, with their states (registered
     /// in `live`): what the Python code makes in `_route` and
     /// `InferenceRequest._received`, made here.
+    /// Fills `requests` and `states`; on an error (a tensor that does not
+    /// fit its frame...) they hold what was made before it.
     fn received<'py>(
         &self,
         py: Python<'py>,
         items: &[Req<'_>],
         body: &Bound<'py, PyByteArray>,
         decoupled: bool,
-    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        requests: &Bound<'py, PyList>,
+        states: &Bound<'py, PyList>,
+    ) -> PyResult<()> {
         let c = &self.classes;
-        let requests = PyList::empty(py);
-        let states = PyList::empty(py);
         let body_len = body.len();
         let mut offset = 0usize;
         let new = c.new.bind(py);
@@ -275,6 +277,9 @@ impl Wire {
             c.live
                 .bind(py)
                 .set_item(r.rid, PyWeakrefReference::new(&state)?)?;
+            // Listed at once: if making its request fails, the worker closes
+            // it with the batch.
+            states.append(&state)?;
 
             let inputs = PyList::empty(py);
             for d in &r.inputs {
@@ -349,9 +354,8 @@ impl Wire {
             request.setattr(pyo3::intern!(py, "_state"), &state)?;
             request.setattr(pyo3::intern!(py, "_sender"), &none)?;
             requests.append(request)?;
-            states.append(state)?;
         }
-        Ok((requests, states))
+        Ok(())
     }
 
     /// Write `parts` in order, whole, the GIL released. The caller keeps the
@@ -405,15 +409,18 @@ impl Wire {
     }
 }
 
-/// A Python object's bytes, held (PyObject_GetBuffer) until dropped.
-struct Held(ffi::Py_buffer);
+/// A Python object's bytes, held (PyObject_GetBuffer) until dropped. Boxed:
+/// an exporter may point the view's fields into the view itself (`shape` at
+/// `len`), so it must not move.
+struct Held(Box<ffi::Py_buffer>);
 
 impl Held {
     /// The C-contiguous bytes of `obj`, or None (not a buffer, or not
     /// contiguous: the Python code copies those).
     fn get(obj: &Bound<'_, PyAny>) -> Option<Held> {
-        let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::zeroed();
-        // SAFETY: `view` is written by the call; released in Drop.
+        let mut view: Box<std::mem::MaybeUninit<ffi::Py_buffer>> =
+            Box::new(std::mem::MaybeUninit::zeroed());
+        // SAFETY: `view` is written by the call, in place; released in Drop.
         let rc = unsafe {
             ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS)
         };
@@ -422,8 +429,10 @@ impl Held {
             unsafe { ffi::PyErr_Clear() };
             return None;
         }
-        // SAFETY: initialised by the successful call.
-        Some(Held(unsafe { view.assume_init() }))
+        // SAFETY: initialised by the successful call; the box keeps its place.
+        Some(Held(unsafe {
+            Box::from_raw(Box::into_raw(view).cast::<ffi::Py_buffer>())
+        }))
     }
 
     fn addr(&self) -> (usize, usize) {
@@ -435,7 +444,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: a view from a successful PyObject_GetBuffer, released
         // once, with the GIL held (Held lives only where it is).
-        unsafe { ffi::PyBuffer_Release(&mut self.0) }
+        unsafe { ffi::PyBuffer_Release(&mut *self.0) }
     }
 }
 
@@ -517,8 +526,11 @@ impl Wire {
                 "a frame header of {header_len} bytes"
             )));
         }
+        // A bytearray's length is a Py_ssize_t.
         let body_len = usize::try_from(body_len)
-            .map_err(|_| PyValueError::new_err("a frame body too big for this machine"))?;
+            .ok()
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| PyValueError::new_err(format!("a frame body of {body_len} bytes")))?;
         rx.start += PREFIX;
         if !rx.fill(py, fd, header_len) {
             return Ok(None);
@@ -547,12 +559,21 @@ impl Wire {
         let bad = |e: serde_json::Error| PyValueError::new_err(format!("a bad frame header: {e}"));
         let head: Head<'_> = serde_json::from_slice(&text).map_err(bad)?;
         if head.kind == "execute" {
-            let (requests, states) = self.received(py, &head.requests, &body, decoupled)?;
+            // A batch whose requests cannot be made fails as a batch (the
+            // worker raises the error in `_execute`), as in pure Python: the
+            // header is then the exception instead of the request list.
+            let requests = PyList::empty(py);
+            let states = PyList::empty(py);
+            let made = self.received(py, &head.requests, &body, decoupled, &requests, &states);
+            let header = match made {
+                Ok(()) => requests.into_any(),
+                Err(e) => e.into_value(py).into_bound(py).into_any(),
+            };
             return Ok(Some(PyTuple::new(
                 py,
                 [
                     PyString::new(py, "execute").into_any(),
-                    requests.into_any(),
+                    header,
                     body.into_any(),
                     states.into_any(),
                 ],
@@ -642,81 +663,90 @@ impl Wire {
         let mut held: Vec<Held> = Vec::new();
         // (header index, first held, held count) per frame.
         let mut frames: Vec<(usize, usize, usize)> = Vec::with_capacity(states.len());
-        for (state, response) in states.iter().zip(result.iter()) {
-            if !response.get_type().is(response_cls)
-                || !response.getattr(pyo3::intern!(py, "_error"))?.is_none()
-                || state
-                    .getattr(pyo3::intern!(py, "sender_used"))?
-                    .is_truthy()?
-                || state.getattr(pyo3::intern!(py, "closed"))?.is_truthy()?
-            {
-                return Ok(false);
-            }
-            let requested = state.getattr(pyo3::intern!(py, "requested"))?;
-            let requested = requested.cast::<PyFrozenSet>().map_err(PyErr::from)?;
-            let rid: u64 = state.getattr(pyo3::intern!(py, "rid"))?.extract()?;
-            let tensors = response.getattr(pyo3::intern!(py, "_output_tensors"))?;
-            let Ok(tensors) = tensors.cast::<PyList>() else {
-                return Ok(false);
-            };
-            let first = held.len();
-            let mut descs = String::new();
-            let mut body = 0usize;
-            for tensor in tensors.iter() {
-                if !tensor.get_type().is(tensor_cls) {
+        // The plan: every frame's header and the buffers it sends. Anything
+        // unusual, an error included (a model that replaced an attribute
+        // with something else), leaves the batch to the Python code.
+        let mut plan = || -> PyResult<bool> {
+            for (state, response) in states.iter().zip(result.iter()) {
+                if !response.get_type().is(response_cls)
+                    || !response.getattr(pyo3::intern!(py, "_error"))?.is_none()
+                    || state
+                        .getattr(pyo3::intern!(py, "sender_used"))?
+                        .is_truthy()?
+                    || state.getattr(pyo3::intern!(py, "closed"))?.is_truthy()?
+                {
                     return Ok(false);
                 }
-                let name = tensor.getattr(pyo3::intern!(py, "_name"))?;
-                if !requested.contains(&name)? {
-                    continue;
-                }
-                let payload = tensor.getattr(pyo3::intern!(py, "_payload"))?;
-                let source = if payload.is_none() {
-                    tensor.getattr(pyo3::intern!(py, "_array"))?
-                } else {
-                    payload
-                };
-                let Some(h) = Held::get(&source) else {
+                let requested = state.getattr(pyo3::intern!(py, "requested"))?;
+                let requested = requested.cast::<PyFrozenSet>().map_err(PyErr::from)?;
+                let rid: u64 = state.getattr(pyo3::intern!(py, "rid"))?.extract()?;
+                let tensors = response.getattr(pyo3::intern!(py, "_output_tensors"))?;
+                let Ok(tensors) = tensors.cast::<PyList>() else {
                     return Ok(false);
                 };
-                let Ok(name) = name.cast::<PyString>() else {
-                    return Ok(false);
-                };
-                let datatype = tensor.getattr(pyo3::intern!(py, "_datatype"))?;
-                let Ok(datatype) = datatype.cast::<PyString>() else {
-                    return Ok(false);
-                };
-                let mut dims = String::new();
-                for dim in tensor.getattr(pyo3::intern!(py, "_shape"))?.try_iter()? {
-                    let Ok(dim) = dim?.extract::<i64>() else {
+                let first = held.len();
+                let mut descs = String::new();
+                let mut body = 0usize;
+                for tensor in tensors.iter() {
+                    if !tensor.get_type().is(tensor_cls) {
+                        return Ok(false);
+                    }
+                    let name = tensor.getattr(pyo3::intern!(py, "_name"))?;
+                    if !requested.contains(&name)? {
+                        continue;
+                    }
+                    let payload = tensor.getattr(pyo3::intern!(py, "_payload"))?;
+                    let source = if payload.is_none() {
+                        tensor.getattr(pyo3::intern!(py, "_array"))?
+                    } else {
+                        payload
+                    };
+                    let Some(h) = Held::get(&source) else {
                         return Ok(false);
                     };
-                    if !dims.is_empty() {
-                        dims.push(',');
+                    let Ok(name) = name.cast::<PyString>() else {
+                        return Ok(false);
+                    };
+                    let datatype = tensor.getattr(pyo3::intern!(py, "_datatype"))?;
+                    let Ok(datatype) = datatype.cast::<PyString>() else {
+                        return Ok(false);
+                    };
+                    let mut dims = String::new();
+                    for dim in tensor.getattr(pyo3::intern!(py, "_shape"))?.try_iter()? {
+                        let Ok(dim) = dim?.extract::<i64>() else {
+                            return Ok(false);
+                        };
+                        if !dims.is_empty() {
+                            dims.push(',');
+                        }
+                        dims.push_str(&dim.to_string());
                     }
-                    dims.push_str(&dim.to_string());
+                    let size = h.addr().1;
+                    body += size;
+                    if !descs.is_empty() {
+                        descs.push(',');
+                    }
+                    descs.push_str(&format!(
+                        "{{\"name\":{},\"datatype\":{},\"shape\":[{dims}],\"size\":{size}}}",
+                        json_str(&name.to_cow()?),
+                        json_str(&datatype.to_cow()?),
+                    ));
+                    held.push(h);
                 }
-                let size = h.addr().1;
-                body += size;
-                if !descs.is_empty() {
-                    descs.push(',');
-                }
-                descs.push_str(&format!(
-                    "{{\"name\":{},\"datatype\":{},\"shape\":[{dims}],\"size\":{size}}}",
-                    json_str(&name.to_cow()?),
-                    json_str(&datatype.to_cow()?),
-                ));
-                held.push(h);
+                let text = format!(
+                    "{{\"kind\":\"response\",\"rid\":{rid},\"final\":true,\"error\":null,\"tensors\":[{descs}]}}"
+                );
+                let mut head = Vec::with_capacity(PREFIX + text.len());
+                head.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                head.extend_from_slice(&(body as u64).to_le_bytes());
+                head.extend_from_slice(text.as_bytes());
+                frames.push((headers.len(), first, held.len() - first));
+                headers.push(head);
             }
-            let text = format!(
-                "{{\"kind\":\"response\",\"rid\":{rid},\"final\":true,\"error\":null,\"tensors\":[{descs}]}}"
-            );
-            let mut head = Vec::with_capacity(PREFIX + text.len());
-            head.extend_from_slice(&(text.len() as u32).to_le_bytes());
-            head.extend_from_slice(&(body as u64).to_le_bytes());
-            head.extend_from_slice(text.as_bytes());
-            frames.push((headers.len(), first, held.len() - first));
-            headers.push(head);
+            Ok(true)
+        };
+        if !matches!(plan(), Ok(true)) {
+            return Ok(false);
         }
         // Commit: each request is answered here unless another thread
         // finished it meanwhile (under its lock, as final_frame does).

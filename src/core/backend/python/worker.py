@@ -374,7 +374,8 @@ class Worker:
     def _route(self, kind, header, body, states):
         """A frame to whoever it is for (`cond` is held). An `execute` frame
         read by the native core comes with its requests made: `header` is
-        their list, `states` theirs."""
+        their list (or the error that stopped making them), `states`
+        theirs."""
         if kind == "cancel":
             ref = self.live.get(header.get("rid"))
             state = ref() if ref is not None else None
@@ -582,6 +583,8 @@ class Worker:
         send go to `frames`."""
         if type(header) is list:  # made by the native core
             requests = header
+        elif isinstance(header, BaseException):
+            raise header  # the native core could not make the requests
         else:
             requests = []
             offset = 0

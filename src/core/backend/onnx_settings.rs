@@ -46,9 +46,9 @@ pub struct OrtSettings {
 /// per core (less its spinning: idle threads sleep). Measured with two
 /// instances on two cores (`scripts/bench.sh compute`, the 8 x MatMul 1024
 /// model, dynamic batching), against one thread per instance (the default
-/// before): +30% throughput at concurrency 1 and 2, +10-14% at 4, even at
-/// 8, 5-9% less at 16 and 32 (where `intra_op_thread_count: 1` is the
-/// better setting). A pool of every core that the instances share (ONNX
+/// before), three runs: +20-30% throughput at concurrency 1 and 2, +9-15%
+/// at 4, -6% to +4% at 8, 0-10% less at 16 and 32 (where
+/// `intra_op_thread_count: 1` is the better setting). A pool of every core that the instances share (ONNX
 /// Runtime's global thread pool) did no better than a pool each. Counted with
 /// `available_parallelism`, which honours the CPU affinity and cgroup quota
 /// a container gives, where ONNX Runtime's own default counts the host's

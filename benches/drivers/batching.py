@@ -119,17 +119,29 @@ def histogram(sizes):
     return ", ".join(f"{b}: {100 * n / total:.0f}%" for b, n in sorted(top))
 
 
-def main():
+def mlp_repository(prefix, models, max_batch_size):
+    """A temporary repository of the MLP (made once into target/bench) under
+    each name of `models`, its config the common part plus `models[name]`:
+    (repository, model file)."""
     os.makedirs(OUT, exist_ok=True)
-    repo = tempfile.mkdtemp(prefix="trtis-batching-")
+    repo = tempfile.mkdtemp(prefix=prefix)
     model_path = os.path.join(OUT, "mlp.onnx")
     if not os.path.exists(model_path):
         make(model_path)
     io = ('input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n'
           'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n')
+    for name, body in models.items():
+        os.makedirs(os.path.join(repo, name, "1"))
+        os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
+        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
+            f'backend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n{io}{body}')
+    return repo, model_path
+
+
+def main():
     models = {
-        # Everything left to the defaults: two CPU instances, each with one
-        # intra-op thread (the cores shared among the instances).
+        # Everything left to the defaults: two CPU instances, each with
+        # every core's intra-op threads.
         "mlp_batched": "dynamic_batching { }\n",
         # One instance using every core; batches go as soon as 16 or 32
         # requests are there, else after 2 ms.
@@ -139,11 +151,7 @@ def main():
         # The baseline: the same model without dynamic batching.
         "mlp_unbatched": "",
     }
-    for name, body in models.items():
-        os.makedirs(os.path.join(repo, name, "1"))
-        os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
-        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
-            f'backend: "onnxruntime"\nmax_batch_size: 32\n{io}{body}')
+    repo, model_path = mlp_repository("trtis-batching-", models, 32)
 
     lines = ["# Dynamic batching benchmark", "",
              f"Model: 8 x dense 1024x1024 FP32 (benches/drivers/make_mlp.py); {os.cpu_count()} CPUs. "

@@ -30,13 +30,11 @@ import os
 import shutil
 import urllib.request
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve import OUT, Server, rss_mib  # noqa: E402
-from batching import histogram, perf  # noqa: E402
-from make_mlp import make  # noqa: E402
+from batching import histogram, mlp_repository, perf  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # Triton 2.51, same model and configuration, perf_analyzer gRPC, two takes
@@ -88,24 +86,13 @@ def memory(repo):
 
 
 def main():
-    os.makedirs(OUT, exist_ok=True)
-    repo = tempfile.mkdtemp(prefix="trtis-compute-")
-    model_path = os.path.join(OUT, "mlp.onnx")
-    if not os.path.exists(model_path):
-        make(model_path)
-    io = ('input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n'
-          'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]\n')
     batching = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
     cores = len(os.sched_getaffinity(0))
     threads = 'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{}" }} }}\n'
     models = {"mlp_dyn": batching, "mlp_dyn_1thread": batching + threads.format(1), "mlp_nobatch": "",
               "mlp_1instance": "instance_group [ { count: 1 kind: KIND_CPU } ]\n",
               "mlp_2instances": "instance_group [ { count: 2 kind: KIND_CPU } ]\n"}
-    for name, body in models.items():
-        os.makedirs(os.path.join(repo, name, "1"))
-        os.symlink(model_path, os.path.join(repo, name, "1", "model.onnx"))
-        open(os.path.join(repo, name, "config.pbtxt"), "w").write(
-            f'backend: "onnxruntime"\nmax_batch_size: 16\n{io}{body}')
+    repo, model_path = mlp_repository("trtis-compute-", models, 16)
 
     lines = ["# Compute-bound model at every concurrency", "",
              f"Model: 8 x (MatMul 1024 + Relu) FP32 (benches/drivers/make_mlp.py); {cores} CPUs; two CPU "

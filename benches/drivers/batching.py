@@ -27,10 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds  # noqa: E402
+from serve import OUT, PA, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds, time_session  # noqa: E402
 from make_mlp import make  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 32)
@@ -43,14 +42,7 @@ def direct_ort(model_path, batch, threads, seconds=4.0):
     opts.intra_op_num_threads = threads
     sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((batch, 1024), dtype=np.float32)
-    for _ in range(5):
-        sess.run(None, {"INPUT0": x})
-    n, t0, c0 = 0, time.perf_counter(), os.times()
-    while time.perf_counter() - t0 < seconds:
-        sess.run(None, {"INPUT0": x})
-        n += 1
-    elapsed, c1 = time.perf_counter() - t0, os.times()
-    cpu = (c1.user + c1.system) - (c0.user + c0.system)
+    n, elapsed, cpu = time_session(sess, {"INPUT0": x}, seconds)
     # (infer/s, process CPU µs per inference)
     return n * batch / elapsed, cpu / (n * batch) * 1e6
 

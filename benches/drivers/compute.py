@@ -33,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, Server, rss_mib  # noqa: E402
+from serve import OUT, Server, rss_mib, time_session  # noqa: E402
 from batching import histogram, mlp_repository, perf  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
@@ -53,13 +53,7 @@ def direct_ort(model_path, batch, threads, seconds=3.0):
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((batch, 1024), dtype=np.float32)
-    for _ in range(5):
-        sess.run(None, {"INPUT0": x})
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        sess.run(None, {"INPUT0": x})
-        n += 1
-    elapsed = time.perf_counter() - t0
+    n, elapsed, _ = time_session(sess, {"INPUT0": x}, seconds)
     return n * batch / elapsed, elapsed / n * 1e6
 
 

@@ -72,6 +72,13 @@ def _exit(code):
     os._exit(code)
 
 
+def _bad_frame():
+    """End the worker on a frame it cannot read (a protocol violation)."""
+    sys.stderr.write("trtis python worker: bad frame from the server\n")
+    traceback.print_exc()
+    _exit(2)
+
+
 def _json_default(value):
     # numpy scalars (e.g. dims an auto_complete_config computed) as numbers.
     if hasattr(value, "item"):
@@ -283,9 +290,7 @@ class Worker:
                         raise ValueError("a frame header that is not one JSON object")
                     return header, body
         except Exception:  # a broken stream ends the worker
-            sys.stderr.write("trtis python worker: bad frame from the server\n")
-            traceback.print_exc()
-            _exit(2)
+            _bad_frame()
         _exit(0)
 
     def wait_for(self, take):
@@ -348,9 +353,7 @@ class Worker:
         try:
             frame = self.wire.read(self.decoupled)
         except Exception:  # a broken stream ends the worker
-            sys.stderr.write("trtis python worker: bad frame from the server\n")
-            traceback.print_exc()
-            _exit(2)
+            _bad_frame()
         if frame is None:
             _exit(0)
         return frame

@@ -108,23 +108,36 @@ class Worker:
     """A running worker.py and our end of its socket."""
 
     def __init__(
-        self, model_dir: Path, fd: int | None = None, native: str | None = None, split: bool = True
+        self,
+        model_dir: Path,
+        fd: int | None = None,
+        native: str | None = None,
+        split: bool = True,
+        answers: bool = False,
     ):
         """`fd`: the descriptor number the worker gets its socket on (as a
         busy server's may be high), else whatever the socket has here;
         `native`: the native core to pass as --native; `split`: a second
-        socket pair for what the worker writes (`--write-fd`), as the server
-        starts it, else both directions on one."""
+        socket pair for what the worker writes (`--write-fd`), else both
+        directions on one; `answers`: a third for batches' answers
+        (`--answer-fd`, as the server starts it: `recv_answer` reads it),
+        else they come with the rest."""
         self.model_dir = model_dir
+        self.read_bytes = 0  # read from the write socket (rsock)
         self.model_file = model_dir / "1" / "model.py"
         self.sock, child = socket.socketpair()
         self.sock.settimeout(TIMEOUT_S)
         self.rsock, child_out = socket.socketpair() if split else (self.sock, None)
         self.rsock.settimeout(TIMEOUT_S)
+        self.asock, child_answers = socket.socketpair() if answers else (None, None)
         number = child.fileno()
         extra, fds = [], []
         if child_out is not None:
             extra, fds = ["--write-fd", str(child_out.fileno())], [child_out.fileno()]
+        if child_answers is not None:
+            self.asock.settimeout(TIMEOUT_S)
+            extra += ["--answer-fd", str(child_answers.fileno())]
+            fds.append(child_answers.fileno())
         if fd is not None:
             os.dup2(child.fileno(), fd, inheritable=False)
             number = fd
@@ -140,6 +153,8 @@ class Worker:
             child.close()
             if child_out is not None:
                 child_out.close()
+            if child_answers is not None:
+                child_answers.close()
             if fd is not None:
                 os.close(fd)
 
@@ -148,18 +163,25 @@ class Worker:
         body = b"".join(parts)
         self.sock.sendall(struct.pack("<IQ", len(header_bytes), len(body)) + header_bytes + body)
 
-    def _exactly(self, length: int) -> bytes:
+    def _exactly(self, length: int, sock=None) -> bytes:
+        sock = sock or self.rsock
         data = b""
         while len(data) < length:
-            chunk = self.rsock.recv(length - len(data))
+            chunk = sock.recv(length - len(data))
             assert chunk, "the worker closed its socket"
             data += chunk
+        if sock is self.rsock:
+            self.read_bytes += length
         return data
 
-    def recv(self) -> tuple[dict, bytes]:
-        header_length, body_length = struct.unpack("<IQ", self._exactly(12))
-        header = json.loads(self._exactly(header_length))
-        return header, self._exactly(body_length)
+    def recv(self, sock=None) -> tuple[dict, bytes]:
+        header_length, body_length = struct.unpack("<IQ", self._exactly(12, sock))
+        header = json.loads(self._exactly(header_length, sock))
+        return header, self._exactly(body_length, sock)
+
+    def recv_answer(self) -> tuple[dict, bytes]:
+        """The next frame on the answer socket (`answers=True`)."""
+        return self.recv(self.asock)
 
     def recv_header(self, kind: str) -> dict:
         header, _ = self.recv()
@@ -223,6 +245,8 @@ class Worker:
     def close(self) -> None:
         self.sock.close()
         self.rsock.close()
+        if self.asock is not None:
+            self.asock.close()
         try:
             self.proc.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -1012,7 +1036,7 @@ class Writing:
 class TritonPythonModel:
     def execute(self, requests):
         runtime = pb_utils._runtime
-        runtime.sock = Writing(runtime.sock)
+        runtime.asock = Writing(runtime.asock)  # the answer's write
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.int32([7]))])]
 """)
     worker.execute({"rid": 1, "inputs": {}})
@@ -1157,6 +1181,63 @@ def test_both_directions_on_one_socket(tmp_path, mode):
         header, body = worker.recv()
         assert tensors_of(header, body)["OUT"].tolist() == [7]
         worker.recv_header("executed")
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("mode", ["python", "native"])
+def test_batch_answers_on_their_own_socket(tmp_path, mode):
+    # As the server starts it (--answer-fd): a batch's returned responses and
+    # its `executed` come on the answer socket; everything else (the log
+    # line, a response sender's answer) on the write socket, and `executed`
+    # says how many bytes went there before it (`after`).
+    model_dir = tmp_path / "probe"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            array = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            response = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", array)])
+            if int(array[0]) < 0:
+                pb_utils.Logger.log_info("by the sender")
+                request.get_response_sender().send(
+                    response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                response = None
+            out.append(response)
+        return out
+""")
+    worker = Worker(model_dir, native=native_core() if mode == "native" else None, answers=True)
+    try:
+        worker.init("probe")
+        worker.recv_header("ready")
+        worker.execute({"rid": 1, "inputs": {"IN": np.int32([7])}, "outputs": ["OUT"]})
+        header, body = worker.recv_answer()
+        assert header["kind"] == "response" and header["rid"] == 1, header
+        assert tensors_of(header, body)["OUT"].tolist() == [7]
+        header, _ = worker.recv_answer()
+        assert header["kind"] == "executed" and header["error"] is None, header
+        assert header["after"] == worker.read_bytes  # the `ready` frame
+        worker.execute(
+            {"rid": 2, "inputs": {"IN": np.int32([-1])}, "outputs": ["OUT"]},
+            {"rid": 3, "inputs": {"IN": np.int32([8])}, "outputs": ["OUT"]},
+        )
+        header, _ = worker.recv()
+        assert header["kind"] == "log" and header["message"] == "by the sender", header
+        header, body = worker.recv()
+        assert header["kind"] == "response" and header["rid"] == 2, header
+        assert tensors_of(header, body)["OUT"].tolist() == [-1]
+        header, body = worker.recv_answer()
+        assert header["kind"] == "response" and header["rid"] == 3, header
+        header, _ = worker.recv_answer()
+        assert header["kind"] == "executed" and header["error"] is None, header
+        assert header["after"] == worker.read_bytes
+        # An error `executed` comes the same way.
+        worker.execute({"rid": 4, "inputs": {}, "outputs": ["OUT"]})
+        header, _ = worker.recv_answer()
+        assert header["kind"] == "executed" and "Failed to process" in header["error"], header
+        assert header["after"] == worker.read_bytes
     finally:
         worker.close()
 

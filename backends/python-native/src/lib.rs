@@ -32,6 +32,7 @@
 //! exactly those.
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -141,6 +142,10 @@ struct Wire {
     fd: i32,
     /// The socket written to (the same one, or the other direction's).
     wfd: i32,
+    /// The socket batches' answers are written to (`wfd`, or one of its own).
+    afd: i32,
+    /// Bytes written to `wfd` (an `executed` frame's `after`).
+    sent: AtomicU64,
     rx: Mutex<Rx>,
     /// Frames written whole: one writer at a time (taken with the GIL
     /// released, so a writer blocked on a full socket holds nobody up).
@@ -360,8 +365,9 @@ impl Wire {
 
     /// Write `parts` in order, whole, the GIL released. The caller keeps the
     /// memory alive for the call.
-    fn write_all(&self, py: Python<'_>, parts: Vec<(usize, usize)>) -> PyResult<()> {
-        let fd = self.wfd;
+    fn write_all(&self, py: Python<'_>, answer: bool, parts: Vec<(usize, usize)>) -> PyResult<()> {
+        let fd = if answer { self.afd } else { self.wfd };
+        let sent_total = &self.sent;
         struct Parts(Vec<(usize, usize)>);
         // SAFETY: addresses of memory the caller keeps alive (see above).
         unsafe impl Send for Parts {}
@@ -394,6 +400,9 @@ impl Wire {
                     return Err(e);
                 }
                 let mut sent = sent as usize;
+                if !answer {
+                    sent_total.fetch_add(sent as u64, Ordering::Relaxed);
+                }
                 while first < parts.len() && sent >= parts[first].1 {
                     sent -= parts[first].1;
                     first += 1;
@@ -456,12 +465,13 @@ fn json_str(s: &str) -> String {
 #[pymethods]
 impl Wire {
     #[new]
-    #[pyo3(signature = (fd, wfd, tensor, request, state, response, ndarray, dtypes, live, allocate_lock))]
+    #[pyo3(signature = (fd, wfd, afd, tensor, request, state, response, ndarray, dtypes, live, allocate_lock))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
         fd: i32,
         wfd: i32,
+        afd: i32,
         tensor: Py<PyAny>,
         request: Py<PyAny>,
         state: Py<PyAny>,
@@ -483,6 +493,8 @@ impl Wire {
         Ok(Wire {
             fd,
             wfd,
+            afd,
+            sent: AtomicU64::new(0),
             rx: Mutex::new(Rx {
                 buf: vec![0; CHUNK],
                 start: 0,
@@ -623,8 +635,9 @@ impl Wire {
     }
 
     /// Write `buffers` (bytes-like objects) in order, as one piece: no other
-    /// frame comes between them.
-    fn send(&self, py: Python<'_>, buffers: &Bound<'_, PyList>) -> PyResult<()> {
+    /// frame comes between them; to the answer socket with `answer`.
+    #[pyo3(signature = (buffers, answer=false))]
+    fn send(&self, py: Python<'_>, buffers: &Bound<'_, PyList>, answer: bool) -> PyResult<()> {
         let mut held = Vec::with_capacity(buffers.len());
         for buffer in buffers.iter() {
             let h = Held::get(&buffer).ok_or_else(|| {
@@ -633,22 +646,26 @@ impl Wire {
             held.push(h);
         }
         let parts = held.iter().map(Held::addr).filter(|p| p.1 > 0).collect();
-        self.write_all(py, parts)
+        self.write_all(py, answer, parts)
+    }
+
+    /// The bytes written to the write socket so far.
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// Default mode, execute returned `result` for the requests of
     /// `states`: in the usual case (a list of InferenceResponse without
     /// error, one per request, none answered or given a response sender,
     /// every tensor a pb_utils.Tensor of contiguous data) send each
-    /// response as its request's final one, then `executed`, in one write,
-    /// and answer True. Otherwise answer False having sent and changed
+    /// response as its request's final one, then `executed`, in one write
+    /// to the answer socket, and answer True. Otherwise answer False having sent and changed
     /// nothing: the Python code handles it.
     fn answer(
         &self,
         py: Python<'_>,
         result: &Bound<'_, PyAny>,
         states: &Bound<'_, PyList>,
-        executed: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let c = &self.classes;
         let Ok(result) = result.cast::<PyList>() else {
@@ -769,11 +786,17 @@ impl Wire {
                 parts.extend(held[first..first + count].iter().map(Held::addr));
             }
         }
-        let executed =
-            Held::get(executed).ok_or_else(|| PyValueError::new_err("`executed` must be bytes"))?;
-        parts.push(executed.addr());
+        let text = format!(
+            "{{\"kind\":\"executed\",\"error\":null,\"after\":{}}}",
+            self.sent.load(Ordering::Relaxed)
+        );
+        let mut executed = Vec::with_capacity(PREFIX + text.len());
+        executed.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        executed.extend_from_slice(&0u64.to_le_bytes());
+        executed.extend_from_slice(text.as_bytes());
+        parts.push((executed.as_ptr() as usize, executed.len()));
         parts.retain(|p| p.1 > 0);
-        self.write_all(py, parts)?;
+        self.write_all(py, true, parts)?;
         drop(held);
         drop(executed);
         Ok(true)

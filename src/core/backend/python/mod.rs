@@ -263,14 +263,7 @@ impl InstanceExec for PythonInstance {
         drop(tokens);
         // The batch is done with when `execute` returned; a decoupled
         // model's responses may still come after.
-        let answer = loop {
-            match worker.control(None) {
-                Ok(f) if f.kind() == "executed" => break Ok(f),
-                Ok(_) => continue,
-                Err(e) => break Err(e),
-            }
-        };
-        match answer {
+        match worker.answer() {
             Ok(f) => match f.error() {
                 None => Ok(()),
                 Some(e) => {

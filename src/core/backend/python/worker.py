@@ -1,9 +1,12 @@
 """trtis's Python backend worker: runs one model instance's `model.py`
 (Triton's `class TritonPythonModel`) in a process of its own.
 
-The server starts it as `python3 -u worker.py --fd N`, where file descriptor N
-is one end of a Unix stream socket pair, and speaks the frame protocol of
-PROTOCOL.md (beside this file in the trtis sources) over it. The model
+The server starts it as `python3 -u worker.py --fd N --write-fd M
+--answer-fd A`: it reads frames from socket N, writes each batch's answer
+(the responses `execute` returned, then `executed`) to A, read by the
+server's instance thread, and every other frame to M, read by the server's
+reader thread. The frame protocol is PROTOCOL.md's (beside this file in the
+trtis sources). The model
 imports `triton_python_backend_utils` (written beside this file) as
 `pb_utils`; this worker installs itself there as `pb_utils._runtime`.
 
@@ -53,8 +56,6 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 # The receive buffer: small frames (most) come in one read.
 _CHUNK = 1 << 16
 _SCAN = json.JSONDecoder().scan_once
-_EXECUTED = b'{"kind":"executed","error":null}'
-_EXECUTED_FRAME = _PREFIX.pack(len(_EXECUTED), 0) + _EXECUTED
 # _execute's answer when the native core sent the batch's answers and its
 # `executed` itself.
 _SENT = object()
@@ -131,11 +132,13 @@ def _load_native(path):
 
 
 class Worker:
-    def __init__(self, sock, native=None, rsock=None):
-        """`sock`: the socket to write to; `rsock`: the one to read from
-        (the same one when None)."""
+    def __init__(self, sock, native=None, rsock=None, asock=None):
+        """`sock`: the socket to write to; `rsock`: the one to read from,
+        `asock`: the one batches' answers go to (each `sock` when None)."""
         self.sock = sock
         self.rsock = sock if rsock is None else rsock
+        self.asock = sock if asock is None else asock
+        self.sent = 0  # bytes written to `sock` (pure Python)
         self.write_lock = threading.Lock()
         # Guards the reader role, the inbox, the BLS reply lists and the
         # cancelled flags; waiters for a frame wait on it.
@@ -170,6 +173,7 @@ class Worker:
             self.wire = native.Wire(
                 self.rsock.fileno(),
                 sock.fileno(),
+                self.asock.fileno(),
                 pb_utils.Tensor,
                 pb_utils.InferenceRequest,
                 pb_utils._RequestState,
@@ -185,10 +189,11 @@ class Worker:
     def send_frame(self, header, parts):
         self.send_frames([(header, parts)])
 
-    def send_frames(self, frames):
-        """Write frames, in order, in as few system calls as they allow. A
-        frame sent while this thread is already writing (a __del__ the
-        garbage collector ran mid-write) goes to the deferred thread."""
+    def send_frames(self, frames, answer=False):
+        """Write frames, in order, in as few system calls as they allow, to
+        the write socket, or with `answer` to the answer socket. A frame
+        sent while this thread is already writing (a __del__ the garbage
+        collector ran mid-write) goes to the deferred thread."""
         if getattr(self.writing, "active", False):
             for frame in frames:
                 self.deferred.put(frame)
@@ -199,11 +204,14 @@ class Worker:
         self.writing.active = True
         try:
             if self.wire is not None:
-                self.wire.send(buffers)
+                self.wire.send(buffers, answer)
                 return
+            sock = self.asock if answer else self.sock
             with self.write_lock:
+                if not answer:
+                    self.sent += sum(memoryview(b).nbytes for b in buffers)
                 while buffers:
-                    sent = self.sock.sendmsg(
+                    sent = sock.sendmsg(
                         buffers if len(buffers) <= _MAX_BUFFERS else buffers[:_MAX_BUFFERS]
                     )
                     while buffers and sent >= len(buffers[0]):
@@ -565,10 +573,11 @@ class Worker:
         if error is not None:
             for state in states:
                 state.close()
-        frames.append(
-            (_EXECUTED if error is None else {"kind": "executed", "error": error}, [])
-        )
-        self.send_frames(frames)
+        # `after`: what went to the write socket before; the server deals
+        # with it before it takes the batch as done.
+        after = self.wire.sent() if self.wire is not None else self.sent
+        frames.append(({"kind": "executed", "error": error, "after": after}, []))
+        self.send_frames(frames, answer=True)
 
     def _batch_error(self, message):
         return "Failed to process the request(s) for model '{}', message: {}".format(
@@ -602,7 +611,7 @@ class Worker:
         except BaseException as exc:  # any failure of model code
             return self._batch_error(pb_utils._format_exception(exc))
         if type(result) is list and not self.decoupled:  # the usual case
-            if self.wire is not None and self.wire.answer(result, states, _EXECUTED_FRAME):
+            if self.wire is not None and self.wire.answer(result, states):
                 return _SENT
             return self._answer(result, states, frames)
         failure = None
@@ -709,6 +718,11 @@ def main():
         type=int,
         help="a second socket to write to (then --fd is only read from)",
     )
+    parser.add_argument(
+        "--answer-fd",
+        type=int,
+        help="a socket to write batches' answers to (else the one written to)",
+    )
     parser.add_argument("--native", help="the native core (_trtis_native) to load, if it can")
     options = parser.parse_args()
     fd = options.fd
@@ -716,8 +730,9 @@ def main():
     # when this worker stops (finalize, or closing the socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sockets = []
-    for number in (fd, options.write_fd):
+    for number in (fd, options.write_fd, options.answer_fd):
         if number is None:
+            sockets.append(sockets[-1])
             continue
         sock = socket.socket(fileno=number)
         # A process the model forks must not hold the server's socket open.
@@ -733,7 +748,9 @@ def main():
     # Two sockets (the server's way): one per direction, so that reading
     # one direction's frames never wakes a thread blocked reading the other
     # (a Unix socket wakes its peer's waiters whenever it frees send space).
-    worker = Worker(sockets[-1], native, rsock=sockets[0])
+    # The third: batches' answers go straight to the server's instance
+    # thread, which waits for them, and not through its reader thread.
+    worker = Worker(sockets[1], native, rsock=sockets[0], asock=sockets[2])
     pb_utils._runtime = worker
     if why_not is not None:
         worker.send_frame(

@@ -2,13 +2,17 @@
 //!
 //! The worker is the user's `python3` running our `worker.py` (written
 //! once per content into a cache directory, beside our
-//! `triton_python_backend_utils.py`), connected by two Unix socket pairs,
-//! one per direction: it reads frames from `--fd N` and writes them to
-//! `--write-fd M`. With `--native PATH` it loads its native core
+//! `triton_python_backend_utils.py`), connected by three Unix socket pairs:
+//! it reads frames from `--fd N`, writes a batch's answer (the responses
+//! `execute` returned, then `executed`) to `--answer-fd A` and everything
+//! else to `--write-fd M`. With `--native PATH` it loads its native core
 //! (`lib_trtis_native.so`, backends/python-native). The reader thread routes what the worker
-//! sends: responses to the requests' responders, log lines to the server
-//! log, BLS calls to the server (`Host`), and everything else (`ready`,
-//! `executed`, `config`, `error`, `finalized`) to the instance thread.
+//! sends on `M`: responses to the requests' responders, log lines to the
+//! server log, BLS calls to the server (`Host`), and everything else
+//! (`ready`, `config`, `error`, `finalized`) to the instance thread. The
+//! instance thread reads the answer socket itself while it waits for a
+//! batch, so a request costs one thread wake-up each way between the
+//! server and the worker (measured in PROTOCOL.md).
 //! When the worker dies, the reader fails every request still open and
 //! closes the instance thread's channel, so nobody waits for it. A request
 //! cancelled while the worker holds it gets a `cancel` frame, written by a
@@ -16,14 +20,14 @@
 //! never waits on the socket.
 
 use std::collections::HashMap;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -57,6 +61,18 @@ pub(super) struct Link {
     /// The custom metric families and metrics the worker made, by its ids
     /// for them; let go of when the worker says so or is gone.
     metrics: Mutex<HashMap<u64, custom_metrics::Handle>>,
+    /// How far the reader thread got: see `wait_routed`.
+    routed: Mutex<Routed>,
+    routed_changed: Condvar,
+}
+
+/// The bytes of the write socket the reader thread has routed, whether it
+/// stopped, and whether the instance thread waits for it to go on.
+#[derive(Default)]
+struct Routed {
+    bytes: u64,
+    ended: bool,
+    waiting: bool,
 }
 
 impl Link {
@@ -69,6 +85,34 @@ impl Link {
                 self.instance
             ))
         })
+    }
+
+    /// Waits until the reader thread has routed the first `bytes` bytes the
+    /// worker wrote to its write socket (an `executed` frame's `after`: what
+    /// the worker sent there before it, such as a response sender's answer
+    /// or a log line, is dealt with before the batch counts as done), or
+    /// stopped reading.
+    fn wait_routed(&self, bytes: u64) {
+        let mut routed = self.routed.lock().unwrap_or_else(|p| p.into_inner());
+        while routed.bytes < bytes && !routed.ended {
+            routed.waiting = true;
+            routed = self
+                .routed_changed
+                .wait_timeout(routed, WATCH)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        routed.waiting = false;
+    }
+
+    /// The reader thread routed `bytes` more (`ended`: it stops).
+    fn advance(&self, bytes: u64, ended: bool) {
+        let mut routed = self.routed.lock().unwrap_or_else(|p| p.into_inner());
+        routed.bytes += bytes;
+        routed.ended |= ended;
+        if routed.waiting {
+            self.routed_changed.notify_all();
+        }
     }
 
     pub fn next_id(&self) -> u64 {
@@ -163,6 +207,68 @@ pub(super) struct Worker {
     pub link: Arc<Link>,
     /// Frames for the instance thread; closed when the worker is gone.
     pub control: mpsc::Receiver<Frame>,
+    /// The answer socket, read by the instance thread (`answer`).
+    answers: BufReader<Answers>,
+}
+
+/// The answer socket's reading end: a read that waits longer than `WATCH`
+/// checks that the worker process still runs (a process the model forked
+/// may hold the socket open after the worker died) and ends as at end of
+/// file when it does not.
+struct Answers {
+    stream: UnixStream,
+    pid: i32,
+}
+
+impl Read for Answers {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.stream.read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if !running(self.pid) {
+                        return Ok(0);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether child `pid` has not exited (it is not reaped here).
+fn running(pid: i32) -> bool {
+    // SAFETY: a zeroed siginfo_t is valid for waitid to fill; WNOWAIT
+    // leaves the child to be reaped by its `Child`.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r == 0 && info.si_pid() == 0
+    }
+}
+
+/// A reader that counts the bytes read through it.
+struct Counting<R> {
+    inner: R,
+    count: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
 }
 
 /// How to start a worker.
@@ -183,15 +289,21 @@ impl Worker {
         // worker reading a request would wake our reader thread (blocked on
         // the same socket) for nothing, and our reader taking a response
         // would wake the worker. Measured: 2.7 context switches per request
-        // with one pair, 2.0 with two.
+        // with one pair, 2.0 with two. The third carries batches' answers
+        // to the instance thread.
         let pair = || {
             UnixStream::pair()
                 .map_err(|e| Error::internal(format!("failed to make a socket pair: {e}")))
         };
         let (ours, theirs) = pair()?; // we write, the worker reads
         let (ours_in, theirs_out) = pair()?; // the worker writes, we read
+        let (ours_answers, theirs_answers) = pair()?; // batches' answers
+        ours_answers
+            .set_read_timeout(Some(WATCH))
+            .map_err(|e| Error::internal(format!("failed to set up a socket: {e}")))?;
         let fd = theirs.as_raw_fd();
         let write_fd = theirs_out.as_raw_fd();
+        let answer_fd = theirs_answers.as_raw_fd();
         let mut command = Command::new(launch.python);
         command
             .arg("-u")
@@ -199,7 +311,9 @@ impl Worker {
             .arg("--fd")
             .arg(fd.to_string())
             .arg("--write-fd")
-            .arg(write_fd.to_string());
+            .arg(write_fd.to_string())
+            .arg("--answer-fd")
+            .arg(answer_fd.to_string());
         if let Some(native) = native_core() {
             command.arg("--native").arg(native);
         }
@@ -233,7 +347,7 @@ impl Worker {
         // worker dies with the server.
         unsafe {
             command.pre_exec(move || {
-                for fd in [fd, write_fd] {
+                for fd in [fd, write_fd, answer_fd] {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -252,6 +366,7 @@ impl Worker {
         })?;
         drop(theirs);
         drop(theirs_out);
+        drop(theirs_answers);
         let pid = child.id() as i32;
         let (tx, control) = mpsc::channel();
         // From here the worker is killed and reaped on every error path.
@@ -267,8 +382,17 @@ impl Worker {
                 dead: Default::default(),
                 outgoing: Mutex::new(None),
                 metrics: Mutex::new(HashMap::new()),
+                routed: Mutex::new(Routed::default()),
+                routed_changed: Condvar::new(),
             }),
             control,
+            answers: BufReader::with_capacity(
+                1 << 16,
+                Answers {
+                    stream: ours_answers,
+                    pid,
+                },
+            ),
         };
         let reader = ours_in;
         let thread_link = Arc::clone(&worker.link);
@@ -320,6 +444,40 @@ impl Worker {
                 )))
             }
             Err(Some(())) => Err(self.died()),
+        }
+    }
+
+    /// The answer to the batch just sent: routes the responses that come
+    /// with it and returns its `executed` frame once the reader thread has
+    /// routed what the worker wrote before it (an error when the worker
+    /// died or its answer cannot be read).
+    pub fn answer(&mut self) -> Result<Frame> {
+        loop {
+            let frame = match Frame::read_from(&mut self.answers) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Err(self.died()),
+                Err(e) => {
+                    self.kill();
+                    return Err(Error::internal(format!(
+                        "reading from the Python worker of model instance '{}': {e}",
+                        self.link.instance
+                    )));
+                }
+            };
+            match frame.kind() {
+                "response" => respond(&self.link, frame),
+                "executed" => {
+                    self.link.wait_routed(frame.u64("after"));
+                    return Ok(frame);
+                }
+                other => {
+                    self.kill();
+                    return Err(Error::internal(format!(
+                        "the Python worker of model instance '{}' sent '{other}' with a batch's answer",
+                        self.link.instance
+                    )));
+                }
+            }
         }
     }
 
@@ -399,8 +557,12 @@ const WATCH: Duration = Duration::from_millis(500);
 /// The reader thread: routes every frame until the worker is gone, then
 /// fails what is still open.
 fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame>) {
-    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    let mut reader = Counting {
+        inner: BufReader::with_capacity(1 << 16, stream),
+        count: 0,
+    };
     let end = loop {
+        let before = reader.count;
         let frame = match Frame::read_from(&mut reader) {
             Ok(Some(frame)) => frame,
             Ok(None) => break None,
@@ -427,6 +589,7 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
                 }
             }
         }
+        link.advance(reader.count - before, false);
     };
     // A worker whose frames cannot be read is of no use: it is killed, and
     // the next batch starts a new one.
@@ -462,6 +625,7 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
     for r in open {
         r.fail(error.clone());
     }
+    link.advance(0, true);
 }
 
 /// A `metric` frame (pb_utils.MetricFamily / Metric): makes, updates, reads

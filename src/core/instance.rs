@@ -4,7 +4,10 @@
 //! An `InstancePool` owns one named thread per instance (`trtis:<model>:<n>`)
 //! and either one bounded queue they all take work from (Triton's default
 //! scheduler: FIFO, no batching) or, for the sequence batcher, which routes
-//! each batch to a chosen instance, one queue per instance. Backends are loaded on their instance's
+//! each batch to a chosen instance, one queue per instance. A shared queue
+//! wakes the instance that went idle last (`work_queue`), so a lightly
+//! loaded model keeps running on one instance whose data is still in the
+//! caches. Backends are loaded on their instance's
 //! thread; `submit` never blocks (a full queue is an `Unavailable` error);
 //! a request whose caller went away (or whose `CancelToken` is set) is
 //! dropped, not computed; a panicking backend fails that request, not the
@@ -13,7 +16,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ use crate::core::rate_limit::Claim;
 use crate::core::responder::Responder;
 pub use crate::core::responder::{BackendRequest, Done};
 use crate::core::types::Tensor;
+use crate::core::work_queue::{Refused, WorkQueue};
 
 /// One request for an instance.
 pub struct Work {
@@ -87,9 +90,9 @@ pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
 
 /// The instances of one model version and their queue(s).
 pub struct InstancePool {
-    /// The shared queue, or one per instance (`dedicated`); empty once
-    /// shutting down, which lets the threads exit.
-    work_tx: Vec<Sender<Work>>,
+    /// The shared queue, or one per instance (`dedicated`); closed when
+    /// the pool goes, which lets the threads exit.
+    queues: Vec<Arc<WorkQueue<Work>>>,
     /// Joined on drop.
     threads: Vec<JoinHandle<()>>,
     label: String,
@@ -109,31 +112,35 @@ impl InstancePool {
         queue_capacity: usize,
         dedicated: bool,
     ) -> Result<Self> {
-        let mut senders = Vec::new();
-        let mut receivers = Vec::new();
-        for _ in 0..if dedicated { loaders.len() } else { 1 } {
-            let (tx, rx) = crossbeam_channel::bounded::<Work>(queue_capacity.max(1));
-            senders.push(tx);
-            receivers.push(rx);
-        }
+        let queues: Vec<Arc<WorkQueue<Work>>> = if dedicated {
+            (0..loaders.len())
+                .map(|_| Arc::new(WorkQueue::new(queue_capacity, 1)))
+                .collect()
+        } else {
+            vec![Arc::new(WorkQueue::new(queue_capacity, loaders.len()))]
+        };
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
         let mut claims = claims.into_iter();
         for (i, loader) in loaders.into_iter().enumerate() {
             let claim = claims.next().flatten();
-            let rx = receivers[if dedicated { i } else { 0 }].clone();
+            let (queue, taker) = if dedicated {
+                (Arc::clone(&queues[i]), 0)
+            } else {
+                (Arc::clone(&queues[0]), i)
+            };
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
             let handle = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || run_instance(loader, claim, rx, ready))
+                .spawn(move || run_instance(loader, claim, &queue, taker, ready))
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
             threads.push(handle);
         }
         drop(ready_tx);
         let pool = InstancePool {
-            work_tx: senders,
+            queues,
             threads,
             label: label.to_string(),
         };
@@ -163,18 +170,18 @@ impl InstancePool {
     #[allow(clippy::result_large_err)]
     pub fn submit_to(&self, i: usize, work: Work) -> std::result::Result<(), (Error, Work)> {
         let unloading = || Error::unavailable(format!("model '{}' is unloading", self.label));
-        let Some(tx) = self.work_tx.get(i) else {
+        let Some(queue) = self.queues.get(i) else {
             return Err((unloading(), work));
         };
-        tx.try_send(work).map_err(|e| match e {
-            TrySendError::Full(work) => (
+        queue.push(work).map_err(|e| match e {
+            Refused::Full(work) => (
                 Error::unavailable(format!(
                     "inference request queue of model '{}' is full",
                     self.label
                 )),
                 work,
             ),
-            TrySendError::Disconnected(work) => (unloading(), work),
+            Refused::Closed(work) => (unloading(), work),
         })
     }
 }
@@ -182,7 +189,9 @@ impl InstancePool {
 impl Drop for InstancePool {
     fn drop(&mut self) {
         // Closing the queue ends each thread after the work already queued.
-        self.work_tx.clear();
+        for queue in &self.queues {
+            queue.close();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -230,7 +239,8 @@ fn execute_requests(
 fn run_instance(
     loader: Loader,
     claim: Option<Claim>,
-    work_rx: Receiver<Work>,
+    queue: &WorkQueue<Work>,
+    taker: usize,
     ready: mpsc::Sender<Result<()>>,
 ) {
     let loaded = catch_unwind(AssertUnwindSafe(loader))
@@ -247,7 +257,9 @@ fn run_instance(
     };
     drop(ready);
     loop {
-        let Ok(mut work) = work_rx.recv() else { return };
+        let Some(mut work) = queue.take(taker) else {
+            return;
+        };
         if let Some((pending, n)) = &work.pending {
             pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
         }

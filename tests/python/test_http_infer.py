@@ -307,3 +307,56 @@ def test_raw_json_request(server):
     assert out["datatype"] == "INT32"
     assert out["shape"] == [1, 16]
     assert out["data"] == [i + 1 for i in range(16)]
+
+
+def test_raw_binary_request_and_large_binary_tensors(server):
+    # Inference-Header-Content-Length 0: the body is the only input's data.
+    # Then binary tensors of 1 MB and 6 MB, and `simple`'s two binary inputs:
+    # the body is read in its two parts, the first binary input keeping the
+    # buffer it was read into, the next ones copied out of it.
+    name = identity_model_name("FP32")
+    data = np.arange(16, dtype=np.float32)
+    status, headers, body = server.request(
+        "POST", f"/v2/models/{name}/infer", data.tobytes(),
+        {"Inference-Header-Content-Length": "0", "Content-Type": "application/octet-stream"},
+    )
+    assert status == 200, body
+    length = int(headers["inference-header-content-length"])
+    doc = json.loads(body[:length])
+    assert doc["outputs"][0]["shape"] == [1, 16]
+    assert np.array_equal(np.frombuffer(body[length:], np.float32), data)
+
+    status, _, body = server.request(
+        "POST", "/v2/models/simple/infer", b"\1" * 64,
+        {"Inference-Header-Content-Length": "0"},
+    )
+    assert status == 400 and b"exactly one input" in body, body
+
+    for count in (1 << 18, 6 << 18):
+        a = np.random.default_rng(count).standard_normal(count, dtype=np.float32)
+        header = json.dumps({
+            "inputs": [{"name": "INPUT0", "shape": [1, count], "datatype": "FP32",
+                        "parameters": {"binary_data_size": a.nbytes}}],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }).encode()
+        status, headers, body = server.request(
+            "POST", f"/v2/models/{name}/infer", header + a.tobytes(),
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
+        assert status == 200, body[:300]
+        length = int(headers["inference-header-content-length"])
+        assert np.array_equal(np.frombuffer(body[length:], np.float32), a)
+
+    a, b = np.arange(16, dtype=np.int32), np.full(16, 5, dtype=np.int32)
+    header = json.dumps({
+        "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32",
+                    "parameters": {"binary_data_size": 64}} for n in ("INPUT0", "INPUT1")],
+        "outputs": [{"name": "OUTPUT1", "parameters": {"binary_data": True}}],
+    }).encode()
+    status, headers, body = server.request(
+        "POST", "/v2/models/simple/infer", header + a.tobytes() + b.tobytes(),
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert status == 200, body[:300]
+    length = int(headers["inference-header-content-length"])
+    assert np.array_equal(np.frombuffer(body[length:], np.int32), a - b)

@@ -48,7 +48,7 @@ pub fn parse_request(
     config: &ModelConfig,
 ) -> Result<(InferRequest, OutputFormat)> {
     if header_length == Some(0) {
-        return raw_request(body, config);
+        return raw_request(Binary::Borrowed(body), config);
     }
     let json_len = header_length.unwrap_or(body.len());
     if json_len > body.len() {
@@ -57,7 +57,69 @@ pub fn parse_request(
             body.len()
         )));
     }
-    let (head, mut binary) = body.split_at(json_len);
+    let (head, binary) = body.split_at(json_len);
+    parse_parts(head, Binary::Borrowed(binary), config)
+}
+
+/// `parse_request` for a body read in its two parts: `head` the JSON part
+/// (`Inference-Header-Content-Length` bytes, not 0), `binary` the rest. The
+/// first binary input takes `binary`'s own buffer (a request of one large
+/// tensor is not copied again); the others are copied out of it.
+pub fn parse_binary_request(
+    head: &[u8],
+    binary: Vec<u8>,
+    config: &ModelConfig,
+) -> Result<(InferRequest, OutputFormat)> {
+    parse_parts(head, Binary::Owned(binary), config)
+}
+
+/// `parse_request` of a raw binary request (`Inference-Header-Content-Length:
+/// 0`), taking the body's own buffer as the input's data.
+pub fn parse_raw_request(
+    body: Vec<u8>,
+    config: &ModelConfig,
+) -> Result<(InferRequest, OutputFormat)> {
+    raw_request(Binary::Owned(body), config)
+}
+
+/// The binary part of a request: borrowed from a body read whole (each
+/// input's bytes are copied out), or a buffer of its own (the bytes of the
+/// first input taken are moved out of it).
+enum Binary<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Binary<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Binary::Borrowed(b) => b.len(),
+            Binary::Owned(b) => b.len(),
+        }
+    }
+
+    /// The next `size` bytes (`size <= len()`).
+    fn take(&mut self, size: usize) -> Vec<u8> {
+        match self {
+            Binary::Borrowed(b) => {
+                let (mine, rest) = b.split_at(size);
+                *b = rest;
+                mine.to_vec()
+            }
+            Binary::Owned(b) if size == b.len() => std::mem::take(b),
+            Binary::Owned(b) => {
+                let rest = b.split_off(size);
+                std::mem::replace(b, rest)
+            }
+        }
+    }
+}
+
+fn parse_parts(
+    head: &[u8],
+    mut binary: Binary<'_>,
+    config: &ModelConfig,
+) -> Result<(InferRequest, OutputFormat)> {
     let doc: Value = serde_json::from_slice(head)
         .map_err(|e| bad(format!("failed to parse the request JSON buffer: {e}")))?;
     let obj = doc
@@ -111,7 +173,7 @@ pub fn parse_request(
             shm_inputs.push((i, shm));
         }
     }
-    if !binary.is_empty() {
+    if binary.len() != 0 {
         return Err(bad(format!(
             "unexpected additional input data for model '{}'",
             config.name
@@ -250,7 +312,11 @@ fn check_parameters(tensor: &Value, what: &str, name: &str) -> Result<()> {
     }
 }
 
-fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<(Tensor, Option<ShmRef>)> {
+fn parse_input(
+    input: &Value,
+    binary: &mut Binary<'_>,
+    model: &str,
+) -> Result<(Tensor, Option<ShmRef>)> {
     let name = input
         .get("name")
         .and_then(Value::as_str)
@@ -340,9 +406,7 @@ fn parse_input(input: &Value, binary: &mut &[u8], model: &str) -> Result<(Tensor
                     size - binary.len()
                 )));
             }
-            let (mine, rest) = binary.split_at(size);
-            *binary = rest;
-            mine.to_vec()
+            binary.take(size)
         }
         (None, Some(data)) => json_data(&name, datatype, &shape, data)?,
         (None, None) => {
@@ -460,7 +524,7 @@ pub(crate) fn flat_elements(v: &Value) -> Vec<&Value> {
 }
 
 /// A raw request: the body is the data of the model's only input, batch 1.
-fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, OutputFormat)> {
+fn raw_request(mut body: Binary<'_>, config: &ModelConfig) -> Result<(InferRequest, OutputFormat)> {
     let [input] = config.input.as_slice() else {
         return Err(bad(format!(
             "raw binary request requires the model to have exactly one input, model '{}' has {}",
@@ -477,7 +541,11 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
                     "raw binary request of BYTES input requires the input shape [1]",
                 ));
             }
-            (Tensor::serialize_bytes([body]), vec![1])
+            let len = body.len();
+            (
+                Tensor::serialize_bytes([body.take(len).as_slice()]),
+                vec![1],
+            )
         }
         Some(size) => {
             let variable = shape.iter().filter(|&&d| d == -1).count();
@@ -502,7 +570,8 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
                     *d = missing;
                 }
             }
-            (body.to_vec(), shape)
+            let len = body.len();
+            (body.take(len), shape)
         }
     };
     let shape = if config.max_batch_size > 0 {
@@ -527,15 +596,18 @@ fn raw_request(body: &[u8], config: &ModelConfig) -> Result<(InferRequest, Outpu
     Ok((request, format))
 }
 
-/// Builds the response body; returns it and, when any output is binary, the
-/// length of its JSON part (the `Inference-Header-Content-Length`).
+/// Builds the response body, in pieces to send one after the other: the
+/// JSON part, then each binary output's bytes, which are the tensors' own
+/// (moved, not copied: a large output crosses no extra copy). Returns them
+/// and, when any output is binary, the length of the JSON part (the
+/// `Inference-Header-Content-Length`).
 pub fn build_response(
-    response: &InferResponse,
+    response: InferResponse,
     format: &OutputFormat,
-) -> Result<(Vec<u8>, Option<usize>)> {
-    let mut tail: Vec<u8> = Vec::new();
+) -> Result<(Vec<bytes::Bytes>, Option<usize>)> {
+    let mut tail: Vec<bytes::Bytes> = Vec::new();
     let mut outputs = Vec::with_capacity(response.outputs.len());
-    for t in &response.outputs {
+    for t in response.outputs {
         let mut out = Map::new();
         out.insert("name".into(), json!(t.name));
         out.insert("datatype".into(), json!(t.datatype.name()));
@@ -548,9 +620,9 @@ pub fn build_response(
                 "parameters".into(),
                 json!({ "binary_data_size": t.data.len() }),
             );
-            tail.extend_from_slice(&t.data);
+            tail.push(bytes::Bytes::from(t.data));
         } else {
-            out.insert("data".into(), json_values(t)?);
+            out.insert("data".into(), json_values(&t)?);
         }
         outputs.push(Value::Object(out));
     }
@@ -561,14 +633,14 @@ pub fn build_response(
         doc.insert("id".into(), json!(response.id));
     }
     doc.insert("outputs".into(), Value::Array(outputs));
-    let mut body =
+    let body =
         serde_json::to_vec(&Value::Object(doc)).map_err(|e| Error::internal(e.to_string()))?;
-    if tail.is_empty() {
-        return Ok((body, None));
-    }
     let header = body.len();
-    body.extend_from_slice(&tail);
-    Ok((body, Some(header)))
+    let binary = !tail.is_empty();
+    let mut pieces = Vec::with_capacity(1 + tail.len());
+    pieces.push(bytes::Bytes::from(body));
+    pieces.extend(tail.into_iter().filter(|b| !b.is_empty()));
+    Ok((pieces, binary.then_some(header)))
 }
 
 /// A tensor's elements as a flat JSON array (BYTES as lossy UTF-8 strings,
@@ -670,12 +742,13 @@ mod tests {
             binary_default: true,
             ..Default::default()
         };
-        let (body, header) = build_response(&resp, &fmt).unwrap();
+        let joined = |(pieces, header): (Vec<bytes::Bytes>, _)| (pieces.concat(), header);
+        let (body, header) = joined(build_response(resp.clone(), &fmt).unwrap());
         let header = header.unwrap();
         let doc: Value = serde_json::from_slice(&body[..header]).unwrap();
         assert_eq!(doc["outputs"][0]["parameters"]["binary_data_size"], 4);
         assert_eq!(&body[header..], 5i32.to_le_bytes());
-        let (body, header) = build_response(&resp, &OutputFormat::default()).unwrap();
+        let (body, header) = joined(build_response(resp, &OutputFormat::default()).unwrap());
         assert!(header.is_none());
         let doc: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(doc["outputs"][0]["data"], json!([5]));

@@ -36,6 +36,9 @@ use trtis::core::protocol::pb::inference::grpc_inference_service_server::{
 use trtis::core::protocol::pb::inference::*;
 
 struct Model {
+    /// Inferences answered (`GET /v2/models/NAME/stats` reports it as
+    /// trtis does, for the driver's CPU per inference).
+    count: std::sync::atomic::AtomicU64,
     metadata: Value,
     config_json: Value,
     config: ModelConfig,
@@ -61,6 +64,7 @@ fn main() {
         .expect("an output")
         .to_string();
     let model = Arc::new(Model {
+        count: Default::default(),
         metadata,
         config_json,
         config,
@@ -78,6 +82,7 @@ fn main() {
             .route("/v2/models/{name}", get(model_metadata))
             .route("/v2/models/{name}/ready", get(|| async { StatusCode::OK }))
             .route("/v2/models/{name}/config", get(model_config))
+            .route("/v2/models/{name}/stats", get(model_stats))
             .route("/v2/models/{name}/infer", post(infer))
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(Arc::clone(&model));
@@ -104,6 +109,11 @@ async fn server_metadata() -> Response {
 
 async fn model_metadata(State(model): State<Arc<Model>>) -> Response {
     axum::Json(model.metadata.clone()).into_response()
+}
+
+async fn model_stats(State(model): State<Arc<Model>>) -> Response {
+    let count = model.count.load(std::sync::atomic::Ordering::Relaxed);
+    axum::Json(json!({"model_stats": [{"inference_count": count}]})).into_response()
 }
 
 async fn model_config(State(model): State<Arc<Model>>) -> Response {
@@ -137,6 +147,9 @@ async fn infer(State(model): State<Arc<Model>>, headers: HeaderMap, body: Bytes)
         }],
     });
     let header = Bytes::from(serde_json::to_vec(&header).expect("JSON"));
+    model
+        .count
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let header_len = header.len();
     let chunks = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(header), Ok(data)]);
     Response::builder()
@@ -261,6 +274,9 @@ impl GrpcInferenceService for Echo {
             shape: input.shape.clone(),
             ..Default::default()
         };
+        self.0
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(tonic::Response::new(ModelInferResponse {
             model_name: std::mem::take(&mut request.model_name),
             id: std::mem::take(&mut request.id),

@@ -85,7 +85,7 @@ case "$driver" in
   *.py)
     lib="$(./scripts/setup-perf-analyzer.sh)"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    cargo build --release --locked --workspace
+    cargo build --release --locked --workspace --example echo_floor
     .venv/bin/python "$driver"
     ;;
   *.sh)

@@ -9,7 +9,13 @@ Measures, in one run on this machine:
   - the real image classifier (efficientnet_lite0, batch 1, one instance, one
     intra-op thread) through trtis against calling ONNX Runtime directly from
     Python with the same batch size and threads;
-  - start-to-ready time and idle RSS with the example repository loaded.
+  - start-to-ready time and idle RSS with the example repository loaded;
+  - the loopback floor: the same perf_analyzer commands against a bare
+    server that only echoes the request's tensor bytes back
+    (examples/echo_floor.rs: axum and tonic, no repository, scheduler or
+    instance thread), for the identity model at concurrency 1 (server CPU
+    per inference: trtis's over the floor's) and the 16 MB tensors
+    (throughput: trtis's over the floor's).
 
 Run it with scripts/bench.sh serve (which sets up perf_analyzer).
 """
@@ -26,6 +32,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRTIS = os.environ.get("TRTIS_BIN", os.path.join(ROOT, "target/release/trtis"))
+FLOOR = os.path.join(ROOT, "target/release/examples/echo_floor")
 PA = os.environ.get("PERF_ANALYZER", os.path.join(ROOT, "target/bench/perf_analyzer"))
 OUT = os.path.join(ROOT, "target/bench")
 CLK = os.sysconf("SC_CLK_TCK")
@@ -85,6 +92,33 @@ class Server:
 
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=30)
+
+
+class Floor:
+    """examples/echo_floor answering for `model` as `server` (a running
+    trtis) describes it; perf() measures it as it measures trtis."""
+
+    def __init__(self, server, model, port):
+        self.port, self.grpc_port = port, port + 1
+        files = []
+        for suffix in ("", "/config"):
+            status, body = get(server.url(f"/v2/models/{model}{suffix}"))
+            path = os.path.join(OUT, f"floor-{model}{suffix.replace('/', '-')}.json")
+            open(path, "wb").write(body)
+            files.append(path)
+        self.proc = subprocess.Popen([FLOOR, str(port), str(port + 1), *files],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while get(self.url("/v2/health/ready"))[0] != 200:
+            if self.proc.poll() is not None:
+                sys.exit(f"echo_floor exited with {self.proc.returncode}")
+            time.sleep(0.002)
+
+    url = Server.url
+    inferences = Server.inferences
+
+    def stop(self):
+        self.proc.kill()
         self.proc.wait(timeout=30)
 
 
@@ -175,16 +209,51 @@ def main():
     lines.append("")
     lines.append("| protocol | 16 MB FP32 identity | infer/s | p50 ms | server CPU µs / inference |")
     lines.append("| --- | --- | --- | --- | --- |")
+    big = ["--shape", "INPUT0:4194304"]
+    wire = {}
     for protocol in ("grpc", "http"):
         for shm in ("none", "system"):
-            r = perf(server, "identity_var", 1, ["--shape", "INPUT0:4194304", "--shared-memory", shm,
+            r = perf(server, "identity_var", 1, [*big, "--shared-memory", shm,
                                                  "--output-shared-memory-size", str(16 << 20)], protocol=protocol)
             label = "shared memory" if shm == "system" else "wire"
+            if shm == "none":
+                wire[protocol] = r
             if "error" in r:
                 lines.append(f"| {protocol} | {label} | perf_analyzer: {r['error']} | | |")
             else:
                 lines.append(f"| {protocol} | {label} | {r['throughput']:.1f} | {r['p50_ms']:.2f} | {r['cpu_us']:.0f} |")
             print(lines[-1], flush=True)
+
+    # The loopback floor, each right after trtis on the same command.
+    lines.append("")
+    lines.append("Against the loopback floor (examples/echo_floor: a bare axum/tonic server echoing the "
+                 "tensor bytes, same perf_analyzer command, same run):")
+    lines.append("")
+    lines.append("| protocol | case | trtis | floor | trtis/floor |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    small = {p: perf(server, "identity_fp32", 1, protocol=p) for p in ("http", "grpc")}
+    floor = Floor(server, "identity_fp32", 18110)
+    for protocol in ("http", "grpc"):
+        t, f = small[protocol], perf(floor, "identity_fp32", 1, protocol=protocol)
+        if "error" in t or "error" in f:
+            lines.append(f"| {protocol} | identity FP32 [16], c=1, server CPU µs/inf | "
+                         f"{t.get('error', '')} | {f.get('error', '')} | |")
+        else:
+            lines.append(f"| {protocol} | identity FP32 [16], c=1, server CPU µs/inf | {t['cpu_us']:.1f} | "
+                         f"{f['cpu_us']:.1f} | {t['cpu_us'] / f['cpu_us']:.2f} |")
+        print(lines[-1], flush=True)
+    floor.stop()
+    floor = Floor(server, "identity_var", 18110)
+    for protocol in ("http", "grpc"):
+        t, f = wire[protocol], perf(floor, "identity_var", 1, big, protocol=protocol)
+        if "error" in t or "error" in f:
+            lines.append(f"| {protocol} | 16 MB FP32 identity, c=1, infer/s | "
+                         f"{t.get('error', '')} | {f.get('error', '')} | |")
+        else:
+            lines.append(f"| {protocol} | 16 MB FP32 identity, c=1, infer/s | {t['throughput']:.1f} | "
+                         f"{f['throughput']:.1f} | {t['throughput'] / f['throughput']:.2f} |")
+        print(lines[-1], flush=True)
+    floor.stop()
 
     # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
     # instance busy (the next request crosses the network while one computes),

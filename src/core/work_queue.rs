@@ -68,7 +68,15 @@ impl<T> WorkQueue<T> {
             return Err(Refused::Full(item));
         }
         state.items.push_back(item);
-        if let Some(taker) = state.idle.pop() {
+        let taker = state.idle.pop();
+        // Woken after the lock is let go: a taker woken while it is held
+        // would only block on it again (measured: 1.7 thread switches per
+        // request for an idle instance instead of 1). The taker off the
+        // list and not yet woken is not woken by anyone else; if it wakes
+        // by itself first it finds the item, and this wake-up then finds
+        // it waiting again or not at all, which `take` allows.
+        drop(state);
+        if let Some(taker) = taker {
             self.wake[taker].notify_one();
         }
         Ok(())

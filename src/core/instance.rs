@@ -5,7 +5,7 @@
 //! and either one bounded queue they all take work from (Triton's default
 //! scheduler: FIFO, no batching) or, for the sequence batcher, which routes
 //! each batch to a chosen instance, one queue per instance. A shared queue
-//! wakes the instance that went idle last (`work_queue`), so a lightly
+//! wakes the instance that went idle last (`instance::work_queue`), so a lightly
 //! loaded model keeps running on one instance whose data is still in the
 //! caches. Backends are loaded on their instance's
 //! thread; `submit` never blocks (a full queue is an `Unavailable` error);
@@ -27,7 +27,9 @@ use crate::core::rate_limit::Claim;
 use crate::core::responder::Responder;
 pub use crate::core::responder::{BackendRequest, Done};
 use crate::core::types::Tensor;
-use crate::core::work_queue::{Refused, WorkQueue};
+use work_queue::{Refused, WorkQueue};
+
+mod work_queue;
 
 /// One request for an instance.
 pub struct Work {

@@ -28,7 +28,6 @@ pub mod stats;
 pub mod trace;
 pub mod types;
 pub mod warmup;
-pub mod work_queue;
 
 pub use engine::{Engine, ServerConfig};
 pub use error::{Error, ErrorKind};

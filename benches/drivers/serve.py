@@ -232,28 +232,18 @@ def main():
     lines.append("| protocol | case | trtis | floor | trtis/floor |")
     lines.append("| --- | --- | --- | --- | --- |")
     small = {p: perf(server, "identity_fp32", 1, protocol=p) for p in ("http", "grpc")}
-    floor = Floor(server, "identity_fp32", 18110)
-    for protocol in ("http", "grpc"):
-        t, f = small[protocol], perf(floor, "identity_fp32", 1, protocol=protocol)
-        if "error" in t or "error" in f:
-            lines.append(f"| {protocol} | identity FP32 [16], c=1, server CPU µs/inf | "
-                         f"{t.get('error', '')} | {f.get('error', '')} | |")
-        else:
-            lines.append(f"| {protocol} | identity FP32 [16], c=1, server CPU µs/inf | {t['cpu_us']:.1f} | "
-                         f"{f['cpu_us']:.1f} | {t['cpu_us'] / f['cpu_us']:.2f} |")
-        print(lines[-1], flush=True)
-    floor.stop()
-    floor = Floor(server, "identity_var", 18110)
-    for protocol in ("http", "grpc"):
-        t, f = wire[protocol], perf(floor, "identity_var", 1, big, protocol=protocol)
-        if "error" in t or "error" in f:
-            lines.append(f"| {protocol} | 16 MB FP32 identity, c=1, infer/s | "
-                         f"{t.get('error', '')} | {f.get('error', '')} | |")
-        else:
-            lines.append(f"| {protocol} | 16 MB FP32 identity, c=1, infer/s | {t['throughput']:.1f} | "
-                         f"{f['throughput']:.1f} | {t['throughput'] / f['throughput']:.2f} |")
-        print(lines[-1], flush=True)
-    floor.stop()
+    cases = (("identity_fp32", [], small, "identity FP32 [16], c=1, server CPU µs/inf", "cpu_us"),
+             ("identity_var", big, wire, "16 MB FP32 identity, c=1, infer/s", "throughput"))
+    for model, extra, ours, case, key in cases:
+        floor = Floor(server, model, 18110)
+        for protocol in ("http", "grpc"):
+            t, f = ours[protocol], perf(floor, model, 1, extra, protocol=protocol)
+            if "error" in t or "error" in f:
+                lines.append(f"| {protocol} | {case} | {t.get('error', '')} | {f.get('error', '')} | |")
+            else:
+                lines.append(f"| {protocol} | {case} | {t[key]:.1f} | {f[key]:.1f} | {t[key] / f[key]:.2f} |")
+            print(lines[-1], flush=True)
+        floor.stop()
 
     # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
     # instance busy (the next request crosses the network while one computes),

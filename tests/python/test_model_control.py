@@ -175,3 +175,24 @@ def test_loading_an_ensemble_loads_its_composing_models_and_unload_dependents_un
     client.unload_model("pipe", unload_dependents=True)
     for m in ["pipe", "step_a", "step_b"]:
         assert not client.is_model_ready(m), m
+
+
+def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
+    # A machine with a GPU (simulated: TRTIS_GPU_COUNT=1): the KIND_GPU group
+    # is placed on GPU 0, and since no backend of this build runs on a GPU
+    # the load fails saying so, rather than running the instances on the CPU.
+    repo = tmp_path / "models"
+    repo.mkdir()
+    model = _write_identity(repo, "gpu_identity", "TYPE_FP32")
+    config = model / "config.pbtxt"
+    config.write_text(config.read_text() + "instance_group [ { kind: KIND_GPU count: 2 } ]\n")
+    for server in running_server(
+        repo, ["--model-control-mode", "explicit"], name="one-GPU server", env={"TRTIS_GPU_COUNT": "1"}
+    ):
+        client = httpclient.InferenceServerClient(server.url)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("gpu_identity")
+        message = str(e.value)
+        assert "instance 'gpu_identity_0_0' of model 'gpu_identity' is placed on GPU 0 (KIND_GPU)" in message
+        assert "runs on the CPU only" in message
+        assert not client.is_model_ready("gpu_identity")

@@ -108,12 +108,21 @@ pub struct LoadContext<'a> {
     pub version_dir: PathBuf,
     /// `<group name>_<index>`.
     pub instance_name: String,
+    /// Where the instance runs (`device::place`).
+    pub device: crate::core::device::Device,
     pub options: &'a BackendOptions,
 }
 
 /// Loads one instance with the backend the (normalized) config names.
 /// The config's `reshape`s wrap every backend's instance.
 pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
+    if let crate::core::device::Device::Gpu(id) = ctx.device {
+        // Not run on the CPU instead: that is not what the config asks.
+        return Err(Error::unsupported(format!(
+            "instance '{}' of model '{}' is placed on GPU {id} (KIND_GPU), but the '{}' backend of this build runs on the CPU only; use KIND_CPU",
+            ctx.instance_name, ctx.config.name, ctx.config.backend
+        )));
+    }
     let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
@@ -215,6 +224,7 @@ mod tests {
                 model_dir: &dir,
                 version_dir: dir.join("no-such-version"),
                 instance_name: "m_0".into(),
+                device: crate::core::device::Device::Cpu,
                 options: &Default::default(),
             };
             if let Err(e) = load_instance(&ctx) {

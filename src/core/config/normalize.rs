@@ -128,15 +128,6 @@ fn complete_backend_fields(config: &mut ModelConfig, ctx: &NormalizeContext) -> 
     Ok(())
 }
 
-/// How many instances a (normalized) config asks for, over its groups.
-pub fn instance_count(config: &ModelConfig) -> usize {
-    config
-        .instance_group
-        .iter()
-        .map(|g| g.count.max(1) as usize)
-        .sum()
-}
-
 /// Version policy, preferred batch sizes, sequence idle time, pinned memory.
 fn normalize_model_config(config: &mut ModelConfig) {
     if config.version_policy.is_none() {

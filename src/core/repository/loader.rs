@@ -11,7 +11,7 @@ use super::CheckedModel;
 use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;
 use crate::core::config::autocomplete;
-use crate::core::config::normalize::{instance_count, ENSEMBLE_PLATFORM};
+use crate::core::config::normalize::ENSEMBLE_PLATFORM;
 use crate::core::config::validate::{validate, ValidateContext};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
@@ -151,12 +151,17 @@ pub(super) fn load_version(
     }
     let version_dir = model_dir.join(version.to_string());
     let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
-    let sequencing = SeqSettings::from_config(config, instance_count(config), model_dir)?;
+    // Each group's instances, on the devices its kind and `gpus` name.
+    let visible: Vec<i32> = (0..crate::core::device::gpu_count() as i32).collect();
+    let placements = crate::core::device::place(config, &visible)
+        .map_err(|why| Error::invalid_arg(format!("model '{name}': {why}")))?;
+    let sequencing = SeqSettings::from_config(config, placements.len(), model_dir)?;
     let io = BatchIo::from_config(config);
     let mut loaders: Vec<Loader> = Vec::new();
     let mut claims = Vec::new();
-    for group in &config.instance_group {
-        for i in 0..group.count.max(1) {
+    for placement in placements {
+        let group = &config.instance_group[placement.group];
+        {
             // What the rate limiter grants this instance before each run
             // (with --rate-limit=execution_count; Triton ignores the
             // group's rate_limiter otherwise).
@@ -180,7 +185,8 @@ pub(super) fn load_version(
             let ctx_config = config.clone();
             let model_dir = model_dir.to_path_buf();
             let version_dir = version_dir.clone();
-            let instance_name = format!("{}_{}", group.name, i);
+            let instance_name = placement.name;
+            let device = placement.device;
             let samples = Arc::clone(&samples);
             let sequence = sequencing.clone();
             let io = io.clone();
@@ -191,6 +197,7 @@ pub(super) fn load_version(
                     model_dir: &model_dir,
                     version_dir,
                     instance_name: instance_name.clone(),
+                    device,
                     options: &options,
                 })?;
                 crate::core::warmup::run(

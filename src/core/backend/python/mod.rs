@@ -158,6 +158,7 @@ pub fn auto_complete(
         model_dir,
         version_dir: version_dir.to_path_buf(),
         instance_name: config.name.clone(),
+        device: crate::core::device::Device::Cpu,
         options,
     };
     let file = if config.default_model_filename.is_empty() {

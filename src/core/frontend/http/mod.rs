@@ -244,6 +244,9 @@ async fn read_parts(
     max: usize,
 ) -> Result<(Vec<u8>, Vec<u8>), ApiError> {
     use futures_util::StreamExt;
+    // Room for what Content-Length says (at most `max`, checked before):
+    // reserved, not touched, so a client that declares more than it sends
+    // costs address space, not memory.
     let expected = declared.unwrap_or(0).min(max);
     let mut head = Vec::with_capacity(split.min(expected));
     let mut tail = Vec::with_capacity(expected.saturating_sub(split));

@@ -138,11 +138,12 @@ pub fn place(
                 if let Some(bad) = group.gpus.iter().find(|g| !visible.contains(g)) {
                     let mut ids: Vec<String> = visible.iter().map(i32::to_string).collect();
                     ids.sort();
+                    // Validation's words for the same (rule 28).
                     return Err(format!(
-                        "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at least the minimum required CUDA compute compatibility are: {}",
+                        "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: {}",
                         group.name,
                         config.name,
-                        ids.join(" ")
+                        ids.join(", ")
                     ));
                 }
                 group.gpus.iter().map(|&g| Device::Gpu(g)).collect()
@@ -278,7 +279,7 @@ mod tests {
         );
         let bad = place(&config(vec![group("g", Kind::Gpu, 1, &[0, 2])]), &[0, 1]).unwrap_err();
         assert!(
-            bad.contains("specifies invalid or unsupported gpu id 2") && bad.ends_with("are: 0 1"),
+            bad.contains("specifies invalid or unsupported gpu id 2") && bad.ends_with("are: 0, 1"),
             "{bad}"
         );
         let cpu = place(&config(vec![group("c", Kind::Cpu, 1, &[0])]), &[0]).unwrap_err();

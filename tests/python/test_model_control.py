@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from trtis_harness import EXAMPLES, _write_identity, grpc_client_for, running_server
+from trtis_harness import EXAMPLES, _write_identity, grpc_client_for, running_server, trtis_bin
 
 ENSEMBLE = """name: "pipe"
 platform: "ensemble"
@@ -179,8 +181,10 @@ def test_loading_an_ensemble_loads_its_composing_models_and_unload_dependents_un
 
 def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
     # A machine with a GPU (simulated: TRTIS_GPU_COUNT=1): the KIND_GPU group
-    # is placed on GPU 0, and since no backend of this build runs on a GPU
-    # the load fails saying so, rather than running the instances on the CPU.
+    # would be placed on GPU 0, and since no backend of this build runs on a
+    # GPU the load fails saying so, rather than running the instances on the
+    # CPU; validate-config warns the same (a config may be meant for
+    # another build, as for a machine without a GPU).
     repo = tmp_path / "models"
     repo.mkdir()
     model = _write_identity(repo, "gpu_identity", "TYPE_FP32")
@@ -193,6 +197,14 @@ def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
         with pytest.raises(InferenceServerException) as e:
             client.load_model("gpu_identity")
         message = str(e.value)
-        assert "instance 'gpu_identity_0_0' of model 'gpu_identity' is placed on GPU 0 (KIND_GPU)" in message
-        assert "runs on the CPU only" in message
+        assert (
+            "instance group gpu_identity_0 of model gpu_identity has kind KIND_GPU, "
+            "but no backend of this trtis build runs on a GPU; use KIND_CPU" in message
+        ), message
         assert not client.is_model_ready("gpu_identity")
+    checked = subprocess.run(
+        [str(trtis_bin()), "validate-config", str(repo)],
+        env={**os.environ, "TRTIS_GPU_COUNT": "1"}, capture_output=True, text=True, timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "warning: instance_group[0].kind: instance group gpu_identity_0 of model gpu_identity has kind KIND_GPU, but no backend" in checked.stdout + checked.stderr

@@ -39,6 +39,15 @@ impl Validator<'_> {
                             ),
                         });
                     } else {
+                        // Placed on a GPU, which no backend of this build
+                        // runs on: refused rather than run on the CPU.
+                        self.issues.push(Issue {
+                            severity: ctx.missing_gpu,
+                            field: format!("{field}.kind"),
+                            message: format!(
+                                "instance group {group} of model {name} has kind KIND_GPU, but no backend of this trtis build runs on a GPU; use KIND_CPU"
+                            ),
+                        });
                         for (j, &gpu) in g.gpus.iter().enumerate() {
                             if gpu < 0 || gpu as usize >= ctx.gpu_count {
                                 let ids: Vec<String> = (0..ctx.gpu_count).map(|d| d.to_string()).collect();

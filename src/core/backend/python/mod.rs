@@ -111,7 +111,7 @@ impl PythonInstance {
             host: self.host.clone(),
         })?;
         worker.link.send(&self.init)?;
-        let answer = worker.control(Some(self.timeout))?;
+        let answer = worker.control(self.timeout)?;
         match answer.kind() {
             "ready" => {
                 self.worker = Some(worker);
@@ -187,7 +187,7 @@ pub fn auto_complete(
         "version_dir": version_dir.display().to_string(),
         "model_dir": model_dir.display().to_string(),
     })))?;
-    let answer = worker.control(Some(options.stub_timeout.unwrap_or(DEFAULT_TIMEOUT)))?;
+    let answer = worker.control(options.stub_timeout.unwrap_or(DEFAULT_TIMEOUT))?;
     match answer.kind() {
         "config" => {
             let json = answer.header.get("config").cloned().unwrap_or(Value::Null);

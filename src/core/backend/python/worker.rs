@@ -406,20 +406,16 @@ impl Worker {
         Ok(worker)
     }
 
-    /// The next control frame within `timeout` (None: wait as long as it
-    /// takes, while the worker lives); an error when the worker died or the
-    /// time ran out. The process is watched as well as the socket: a
-    /// process the model forked may hold the socket open after the worker
-    /// died.
-    pub fn control(&mut self, timeout: Option<Duration>) -> Result<Frame> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    /// The next control frame within `timeout`; an error when the worker
+    /// died or the time ran out. The process is watched as well as the
+    /// socket: a process the model forked may hold the socket open after the
+    /// worker died. (A batch's answer comes through `answer`.)
+    pub fn control(&mut self, timeout: Duration) -> Result<Frame> {
+        let deadline = std::time::Instant::now() + timeout;
         let got = loop {
-            let slice = match deadline {
-                Some(d) => d
-                    .saturating_duration_since(std::time::Instant::now())
-                    .min(WATCH),
-                None => WATCH,
-            };
+            let slice = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .min(WATCH);
             match self.control.recv_timeout(slice) {
                 Ok(frame) => break Ok(frame),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Some(())),
@@ -427,7 +423,7 @@ impl Worker {
                     if !self.alive() {
                         break Err(Some(()));
                     }
-                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    if std::time::Instant::now() >= deadline {
                         break Err(None);
                     }
                 }
@@ -440,7 +436,7 @@ impl Worker {
                 Err(Error::internal(format!(
                     "the Python worker of model instance '{}' did not answer within {} s",
                     self.link.instance,
-                    timeout.unwrap_or_default().as_secs()
+                    timeout.as_secs()
                 )))
             }
             Err(Some(())) => Err(self.died()),

@@ -161,56 +161,52 @@ pub(super) fn load_version(
     let mut claims = Vec::new();
     for placement in placements {
         let group = &config.instance_group[placement.group];
-        {
-            // What the rate limiter grants this instance before each run
-            // (with --rate-limit=execution_count; Triton ignores the
-            // group's rate_limiter otherwise).
-            claims.push(match (&opts.rate_limiter, &group.rate_limiter) {
-                (Some(limiter), Some(limits)) => Some(
-                    limiter
-                        .claim(
-                            limits
-                                .resources
-                                .iter()
-                                .map(|r| (r.name.clone(), r.count))
-                                .collect(),
-                            limits.priority,
-                        )
-                        .map_err(|e| {
-                            Error::invalid_arg(format!("model '{name}': {}", e.message))
-                        })?,
-                ),
-                _ => None,
-            });
-            let ctx_config = config.clone();
-            let model_dir = model_dir.to_path_buf();
-            let version_dir = version_dir.clone();
-            let instance_name = placement.name;
-            let device = placement.device;
-            let samples = Arc::clone(&samples);
-            let sequence = sequencing.clone();
-            let io = io.clone();
-            let options = opts.backend.clone();
-            loaders.push(Box::new(move || {
-                let mut instance = load_instance(&LoadContext {
-                    config: &ctx_config,
-                    model_dir: &model_dir,
-                    version_dir,
-                    instance_name: instance_name.clone(),
-                    device,
-                    options: &options,
-                })?;
-                crate::core::warmup::run(
-                    &ctx_config,
-                    instance.as_mut(),
-                    &instance_name,
-                    &samples,
-                    sequence.as_ref(),
-                    &io,
-                )?;
-                Ok(instance)
-            }));
-        }
+        // What the rate limiter grants this instance before each run
+        // (with --rate-limit=execution_count; Triton ignores the
+        // group's rate_limiter otherwise).
+        claims.push(match (&opts.rate_limiter, &group.rate_limiter) {
+            (Some(limiter), Some(limits)) => Some(
+                limiter
+                    .claim(
+                        limits
+                            .resources
+                            .iter()
+                            .map(|r| (r.name.clone(), r.count))
+                            .collect(),
+                        limits.priority,
+                    )
+                    .map_err(|e| Error::invalid_arg(format!("model '{name}': {}", e.message)))?,
+            ),
+            _ => None,
+        });
+        let ctx_config = config.clone();
+        let model_dir = model_dir.to_path_buf();
+        let version_dir = version_dir.clone();
+        let instance_name = placement.name;
+        let device = placement.device;
+        let samples = Arc::clone(&samples);
+        let sequence = sequencing.clone();
+        let io = io.clone();
+        let options = opts.backend.clone();
+        loaders.push(Box::new(move || {
+            let mut instance = load_instance(&LoadContext {
+                config: &ctx_config,
+                model_dir: &model_dir,
+                version_dir,
+                instance_name: instance_name.clone(),
+                device,
+                options: &options,
+            })?;
+            crate::core::warmup::run(
+                &ctx_config,
+                instance.as_mut(),
+                &instance_name,
+                &samples,
+                sequence.as_ref(),
+                &io,
+            )?;
+            Ok(instance)
+        }));
     }
     if loaders.is_empty() {
         return Err(Error::invalid_arg(format!(

@@ -19,15 +19,19 @@ one run on this machine it measures:
   - the model without dynamic batching at concurrency 1, 4 and 16;
   - idle memory: the server's RSS with no model, then after loading the
     model with one instance and with two (explicit model control), so the
-    cost of a loaded model and of each instance shows.
+    cost of a loaded model and of each instance shows; per instance against
+    the model file's size and against what a second session of the same
+    model adds to a fresh Python process calling ONNX Runtime directly.
 Triton 2.51's figures on this machine class (measured side by side on
 2026-11-23, another machine of the class) are printed as the reference to
 beat; Triton is not a dependency, so this bench cannot run it.
 
 Run it with scripts/bench.sh compute. Results: target/bench/compute-bench.md.
 """
+import json
 import os
 import shutil
+import subprocess
 import urllib.request
 import sys
 import time
@@ -61,6 +65,25 @@ def post(url):
     req = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         return r.status
+
+
+def direct_memory(model_path):
+    """RSS (MiB) ONNX Runtime adds in a fresh Python process per session of
+    the model, each run once at batch 1: [MiB for session 1, session 2]."""
+    code = f"""
+import json, numpy as np, onnxruntime as ort
+def rss():
+    return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmRSS:"))
+x = np.ones((1, 1024), np.float32)
+added, keep, before = [], [], rss()
+for _ in range(2):
+    s = ort.InferenceSession({model_path!r}, providers=["CPUExecutionProvider"])
+    s.run(None, {{"INPUT0": x}}); keep.append(s)
+    added.append(rss() - before); before = rss()
+print(json.dumps(added))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
 
 
 def memory(repo):
@@ -101,18 +124,26 @@ def main():
         ref[threads] = (latency, rate)
         lines.append(f"| in-process | {threads} | {latency:.0f} | {rate:.0f} |")
         print(lines[-1], flush=True)
-    lines += ["", "trtis serve, perf_analyzer over gRPC. `of ref` is throughput over the direct batch-16 rate "
+    mem = memory(repo)
+    file_mib = os.path.getsize(model_path) / 2**20
+    lines += ["", f"Idle RSS (explicit model control, models loaded one after the other; the first load also maps "
+              f"ONNX Runtime's library). The model file is {file_mib:.0f} MiB, nearly all of it weights.", "",
+              "| server | RSS MiB | added MiB |", "| --- | --- | --- |"]
+    for i, (what, mib) in enumerate(mem):
+        lines.append(f"| {what} | {mib:.0f} | {'' if i == 0 else f'{mib - mem[i - 1][1]:.0f}'} |")
+    added = [mem[i][1] - mem[i - 1][1] for i in range(1, len(mem))]
+    per_instance = added[1] / 2  # mlp_2instances: two sessions, the library already mapped
+    direct = direct_memory(model_path)
+    lines += ["", f"Per instance (mlp_2instances' sessions): {per_instance:.0f} MiB, {per_instance / file_mib:.2f}x the "
+              f"model file. ONNX Runtime called directly (a fresh Python process, default options, same run) adds "
+              f"{direct[1]:.0f} MiB for a second session of the model: trtis/direct per session "
+              f"{per_instance / direct[1]:.2f}.", ""]
+    print("\n".join(lines[-len(mem) - 6:]), flush=True)
+    lines += ["trtis serve, perf_analyzer over gRPC. `of ref` is throughput over the direct batch-16 rate "
               "with the same threads; `p50 - ref` is p50 latency minus the direct batch-1 run time.", "",
               "| model | intra-op threads | concurrency | infer/s | of ref | p50 ms | p50 - ref ms | p99 ms | "
               "mean batch | batch sizes (share of executions) | server CPU µs/inf | Triton 2.51 infer/s (other machine) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    mem = memory(repo)
-    lines += ["Idle RSS (explicit model control, models loaded one after the other; the first load also maps "
-              "ONNX Runtime's library):", "", "| server | RSS MiB | added MiB |", "| --- | --- | --- |"]
-    for i, (what, mib) in enumerate(mem):
-        lines.append(f"| {what} | {mib:.0f} | {'' if i == 0 else f'{mib - mem[i - 1][1]:.0f}'} |")
-    lines.append("")
-    print("\n".join(lines[-len(mem) - 3:]), flush=True)
     server = Server(repo, 18700, args=["--model-control-mode", "explicit", "--load-model", "mlp_dyn",
                                        "--load-model", "mlp_dyn_1thread", "--load-model", "mlp_nobatch"])
     runs = [(model, c) for model in ("mlp_dyn", "mlp_dyn_1thread") for c in CONCURRENCY]

@@ -139,7 +139,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     generate(&dir);
     let opts = CheckOptions {
-        gpu_count: 0,
+        gpus: &[],
         missing_gpu: Severity::Warning,
         server_support: true,
     };

@@ -28,6 +28,7 @@ benches=(
   "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"
   "remote    an S3 repository (moto) vs the same repository on local disk: start to READY, idle RSS"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
+  "gpu       a KIND_GPU instance (the classifier on CUDA) vs ONNX Runtime on the same GPU (GPU machines: scripts/test-gpu.sh --bench)"
 )
 
 list() {

@@ -49,7 +49,7 @@ fn run_case(case: &Path) -> Vec<String> {
         copy_tree(&case.join("repo"), repo.path());
     }
     let opts = CheckOptions {
-        gpu_count: 0,
+        gpus: &[],
         missing_gpu: Severity::Warning,
         // Triton's own rules: what this server refuses is tested in
         // config_support.rs.

@@ -2799,11 +2799,11 @@ fn validate_reshape_with_overflowing_variable_chunks() {
     let ctx = NormalizeContext {
         model_name: "m".into(),
         first_version_entries: Vec::new(),
-        gpu_count: 0,
+        gpus: &[],
     };
     normalize(&mut config, &ctx).unwrap();
     let ctx = ValidateContext {
-        gpu_count: 0,
+        gpus: &[],
         missing_gpu: Severity::Error,
     };
     let issues = validate(&config, &ctx);

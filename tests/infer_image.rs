@@ -69,7 +69,7 @@ fn reference(image: &str) -> Vec<(i64, f64)> {
 
 /// The top classes of `image` by `model`, as JSON, INCEPTION scaling (the
 /// ensembles scale in their preprocessing model: no client scaling).
-fn top3(model: &str, url: &str, protocol: &str, image: &str) -> Vec<Value> {
+pub(crate) fn top3(model: &str, url: &str, protocol: &str, image: &str) -> Vec<Value> {
     let scaling = if model.ends_with("ensemble") {
         "NONE"
     } else {

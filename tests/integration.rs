@@ -11,6 +11,7 @@ mod config_support;
 mod ensemble;
 mod examples;
 mod fuzz;
+mod gpu;
 mod grpc;
 mod http;
 mod image;

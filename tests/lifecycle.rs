@@ -183,7 +183,7 @@ fn a_gpu_instance_group_fails_the_load_without_a_gpu() {
         std::fs::read_to_string(&config).unwrap() + "instance_group [ { kind: KIND_GPU } ]\n";
     std::fs::write(&config, text).unwrap();
     let mut server_config = trtis::core::ServerConfig::new(repo.path());
-    server_config.gpu_count = 0;
+    server_config.gpus = &[];
     let (engine, errors) = trtis::core::Engine::start(server_config).unwrap();
     assert_eq!(errors.len(), 1);
     assert_eq!(

@@ -108,6 +108,10 @@ impl HttpClient {
         Ok(m.into())
     }
 
+    pub async fn devices(&self) -> Result<super::Devices, ClientError> {
+        self.get_json("/v2/trtis/devices").await
+    }
+
     pub async fn model_metadata(
         &self,
         model: &str,

@@ -46,6 +46,28 @@ pub struct ServerMetadata {
     pub extensions: Vec<String>,
 }
 
+/// The GPUs a trtis server reports (`GET /v2/trtis/devices`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct Devices {
+    pub gpus: Vec<GpuInfo>,
+    /// Why the server has no GPU, when it has none.
+    pub no_gpu_reason: Option<String>,
+}
+
+/// One GPU of [`Devices`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct GpuInfo {
+    /// The CUDA ordinal configs name in `instance_group.gpus`.
+    pub id: i32,
+    pub name: String,
+    pub uuid: String,
+    /// Bytes.
+    pub memory_total: u64,
+    pub compute_capability: String,
+    /// Whether the server places instances on it.
+    pub used: bool,
+}
+
 /// One line of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -150,6 +172,17 @@ impl Client {
             Client::Http(c) => c.server_metadata().await,
             Client::Grpc(c) => c.server_metadata().await,
             Client::V1(c) => c.server_metadata().await,
+        }
+    }
+
+    /// The server's GPUs: trtis's own endpoint, over HTTP only (Triton
+    /// has none; the KServe gRPC service no method for it).
+    pub async fn devices(&mut self) -> Result<Devices, ClientError> {
+        match self {
+            Client::Http(c) => c.devices().await,
+            _ => Err(ClientError::Unsupported(
+                "the server's GPUs are reported over HTTP only (GET /v2/trtis/devices)".into(),
+            )),
         }
     }
 

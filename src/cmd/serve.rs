@@ -209,6 +209,17 @@ pub struct Args {
     #[arg(long, env = "TRTIS_ID", default_value = "triton")]
     id: String,
 
+    /// The GPUs KIND_GPU instances may be placed on: `all` (every GPU the
+    /// CUDA driver shows, after CUDA_VISIBLE_DEVICES, of compute capability
+    /// 6.0 or more), `none`, or CUDA ids such as `0,1` (not renumbered).
+    #[arg(
+        long,
+        env = "TRTIS_GPUS",
+        default_value = "all",
+        value_name = "all|none|IDS"
+    )]
+    gpus: trtis::core::device::GpuSelection,
+
     /// Verbose logging level (0: off; 1 and up print `V` lines).
     #[arg(long, env = "TRTIS_LOG_VERBOSE", default_value_t = 0)]
     log_verbose: u32,
@@ -321,6 +332,36 @@ impl Args {
 
 use trtis::core::logging::log;
 
+/// One line per GPU found (and whether this server uses it), or why there
+/// is none.
+fn log_gpus(used: &[i32]) {
+    let found = trtis::core::device::discovery();
+    if let Some(why) = &found.none_because {
+        log('I', &format!("no GPU: {why}"));
+    }
+    for g in &found.gpus {
+        let note = if used.contains(&g.id) {
+            ""
+        } else if !g.usable() {
+            " (not used: compute capability below 6.0)"
+        } else {
+            " (not used: --gpus)"
+        };
+        log(
+            'I',
+            &format!(
+                "GPU {}: {}, {:.1} GiB, compute capability {}.{}, {}{note}",
+                g.id,
+                g.name,
+                g.memory_total as f64 / (1u64 << 30) as f64,
+                g.compute_capability.0,
+                g.compute_capability.1,
+                g.uuid
+            ),
+        );
+    }
+}
+
 pub fn run(args: Args) -> ExitCode {
     let started = Instant::now();
     let logging = trtis::core::logging::Options {
@@ -334,6 +375,14 @@ pub fn run(args: Args) -> ExitCode {
     if let Err(e) = trtis::core::logging::init(&logging) {
         log('E', &e.message);
         return ExitCode::from(2);
+    }
+    // The GPUs, before anything places a model.
+    match trtis::core::device::restrict_gpus(&args.gpus) {
+        Ok(ids) => log_gpus(ids),
+        Err(e) => {
+            log('E', &format!("error: creating server: {e}"));
+            return ExitCode::from(2);
+        }
     }
     // A repository in object storage is mirrored into a local directory
     // first, and served from there.

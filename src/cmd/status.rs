@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use trtis::client::{Client, ClientError, IndexEntry, ModelStats};
+use trtis::client::{Client, ClientError, Devices, IndexEntry, ModelStats};
 use trtis::core::types::TensorMetadata;
 
 use super::client_args::{runtime, ServerArgs};
@@ -52,6 +52,8 @@ async fn status(args: Args) -> ExitCode {
         }
     }
     let stats = stats_of(&mut client, args.model.as_deref()).await;
+    // trtis's own endpoint: a Triton server, or gRPC, has none to ask.
+    let devices = client.devices().await.ok();
     let model_meta = match &args.model {
         Some(m) => client.model_metadata(m, "").await.ok(),
         None => None,
@@ -78,6 +80,7 @@ async fn status(args: Args) -> ExitCode {
             "url": url, "live": live, "ready": ready,
             "name": meta.name, "version": meta.version, "extensions": meta.extensions,
             "models": models,
+            "devices": devices,
         });
         if let Some(m) = &model_meta {
             let tensors = |ts: &[TensorMetadata]| {
@@ -98,6 +101,9 @@ async fn status(args: Args) -> ExitCode {
             if ready { "ready" } else { "NOT READY" }
         );
         println!("extensions: {}", meta.extensions.join(", "));
+        if let Some(d) = &devices {
+            print_gpus(d);
+        }
         print_table(&index, &stats);
         if let Some(m) = &model_meta {
             for (what, ts) in [("input", &m.inputs), ("output", &m.outputs)] {
@@ -111,6 +117,23 @@ async fn status(args: Args) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+fn print_gpus(d: &Devices) {
+    if let Some(why) = &d.no_gpu_reason {
+        println!("GPUs: none ({why})");
+    }
+    for g in &d.gpus {
+        println!(
+            "GPU {}: {}, {:.1} GiB, compute capability {}, {}{}",
+            g.id,
+            g.name,
+            g.memory_total as f64 / (1u64 << 30) as f64,
+            g.compute_capability,
+            g.uuid,
+            if g.used { "" } else { " (not used)" }
+        );
     }
 }
 

@@ -34,7 +34,7 @@ enum Format {
 
 pub fn run(args: Args) -> ExitCode {
     let opts = CheckOptions {
-        gpu_count: device::gpu_count(),
+        gpus: device::visible_gpus(),
         missing_gpu: Severity::Warning,
         server_support: true,
     };

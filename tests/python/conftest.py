@@ -119,3 +119,19 @@ def shm_regions():
         yield regions
     finally:
         regions.destroy_all()
+
+
+# -- GPU tests -------------------------------------------------------------------
+# Marked `gpu`: skipped unless scripts/test-gpu.sh runs them on a machine
+# with a GPU (TRTIS_GPU_TESTS=1).
+
+
+def pytest_collection_modifyitems(config, items):
+    import os
+
+    if os.environ.get("TRTIS_GPU_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: scripts/test-gpu.sh runs it on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -181,9 +181,9 @@ def test_loading_an_ensemble_loads_its_composing_models_and_unload_dependents_un
 
 def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
     # A machine with a GPU (simulated: TRTIS_GPU_COUNT=1): the KIND_GPU group
-    # would be placed on GPU 0, and since no backend of this build runs on a
-    # GPU the load fails saying so, rather than running the instances on the
-    # CPU; validate-config warns the same (a config may be meant for
+    # would be placed on GPU 0, and since the identity backend runs on the
+    # CPU only the load fails saying so, rather than running the instances
+    # on the CPU; validate-config warns the same (a config may be meant for
     # another build, as for a machine without a GPU).
     repo = tmp_path / "models"
     repo.mkdir()
@@ -199,7 +199,7 @@ def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
         message = str(e.value)
         assert (
             "instance group gpu_identity_0 of model gpu_identity has kind KIND_GPU, "
-            "but no backend of this trtis build runs on a GPU; use KIND_CPU" in message
+            "but the 'identity' backend of this trtis build runs on the CPU only; use KIND_CPU" in message
         ), message
         assert not client.is_model_ready("gpu_identity")
     checked = subprocess.run(
@@ -207,4 +207,82 @@ def test_a_kind_gpu_instance_is_refused_not_run_on_the_cpu(tmp_path):
         env={**os.environ, "TRTIS_GPU_COUNT": "1"}, capture_output=True, text=True, timeout=60,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "warning: instance_group[0].kind: instance group gpu_identity_0 of model gpu_identity has kind KIND_GPU, but no backend" in checked.stdout + checked.stderr
+    assert (
+        "warning: instance_group[0].kind: instance group gpu_identity_0 of model gpu_identity has kind KIND_GPU, "
+        "but the 'identity' backend" in checked.stdout + checked.stderr
+    )
+
+
+def test_an_onnx_kind_gpu_instance_needs_onnx_runtimes_cuda_provider(tmp_path):
+    # The ONNX Runtime backend runs KIND_GPU instances through the CUDA
+    # execution provider. With a (simulated) GPU but the CPU build of ONNX
+    # Runtime (the 'onnxruntime' wheel), the load fails saying which package
+    # to install: never a silent fall back to the CPU. A bad accelerator is
+    # refused by validate-config and serve alike.
+    repo = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "simple", repo / "simple")
+    config = repo / "simple" / "config.pbtxt"
+    base = config.read_text()
+    config.write_text(
+        base + "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 1 ] } ]\n"
+        'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "tensorrt" '
+        'parameters { key: "precision_mode" value: "FP16" } } ] } }\n'
+    )
+    env = {"TRTIS_GPU_COUNT": "2"}
+    for server in running_server(repo, ["--model-control-mode", "explicit"], name="two-GPU server", env=env):
+        client = httpclient.InferenceServerClient(server.url)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("simple")
+        message = str(e.value)
+        assert "placed on GPU 1 (KIND_GPU)" in message and "has no CUDA execution provider" in message, message
+        assert "pip install onnxruntime-gpu==" in message, message
+        assert not client.is_model_ready("simple")
+        # The server's GPUs, as trtis status shows them.
+        devices = json.loads(subprocess.run(
+            [str(trtis_bin()), "status", "-u", server.url, "--json"], capture_output=True, text=True, timeout=60,
+        ).stdout)["devices"]
+        assert [(g["id"], g["used"]) for g in devices["gpus"]] == [(0, True), (1, True)], devices
+    # --gpus keeps GPU 1 out: the config's id is then refused as Triton
+    # refuses an id it does not see.
+    for server in running_server(repo, ["--model-control-mode", "explicit", "--gpus", "0"], name="GPU 0 only", env=env):
+        client = httpclient.InferenceServerClient(server.url)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("simple")
+        assert "specifies invalid or unsupported gpu id 1" in str(e.value) and str(e.value).rstrip().endswith("are: 0"), str(e.value)
+    # An accelerator Triton's onnxruntime backend does not know.
+    config.write_text(
+        base + "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
+        'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "gpu_io" } ] } }\n'
+    )
+    checked = subprocess.run(
+        [str(trtis_bin()), "validate-config", str(repo)],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )
+    assert checked.returncode != 0 and "unknown Execution Accelerator 'gpu_io'" in checked.stdout, checked.stdout
+    for server in running_server(repo, ["--model-control-mode", "explicit"], name="two-GPU server", env=env):
+        client = httpclient.InferenceServerClient(server.url)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("simple")
+        assert "unknown Execution Accelerator 'gpu_io'" in str(e.value), str(e.value)
+
+
+def test_without_a_cuda_driver_the_server_says_so_and_refuses_a_gpu_id(tmp_path):
+    # No libcuda here (CI): discovery finds no GPU and says why; status
+    # shows it; --gpus naming a GPU fails the start with the reason.
+    repo = tmp_path / "models"
+    repo.mkdir()
+    _write_identity(repo, "idn", "TYPE_FP32")
+    for server in running_server(repo, name="no-GPU server"):
+        status = json.loads(subprocess.run(
+            [str(trtis_bin()), "status", "-u", server.url, "--json"], capture_output=True, text=True, timeout=60,
+        ).stdout)
+        devices = status["devices"]
+        if devices["gpus"]:
+            pytest.skip("this machine has a GPU")
+        assert "no CUDA driver: libcuda.so.1 not found" in devices["no_gpu_reason"], devices
+    started = subprocess.run(
+        [str(trtis_bin()), "serve", "--model-store", str(repo), "--gpus", "0", "--http-port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert started.returncode == 2, started.stderr
+    assert "--gpus: there is no GPU 0; this machine has no GPU: no CUDA driver" in started.stderr, started.stderr

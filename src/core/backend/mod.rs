@@ -118,10 +118,14 @@ pub struct LoadContext<'a> {
 pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
     if let crate::core::device::Device::Gpu(id) = ctx.device {
         // Not run on the CPU instead: that is not what the config asks.
-        return Err(Error::unsupported(format!(
+        if crate::core::config::support::runs_on_gpu(&ctx.config.backend) {
+            // The backend places its session on the device.
+        } else {
+            return Err(Error::unsupported(format!(
             "instance '{}' of model '{}' is placed on GPU {id} (KIND_GPU), but the '{}' backend of this build runs on the CPU only; use KIND_CPU",
             ctx.instance_name, ctx.config.name, ctx.config.backend
-        )));
+            )));
+        }
     }
     let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),

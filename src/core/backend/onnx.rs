@@ -18,6 +18,7 @@ use ort::value::{
 
 use crate::core::config::autocomplete::ModelTensor;
 use crate::core::config::ModelConfig;
+use crate::core::device::Device;
 use crate::core::error::{Error, Result};
 use crate::core::types::element::{decode, encode, Element};
 use crate::core::types::{element_count, DataType, Tensor};
@@ -127,11 +128,61 @@ pub fn environment() -> Result<&'static Environment> {
 /// level, `session.*` config entries).
 pub fn open_session(path: &Path, config: &ModelConfig) -> Result<Session> {
     let settings = OrtSettings::from_config(config)?;
-    open_with(path, &settings)
+    open_with(path, &settings, Device::Cpu)
 }
 
-fn open_with(path: &Path, s: &OrtSettings) -> Result<Session> {
+/// What to install for GPU instances when the library has no CUDA provider.
+pub const GPU_INSTALL_HINT: &str =
+    "install the GPU build in its place (`pip uninstall onnxruntime && pip install onnxruntime-gpu==1.31.1`) \
+     or set ORT_DYLIB_PATH to the libonnxruntime.so of an ONNX Runtime built with CUDA";
+
+/// Fails with the reason when the loaded ONNX Runtime library lacks the
+/// execution provider `P` (`what`: how a user names it).
+fn require_provider<P: ep::ExecutionProvider>(what: &str, device: i32) -> Result<()> {
+    let available = P::is_available().map_err(ort_err)?;
+    if available {
+        return Ok(());
+    }
+    let library = find_library()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "in use".into());
+    Err(Error::unavailable(format!(
+        "the instance is placed on GPU {device} (KIND_GPU), but the ONNX Runtime library {library} has no {what} \
+         execution provider (the 'onnxruntime' package is the CPU build); {GPU_INSTALL_HINT}"
+    )))
+}
+
+/// The execution providers of a session on `device`, in order of
+/// preference: for a GPU, TensorRT when asked for, then CUDA, each on the
+/// instance's device and failing the load if it cannot be registered
+/// (never a silent fall back to the CPU); then the CPU provider, which runs
+/// what the others do not.
+fn providers(s: &OrtSettings, device: Device) -> Result<Vec<ep::ExecutionProviderDispatch>> {
+    use ep::ArbitrarilyConfigurableExecutionProvider;
+    let mut out = Vec::new();
+    if let Device::Gpu(id) = device {
+        require_provider::<ep::CUDA>("CUDA", id)?;
+        if let Some(options) = &s.gpu.tensorrt {
+            require_provider::<ep::TensorRT>("TensorRT", id)?;
+            let mut trt = ep::TensorRT::default().with_device_id(id);
+            for (k, v) in options {
+                trt = trt.with_arbitrary_config(k, v);
+            }
+            out.push(trt.build().error_on_failure());
+        }
+        let mut cuda = ep::CUDA::default().with_device_id(id);
+        for (k, v) in &s.gpu.cuda {
+            cuda = cuda.with_arbitrary_config(k, v);
+        }
+        out.push(cuda.build().error_on_failure());
+    }
+    out.push(ep::CPU::default().with_arena_allocator(s.mem_arena).build());
+    Ok(out)
+}
+
+fn open_with(path: &Path, s: &OrtSettings, device: Device) -> Result<Session> {
     let env = environment()?;
+    let providers = providers(s, device)?;
     let level = match s.level {
         GraphLevel::Disabled => GraphOptimizationLevel::Disable,
         GraphLevel::Basic => GraphOptimizationLevel::Level1,
@@ -146,15 +197,23 @@ fn open_with(path: &Path, s: &OrtSettings) -> Result<Session> {
             .with_parallel_execution(s.parallel)?
             .with_memory_pattern(s.mem_pattern)?
             .with_optimization_level(level)?
-            .with_execution_providers([ep::CPU::default()
-                .with_arena_allocator(s.mem_arena)
-                .build()])?;
+            .with_execution_providers(providers)?;
         for (key, value) in &s.session_entries {
             builder = builder.with_config_entry(key, value)?;
         }
         builder.commit_from_file(path)
     })();
-    session.map_err(|e| Error::internal(format!("failed to load '{}': {e}", path.display())))
+    session.map_err(|e| {
+        let mut message = format!("failed to load '{}': {e}", path.display());
+        if matches!(device, Device::Gpu(_)) && message.contains("Failed to load library") {
+            message.push_str(
+                " (ONNX Runtime's CUDA provider needs the CUDA and cuDNN libraries its build names: \
+                 `pip install 'onnxruntime-gpu[cuda,cudnn]==1.31.1'` brings them as nvidia-* wheels, \
+                 whose lib directories go on LD_LIBRARY_PATH; scripts/test-gpu.sh does both)",
+            );
+        }
+        Error::internal(message)
+    })
 }
 
 /// The protocol type of an ONNX element type (None for unsupported types).
@@ -218,7 +277,7 @@ impl OnnxInstance {
             ctx.config.default_model_filename.as_str()
         };
         let settings = OrtSettings::from_config(ctx.config)?;
-        let session = open_with(&ctx.version_dir.join(file), &settings)?;
+        let session = open_with(&ctx.version_dir.join(file), &settings, ctx.device)?;
         let run_options = match &settings.arena_shrinkage {
             None => None,
             Some(devices) => {

@@ -11,7 +11,14 @@
 //!   `memory.enable_memory_arena_shrinkage` (a run option, e.g. `cpu:0`),
 //!   `session.*` (session config entries, e.g.
 //!   `session.use_device_allocator_for_initializers`), and trtis's
-//!   `allow_spinning` (default false: idle intra-op threads sleep).
+//!   `allow_spinning` (default false: idle intra-op threads sleep);
+//! - for a KIND_GPU instance ([`GpuSettings`]): the CUDA execution
+//!   provider's `parameters` (`cudnn_conv_algo_search`, `gpu_mem_limit`,
+//!   `arena_extend_strategy`, `do_copy_in_default_stream`) and
+//!   `optimization { execution_accelerators { gpu_execution_accelerator } }`
+//!   named `cuda` (its parameters are CUDA provider options) or `tensorrt`
+//!   (Triton's keys mapped to the TensorRT provider's, CUDA after it for
+//!   what TensorRT does not run).
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -39,6 +46,184 @@ pub struct OrtSettings {
     pub session_entries: Vec<(String, String)>,
     /// `memory.enable_memory_arena_shrinkage`, set on every run.
     pub arena_shrinkage: Option<String>,
+    /// What a KIND_GPU instance's session gets besides.
+    pub gpu: GpuSettings,
+}
+
+/// The execution providers of a KIND_GPU instance's session, with their
+/// options under ONNX Runtime's own names (the device id is the
+/// instance's, added when the session opens).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSettings {
+    /// CUDA provider options: the backend's CUDA `parameters`, then a
+    /// `cuda` accelerator's parameters as given.
+    pub cuda: Vec<(String, String)>,
+    /// TensorRT provider options, when a `tensorrt` accelerator is asked
+    /// for (it runs first; CUDA takes what it does not).
+    pub tensorrt: Option<Vec<(String, String)>>,
+}
+
+/// Triton's TensorRT accelerator keys that are ONNX Runtime's TensorRT
+/// provider options under another name (the `trt_*` keys keep theirs).
+const TRT_RENAMED: &[(&str, &str)] = &[
+    ("max_workspace_size_bytes", "trt_max_workspace_size"),
+    (
+        "int8_calibration_table_name",
+        "trt_int8_calibration_table_name",
+    ),
+    (
+        "int8_use_native_calibration_table",
+        "trt_int8_use_native_calibration_table",
+    ),
+];
+
+/// The `trt_*` keys Triton's onnxruntime backend passes on unchanged.
+const TRT_KEYS: &[&str] = &[
+    "trt_max_partition_iterations",
+    "trt_min_subgraph_size",
+    "trt_dla_enable",
+    "trt_dla_core",
+    "trt_engine_cache_enable",
+    "trt_engine_cache_path",
+    "trt_engine_cache_prefix",
+    "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build",
+    "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback",
+    "trt_timing_cache_enable",
+    "trt_timing_cache_path",
+    "trt_force_timing_cache",
+    "trt_detailed_build_log",
+    "trt_build_heuristics_enable",
+    "trt_sparsity_enable",
+    "trt_builder_optimization_level",
+    "trt_auxiliary_streams",
+    "trt_tactic_sources",
+    "trt_extra_plugin_lib_paths",
+    "trt_profile_min_shapes",
+    "trt_profile_max_shapes",
+    "trt_profile_opt_shapes",
+    "trt_cuda_graph_enable",
+    "trt_dump_ep_context_model",
+    "trt_ep_context_file_path",
+    "trt_ep_context_embed_mode",
+];
+
+impl GpuSettings {
+    fn from_config(
+        config: &ModelConfig,
+        bad: &dyn Fn(&str, &str, &str) -> Error,
+    ) -> Result<GpuSettings> {
+        let param = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim());
+        let no_nul = |key: &str, value: &str| -> Result<()> {
+            if key.contains('\0') || value.contains('\0') {
+                return Err(Error::invalid_arg(format!(
+                    "an execution accelerator parameter of model '{}' contains a NUL character",
+                    config.name
+                )));
+            }
+            Ok(())
+        };
+        let mut cuda = Vec::new();
+        if let Some(v) = param("cudnn_conv_algo_search") {
+            let search = match v {
+                "0" => "EXHAUSTIVE",
+                "1" => "HEURISTIC",
+                "2" => "DEFAULT",
+                _ => {
+                    return Err(bad(
+                        "cudnn_conv_algo_search",
+                        "0 (exhaustive), 1 (heuristic) or 2 (default)",
+                        v,
+                    ))
+                }
+            };
+            cuda.push(("cudnn_conv_algo_search".into(), search.into()));
+        }
+        if let Some(v) = param("gpu_mem_limit") {
+            let bytes: u64 = v
+                .parse()
+                .map_err(|_| bad("gpu_mem_limit", "a number of bytes", v))?;
+            cuda.push(("gpu_mem_limit".into(), bytes.to_string()));
+        }
+        if let Some(v) = param("arena_extend_strategy") {
+            let strategy = match v {
+                "0" => "kNextPowerOfTwo",
+                "1" => "kSameAsRequested",
+                _ => {
+                    return Err(bad(
+                        "arena_extend_strategy",
+                        "0 (next power of two) or 1 (same as requested)",
+                        v,
+                    ))
+                }
+            };
+            cuda.push(("arena_extend_strategy".into(), strategy.into()));
+        }
+        if let Some(v) = param("do_copy_in_default_stream") {
+            let on = match v {
+                "1" | "true" => "1",
+                "0" | "false" => "0",
+                _ => return Err(bad("do_copy_in_default_stream", "0 or 1", v)),
+            };
+            cuda.push(("do_copy_in_default_stream".into(), on.into()));
+        }
+        let mut tensorrt = None;
+        let accelerators = config
+            .optimization
+            .as_ref()
+            .and_then(|o| o.execution_accelerators.as_ref())
+            .map(|a| a.gpu_execution_accelerator.as_slice())
+            .unwrap_or_default();
+        for a in accelerators {
+            let mut params: Vec<(&String, &String)> = a.parameters.iter().collect();
+            params.sort();
+            match a.name.as_str() {
+                "cuda" => {
+                    for (k, v) in params {
+                        no_nul(k, v)?;
+                        cuda.push((k.clone(), v.clone()));
+                    }
+                }
+                "tensorrt" => {
+                    let mut options = Vec::new();
+                    for (k, v) in params {
+                        no_nul(k, v)?;
+                        if k == "precision_mode" {
+                            match v.as_str() {
+                                "FP32" => {}
+                                "FP16" => options.push(("trt_fp16_enable".into(), "1".into())),
+                                "INT8" => options.push(("trt_int8_enable".into(), "1".into())),
+                                _ => {
+                                    return Err(Error::invalid_arg(format!(
+                                        "unsupported precision mode '{v}' is requested for the TensorRT execution accelerator of model '{}': FP32, FP16 or INT8",
+                                        config.name
+                                    )))
+                                }
+                            }
+                        } else if let Some((_, ort)) = TRT_RENAMED.iter().find(|(t, _)| t == k) {
+                            options.push((ort.to_string(), v.clone()));
+                        } else if TRT_KEYS.contains(&k.as_str()) {
+                            options.push((k.clone(), v.clone()));
+                        } else {
+                            return Err(Error::invalid_arg(format!(
+                                "unknown parameter '{k}' is provided for TensorRT Execution Accelerator of model '{}'",
+                                config.name
+                            )));
+                        }
+                    }
+                    tensorrt = Some(options);
+                }
+                other => {
+                    return Err(Error::invalid_arg(format!(
+                        "unknown Execution Accelerator '{other}' is requested for model '{}': the onnxruntime backend knows 'tensorrt' and 'cuda'",
+                        config.name
+                    )))
+                }
+            }
+        }
+        Ok(GpuSettings { cuda, tensorrt })
+    }
 }
 
 /// The default intra-op thread count of each instance: every core this
@@ -115,6 +300,7 @@ impl OrtSettings {
             level,
             session_entries,
             arena_shrinkage: param("memory.enable_memory_arena_shrinkage").map(str::to_string),
+            gpu: GpuSettings::from_config(config, &bad)?,
         })
     }
 }
@@ -201,6 +387,128 @@ mod tests {
             let e = OrtSettings::from_config(&config(&[(key, "?")], None));
             let read = e.is_err() || *key == "memory.enable_memory_arena_shrinkage";
             assert!(read, "{key} is listed but not read");
+        }
+    }
+
+    fn with_accelerators(
+        params: &[(&str, &str)],
+        accelerators: &[(&str, &[(&str, &str)])],
+    ) -> ModelConfig {
+        let mut c = config(params, None);
+        c.optimization = Some(pb::ModelOptimizationPolicy {
+            execution_accelerators: Some(pb::model_optimization_policy::ExecutionAccelerators {
+                gpu_execution_accelerator: accelerators
+                    .iter()
+                    .map(|(name, ps)| {
+                        pb::model_optimization_policy::execution_accelerators::Accelerator {
+                            name: name.to_string(),
+                            parameters: ps
+                                .iter()
+                                .map(|(k, v)| (k.to_string(), v.to_string()))
+                                .collect(),
+                        }
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        c
+    }
+
+    fn pairs(p: &[(String, String)]) -> Vec<(&str, &str)> {
+        p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn gpu_settings_map_tritons_keys_to_onnx_runtimes() {
+        // None asked for: the providers' defaults.
+        let s = OrtSettings::from_config(&config(&[], None)).unwrap();
+        assert_eq!(s.gpu, GpuSettings::default());
+        // The CUDA parameters, then a cuda accelerator's options as given.
+        let c = with_accelerators(
+            &[
+                ("cudnn_conv_algo_search", "1"),
+                ("gpu_mem_limit", "4294967200"),
+                ("arena_extend_strategy", "1"),
+                ("do_copy_in_default_stream", "0"),
+            ],
+            &[(
+                "cuda",
+                &[
+                    ("use_ep_level_unified_stream", "1"),
+                    ("cudnn_conv_use_max_workspace", "0"),
+                ],
+            )],
+        );
+        let g = OrtSettings::from_config(&c).unwrap().gpu;
+        assert_eq!(
+            pairs(&g.cuda),
+            [
+                ("cudnn_conv_algo_search", "HEURISTIC"),
+                ("gpu_mem_limit", "4294967200"),
+                ("arena_extend_strategy", "kSameAsRequested"),
+                ("do_copy_in_default_stream", "0"),
+                ("cudnn_conv_use_max_workspace", "0"),
+                ("use_ep_level_unified_stream", "1"),
+            ]
+        );
+        assert!(g.tensorrt.is_none());
+        // tensorrt: precision and workspace renamed, trt_* kept.
+        let c = with_accelerators(
+            &[],
+            &[(
+                "tensorrt",
+                &[
+                    ("precision_mode", "FP16"),
+                    ("max_workspace_size_bytes", "1073741824"),
+                    ("trt_engine_cache_enable", "1"),
+                ],
+            )],
+        );
+        let g = OrtSettings::from_config(&c).unwrap().gpu;
+        assert_eq!(
+            pairs(g.tensorrt.as_deref().unwrap()),
+            [
+                ("trt_max_workspace_size", "1073741824"),
+                ("trt_fp16_enable", "1"),
+                ("trt_engine_cache_enable", "1"),
+            ]
+        );
+        let fp32 = with_accelerators(&[], &[("tensorrt", &[("precision_mode", "FP32")])]);
+        assert_eq!(
+            OrtSettings::from_config(&fp32).unwrap().gpu.tensorrt,
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn what_tritons_onnxruntime_backend_refuses_is_refused() {
+        for (c, want) in [
+            (
+                with_accelerators(&[], &[("openvino", &[])]),
+                "unknown Execution Accelerator 'openvino'",
+            ),
+            (
+                with_accelerators(&[], &[("tensorrt", &[("workspace", "1")])]),
+                "unknown parameter 'workspace' is provided for TensorRT Execution Accelerator",
+            ),
+            (
+                with_accelerators(&[], &[("tensorrt", &[("precision_mode", "FP8")])]),
+                "unsupported precision mode 'FP8'",
+            ),
+            (
+                with_accelerators(&[], &[("cuda", &[("x\0", "1")])]),
+                "NUL character",
+            ),
+            (
+                config(&[("cudnn_conv_algo_search", "3")], None),
+                "cudnn_conv_algo_search",
+            ),
+            (config(&[("gpu_mem_limit", "-1")], None), "gpu_mem_limit"),
+        ] {
+            let e = OrtSettings::from_config(&c).unwrap_err();
+            assert!(e.message.contains(want), "{}", e.message);
         }
     }
 

@@ -40,7 +40,8 @@ pub struct NormalizeContext {
     /// File and directory names inside the first version directory, if any.
     pub first_version_entries: Vec<String>,
     /// GPUs on this machine.
-    pub gpu_count: usize,
+    /// The GPU ids this server may use.
+    pub gpus: &'static [i32],
 }
 
 /// Applies Triton's defaults in place. Fails only when the backend cannot be
@@ -52,7 +53,7 @@ pub fn normalize(config: &mut ModelConfig, ctx: &NormalizeContext) -> Result<(),
     complete_backend_fields(config, ctx)?;
     normalize_model_config(config);
     if config.platform != ENSEMBLE_PLATFORM {
-        normalize_instance_groups(config, ctx.gpu_count);
+        normalize_instance_groups(config, ctx.gpus);
     }
     Ok(())
 }
@@ -172,28 +173,27 @@ fn normalize_model_config(config: &mut ModelConfig) {
 
 /// One group when none is given, KIND_AUTO resolved, counts and names
 /// defaulted, KIND_GPU without ids given every GPU.
-fn normalize_instance_groups(config: &mut ModelConfig, gpu_count: usize) {
+fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32]) {
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup {
             name: config.name.clone(),
             ..Default::default()
         });
     }
-    let all_gpus: Vec<i32> = (0..gpu_count as i32).collect();
     for (i, group) in config.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
             group.name = format!("{}_{}", config.name, i);
         }
         if group.kind == Kind::Auto as i32 {
             let gpus_exist = group.gpus.iter().all(|g| all_gpus.contains(g));
-            if gpu_count > 0 && gpus_exist {
+            if !all_gpus.is_empty() && gpus_exist {
                 group.kind = Kind::Gpu as i32;
             } else {
                 group.kind = Kind::Cpu as i32;
             }
         }
         if group.kind == Kind::Gpu as i32 && group.gpus.is_empty() {
-            group.gpus = all_gpus.clone();
+            group.gpus = all_gpus.to_vec();
         }
         if group.count < 1 {
             let two_on_cpu = group.kind == Kind::Cpu as i32
@@ -212,7 +212,7 @@ mod tests {
         NormalizeContext {
             model_name: name.into(),
             first_version_entries: entries.iter().map(|s| s.to_string()).collect(),
-            gpu_count: gpus,
+            gpus: &[0, 1, 2, 3][..gpus],
         }
     }
 

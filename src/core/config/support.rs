@@ -36,6 +36,13 @@ pub fn built_backends() -> &'static [&'static str] {
     }
 }
 
+/// Whether the backend runs KIND_GPU instances (ONNX Runtime through its
+/// CUDA and TensorRT providers); the others run on the CPU only, and a
+/// KIND_GPU group of theirs is refused rather than run on the CPU.
+pub fn runs_on_gpu(backend: &str) -> bool {
+    backend == "onnxruntime"
+}
+
 /// Whether the config's backend takes a batch's requests apart rather than
 /// concatenated (Triton's Python backend hands `execute` a list of
 /// requests; a custom library gets one `CustomPayload` per request); the
@@ -66,6 +73,11 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "enable_mem_arena",
             "enable_mem_pattern",
             "memory.enable_memory_arena_shrinkage",
+            // The CUDA provider's, for KIND_GPU instances.
+            "cudnn_conv_algo_search",
+            "gpu_mem_limit",
+            "arena_extend_strategy",
+            "do_copy_in_default_stream",
         ],
         // What backend::pytorch_settings reads (a test there checks).
         "pytorch" => &[
@@ -224,15 +236,34 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             );
         }
         if let Some(accel) = &o.execution_accelerators {
+            let on_gpu = config
+                .instance_group
+                .iter()
+                .any(|g| g.kind == Kind::Gpu as i32);
             for (j, a) in accel.gpu_execution_accelerator.iter().enumerate() {
-                refuse(
-                    &mut out,
-                    format!("optimization.execution_accelerators.gpu_execution_accelerator[{j}]"),
-                    &format!(
-                        "GPU execution accelerator '{}' (GPU execution is not built yet)",
-                        a.name
-                    ),
-                );
+                let field =
+                    format!("optimization.execution_accelerators.gpu_execution_accelerator[{j}]");
+                if !runs_on_gpu(&config.backend) {
+                    refuse(
+                        &mut out,
+                        field,
+                        &format!(
+                            "GPU execution accelerator '{}': the '{}' backend does not run on a GPU",
+                            a.name, config.backend
+                        ),
+                    );
+                } else if !on_gpu {
+                    // (Its name and parameters are checked with the
+                    // backend's parameters: backend::onnx_settings.)
+                    hint(
+                        &mut out,
+                        field,
+                        &format!(
+                            "GPU execution accelerator '{}' acts on KIND_GPU instances, and this model's run on the CPU",
+                            a.name
+                        ),
+                    );
+                }
             }
             for (j, a) in accel.cpu_execution_accelerator.iter().enumerate() {
                 refuse(

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
 use crate::core::cache::{CacheSettings, ResponseCache};
+pub use crate::core::device::{Discovery, Gpu};
 use crate::core::error::{Error, Result};
 use crate::core::rate_limit::{RateLimitSettings, RateLimiter};
 use crate::core::repository::{
@@ -40,7 +41,9 @@ pub struct ServerConfig {
     pub strict_readiness: bool,
     /// `--id`, reported as the server name.
     pub id: String,
-    pub gpu_count: usize,
+    /// The GPU ids models may be placed on (`--gpus`; every usable GPU
+    /// by default).
+    pub gpus: &'static [i32],
     /// Capacity of each model version's request queue.
     pub queue_capacity: usize,
     /// Complete configs from model files (off: `--disable-auto-complete-config`).
@@ -79,7 +82,7 @@ impl ServerConfig {
             load_models: Vec::new(),
             strict_readiness: true,
             id: "triton".to_string(),
-            gpu_count: crate::core::device::gpu_count(),
+            gpus: crate::core::device::visible_gpus(),
             queue_capacity: 1024,
             auto_complete: true,
             allow_client_shm: false,
@@ -157,7 +160,7 @@ impl Engine {
             };
             let manager = ModelManager::new(ManagerOptions {
                 repositories: config.repositories(),
-                gpu_count: config.gpu_count,
+                gpus: config.gpus,
                 queue_capacity: config.queue_capacity,
                 auto_complete: config.auto_complete,
                 rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),
@@ -250,6 +253,12 @@ impl Engine {
 
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// The GPUs this machine has (and why none, when none), and the ids
+    /// this server places instances on.
+    pub fn gpus(&self) -> (&'static Discovery, &'static [i32]) {
+        (crate::core::device::discovery(), self.inner.config.gpus)
     }
 
     /// Mirrors the repositories in object storage, if any; a store that

@@ -122,7 +122,7 @@ pub fn http_apis(path: &str) -> &'static [Api] {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["v2", "health", ..] => &[Api::Health],
-        ["v2"] => &[Api::Metadata],
+        ["v2"] | ["v2", "trtis", "devices"] => &[Api::Metadata],
         ["v2", "models", "stats"] => &[Api::Statistics],
         ["v2", "models", _, rest @ ..] => {
             let rest = match rest {

@@ -129,7 +129,8 @@ pub struct ManagerOptions {
     /// The model repositories (Triton's repeated --model-repository); a
     /// model name may be in only one of them.
     pub repositories: Vec<PathBuf>,
-    pub gpu_count: usize,
+    /// The GPU ids this server may use.
+    pub gpus: &'static [i32],
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
     /// Complete configs from the model file (Triton's default; off with
@@ -197,7 +198,7 @@ impl ModelManager {
             return Err(Error::invalid_arg(not_there()));
         }
         let opts = CheckOptions {
-            gpu_count: self.opts.gpu_count,
+            gpus: self.opts.gpus,
             missing_gpu: Severity::Error,
             server_support: true,
         };

@@ -100,7 +100,7 @@ pub(super) fn auto_complete(
         let ctx = crate::core::config::normalize::NormalizeContext {
             model_name: name.clone(),
             first_version_entries: Vec::new(),
-            gpu_count: opts.gpu_count,
+            gpus: opts.gpus,
         };
         crate::core::config::normalize::normalize(&mut config, &ctx)
             .map_err(|issue| fail(issue.message))?;
@@ -113,7 +113,7 @@ pub(super) fn auto_complete(
         autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
     }
     let vctx = ValidateContext {
-        gpu_count: opts.gpu_count,
+        gpus: opts.gpus,
         missing_gpu: Severity::Error,
     };
     if let Some(issue) = validate(&config, &vctx)
@@ -152,8 +152,7 @@ pub(super) fn load_version(
     let version_dir = model_dir.join(version.to_string());
     let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
     // Each group's instances, on the devices its kind and `gpus` name.
-    let visible: Vec<i32> = (0..crate::core::device::gpu_count() as i32).collect();
-    let placements = crate::core::device::place(config, &visible)
+    let placements = crate::core::device::place(config, opts.gpus)
         .map_err(|why| Error::invalid_arg(format!("model '{name}': {why}")))?;
     let sequencing = SeqSettings::from_config(config, placements.len(), model_dir)?;
     let io = BatchIo::from_config(config);

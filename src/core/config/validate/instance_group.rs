@@ -30,7 +30,7 @@ impl Validator<'_> {
                     format!("instance group {group} of model {name} has kind KIND_CPU but specifies one or more GPUs"),
                 ),
                 Ok(GroupKind::Gpu) => {
-                    if ctx.gpu_count == 0 {
+                    if ctx.gpus.is_empty() {
                         self.issues.push(Issue {
                             severity: ctx.missing_gpu,
                             field: format!("{field}.kind"),
@@ -39,18 +39,21 @@ impl Validator<'_> {
                             ),
                         });
                     } else {
-                        // Placed on a GPU, which no backend of this build
-                        // runs on: refused rather than run on the CPU.
-                        self.issues.push(Issue {
-                            severity: ctx.missing_gpu,
-                            field: format!("{field}.kind"),
-                            message: format!(
-                                "instance group {group} of model {name} has kind KIND_GPU, but no backend of this trtis build runs on a GPU; use KIND_CPU"
-                            ),
-                        });
+                        if !crate::core::config::support::runs_on_gpu(&c.backend) {
+                            // Placed on a GPU, which this backend does not
+                            // run on: refused rather than run on the CPU.
+                            self.issues.push(Issue {
+                                severity: ctx.missing_gpu,
+                                field: format!("{field}.kind"),
+                                message: format!(
+                                    "instance group {group} of model {name} has kind KIND_GPU, but the '{}' backend of this trtis build runs on the CPU only; use KIND_CPU",
+                                    c.backend
+                                ),
+                            });
+                        }
                         for (j, &gpu) in g.gpus.iter().enumerate() {
-                            if gpu < 0 || gpu as usize >= ctx.gpu_count {
-                                let ids: Vec<String> = (0..ctx.gpu_count).map(|d| d.to_string()).collect();
+                            if !ctx.gpus.contains(&gpu) {
+                                let ids: Vec<String> = ctx.gpus.iter().map(|d| d.to_string()).collect();
                                 self.issues.push(Issue {
                                     severity: ctx.missing_gpu,
                                     field: format!("{field}.gpus[{j}]"),
@@ -160,7 +163,7 @@ mod tests {
         );
         // With GPUs present, an id past the last one is reported instead.
         let two = ValidateContext {
-            gpu_count: 2,
+            gpus: &[0, 1],
             ..CTX
         };
         let mut config = config;
@@ -175,6 +178,35 @@ mod tests {
                     && s.ends_with("are: 0, 1")),
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn with_a_gpu_only_backends_that_run_on_one_take_kind_gpu() {
+        let one = ValidateContext { gpus: &[0], ..CTX };
+        for (backend, refused) in [("onnxruntime", false), ("identity", true), ("python", true)] {
+            let config = ModelConfig {
+                name: "m".into(),
+                backend: backend.into(),
+                instance_group: vec![ModelInstanceGroup {
+                    name: "g".into(),
+                    kind: GroupKind::Gpu as i32,
+                    count: 1,
+                    gpus: vec![0],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let m: Vec<String> = validate(&config, &one)
+                .into_iter()
+                .map(|i| i.message)
+                .collect();
+            let cpu_only = format!("but the '{backend}' backend of this trtis build runs on the CPU only; use KIND_CPU");
+            assert_eq!(
+                m.iter().any(|s| s.contains(&cpu_only)),
+                refused,
+                "{backend}: {m:?}"
+            );
+        }
     }
 
     #[test]

@@ -28,8 +28,8 @@ pub use top_level::is_contained_path;
 /// What validation needs to know about the machine.
 #[derive(Debug, Clone, Copy)]
 pub struct ValidateContext {
-    /// GPUs on this machine.
-    pub gpu_count: usize,
+    /// The GPU ids this server may use.
+    pub gpus: &'static [i32],
     /// How to report a KIND_GPU group that this machine cannot run: an error
     /// for `serve` (as Triton refuses it), a warning for `validate-config`
     /// (the config may be meant for another machine).
@@ -82,7 +82,7 @@ mod tests {
     use super::*;
 
     pub(super) const CTX: ValidateContext = ValidateContext {
-        gpu_count: 0,
+        gpus: &[],
         missing_gpu: Severity::Error,
     };
 

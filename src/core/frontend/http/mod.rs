@@ -95,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         .route("/v2", get(server_metadata))
+        .route("/v2/trtis/devices", get(devices))
         .route("/v2/models/stats", get(all_stats))
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
@@ -302,6 +303,27 @@ async fn server_metadata(State(s): State<AppState>) -> axum::Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "extensions": EXTENSIONS,
     }))
+}
+
+/// trtis's own (not Triton's): the GPUs found, which the server uses, and
+/// why there is none. `trtis status` shows it.
+async fn devices(State(s): State<AppState>) -> axum::Json<Value> {
+    let (found, used) = s.engine.gpus();
+    let gpus: Vec<Value> = found
+        .gpus
+        .iter()
+        .map(|g| {
+            json!({
+                "id": g.id,
+                "name": g.name,
+                "uuid": g.uuid,
+                "memory_total": g.memory_total,
+                "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
+                "used": used.contains(&g.id),
+            })
+        })
+        .collect();
+    axum::Json(json!({ "gpus": gpus, "no_gpu_reason": found.none_because }))
 }
 
 async fn model_ready(State(s): State<AppState>, Params(p): Params) -> Response {

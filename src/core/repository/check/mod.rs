@@ -55,7 +55,8 @@ impl fmt::Display for Finding {
 /// Options for checking.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckOptions {
-    pub gpu_count: usize,
+    /// The GPU ids this server may use.
+    pub gpus: &'static [i32],
     /// Severity of a KIND_GPU group on a machine without that GPU.
     pub missing_gpu: Severity,
     /// Also report what this server refuses of a config (`config::support`):
@@ -307,7 +308,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
     let ctx = NormalizeContext {
         model_name: m.dir.name.clone(),
         first_version_entries: m.dir.first_version_entries(),
-        gpu_count: opts.gpu_count,
+        gpus: opts.gpus,
     };
     if let Err(issue) = normalize(&mut config, &ctx) {
         m.push(issue);
@@ -325,7 +326,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
         m.push(Issue::error("name", message));
     }
     let vctx = ValidateContext {
-        gpu_count: opts.gpu_count,
+        gpus: opts.gpus,
         missing_gpu: opts.missing_gpu,
     };
     for issue in validate(&config, &vctx) {

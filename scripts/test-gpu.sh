@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the GPU tests, on a machine with an NVIDIA GPU and its driver (none
+# of the CI machines has one: there this script stops and says so, exit 3):
+#   - .venv-gpu: the GPU build of ONNX Runtime with the CUDA and cuDNN
+#     libraries it needs, all from PyPI (onnxruntime-gpu[cuda,cudnn], the
+#     same version as .venv's CPU build; the libraries are nvidia-* wheels);
+#   - trtis pointed at it: ORT_DYLIB_PATH to its libonnxruntime.so, the
+#     nvidia wheels' lib directories on LD_LIBRARY_PATH;
+#   - the Rust GPU tests (tests/gpu.rs, #[ignore]d elsewhere):
+#     TRTIS_GPU_TESTS=1 cargo test --release --test integration -- --ignored gpu::
+#   - the tritonclient GPU tests (marked `gpu`, skipped elsewhere):
+#     TRTIS_GPU_TESTS=1 pytest -m gpu tests/python
+#   - with --bench, the GPU benchmark (scripts/bench.sh gpu).
+# Run scripts/setup.sh first (it makes .venv, which the pytest run uses).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -e /proc/driver/nvidia/version ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "test-gpu: no NVIDIA GPU driver on this machine (/proc/driver/nvidia/version, nvidia-smi);" >&2
+  echo "test-gpu: the GPU tests need a GPU. CPU-only checks run in scripts/test.sh." >&2
+  exit 3
+fi
+[ -x .venv/bin/python ] || { echo "test-gpu: run scripts/setup.sh first" >&2; exit 2; }
+
+ORT_VERSION=$(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)')
+VENV=.venv-gpu
+if [ ! -x "$VENV/bin/python" ]; then
+  .venv/bin/python -m venv "$VENV"
+fi
+STAMP="$VENV/.trtis-ort-$ORT_VERSION"
+if [ ! -e "$STAMP" ]; then
+  "$VENV/bin/pip" install -q "onnxruntime-gpu[cuda,cudnn]==$ORT_VERSION"
+  touch "$STAMP"
+fi
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+ORT_DYLIB_PATH=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so.* | head -1)
+NVIDIA_LIBS=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
+export ORT_DYLIB_PATH LD_LIBRARY_PATH="$NVIDIA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TRTIS_GPU_TESTS=1
+echo "test-gpu: ONNX Runtime $ORT_VERSION (GPU build) at $ORT_DYLIB_PATH"
+nvidia-smi -L || true
+
+cargo build --release --locked --workspace
+cargo test --release --locked --test integration -- --ignored gpu::
+cargo build --locked --workspace
+TRTIS_BIN="$PWD/target/debug/trtis" .venv/bin/python -m pytest tests/python -q -m gpu
+if [ "${1:-}" = "--bench" ]; then
+  ./scripts/bench.sh gpu
+fi
+echo "test-gpu: all GPU tests passed"

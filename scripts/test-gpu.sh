@@ -9,7 +9,10 @@
 #   - the Rust GPU tests (tests/gpu.rs, #[ignore]d elsewhere):
 #     TRTIS_GPU_TESTS=1 cargo test --release --test integration -- --ignored gpu::
 #   - the tritonclient GPU tests (marked `gpu`, skipped elsewhere):
-#     TRTIS_GPU_TESTS=1 pytest -m gpu tests/python
+#     TRTIS_GPU_TESTS=1 pytest -m gpu tests/python; tritonclient's
+#     cuda_shared_memory utilities need cuda-python 12 and the CUDA 12
+#     runtime, installed into .venv here (PyPI: cuda-python,
+#     nvidia-cuda-runtime-cu12);
 #   - with --bench, the GPU benchmark (scripts/bench.sh gpu).
 # Run scripts/setup.sh first (it makes .venv, which the pytest run uses).
 set -euo pipefail
@@ -32,9 +35,14 @@ if [ ! -e "$STAMP" ]; then
   "$VENV/bin/pip" install -q "onnxruntime-gpu[cuda,cudnn]==$ORT_VERSION"
   touch "$STAMP"
 fi
+if [ ! -e .venv/.trtis-gpu-client ]; then
+  .venv/bin/pip install -q "cuda-python>=12,<13" "nvidia-cuda-runtime-cu12" setuptools
+  touch .venv/.trtis-gpu-client
+fi
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+CLIENT_SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ORT_DYLIB_PATH=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so.* | head -1)
-NVIDIA_LIBS=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
+NVIDIA_LIBS=$(ls -d "$SITE"/nvidia/*/lib "$CLIENT_SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
 export ORT_DYLIB_PATH LD_LIBRARY_PATH="$NVIDIA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TRTIS_GPU_TESTS=1
 echo "test-gpu: ONNX Runtime $ORT_VERSION (GPU build) at $ORT_DYLIB_PATH"

@@ -152,7 +152,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "logging",
         ],
     ),
-    ("shm", &["logging"]),
+    ("shm", &["device", "logging"]),
     ("remote", &["fsutil", "logging"]),
     ("trace", &["logging"]),
     (

@@ -1,6 +1,10 @@
-//! System (POSIX) shared memory regions that clients register and then name
-//! in requests instead of sending tensor data (Triton's
-//! `system_shared_memory` extension).
+//! Shared memory regions that clients register and then name in requests
+//! instead of sending tensor data: system (POSIX) shared memory (Triton's
+//! `system_shared_memory` extension) and, on a machine with a GPU, CUDA
+//! device memory shared by IPC handle (`cuda_shared_memory`, through
+//! `device::cuda_ipc`). Both kinds share one namespace of region names, as
+//! in Triton; without a GPU a CUDA registration gets the answer of Triton's
+//! CPU-only build.
 //!
 //! A region is `/dev/shm/<key>` (what `shm_open(key)` opens) from `offset`
 //! for `byte_size` bytes. Every use is bounds-checked against the registered
@@ -21,6 +25,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use crate::core::device::cuda_ipc::IpcMemory;
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::types::ShmRef;
 
@@ -32,11 +37,45 @@ const SHM_DIR: &str = "/dev/shm";
 
 /// One registered region.
 struct Region {
-    key: String,
-    offset: usize,
     byte_size: usize,
-    /// The shared memory object, opened read-write at registration.
-    file: File,
+    backing: Backing,
+}
+
+enum Backing {
+    System {
+        key: String,
+        offset: usize,
+        /// The shared memory object, opened read-write at registration.
+        file: File,
+    },
+    Cuda {
+        device_id: i64,
+        memory: IpcMemory,
+    },
+}
+
+/// The two kinds of region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    System,
+    Cuda,
+}
+
+impl Region {
+    fn kind(&self) -> Kind {
+        match self.backing {
+            Backing::System { .. } => Kind::System,
+            Backing::Cuda { .. } => Kind::Cuda,
+        }
+    }
+}
+
+/// What status reports for a CUDA region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaRegionStatus {
+    pub name: String,
+    pub device_id: u64,
+    pub byte_size: u64,
 }
 
 /// What status reports for a region.
@@ -83,8 +122,8 @@ fn open_object(key: &str) -> Result<(File, u64)> {
 }
 
 /// The object's current size (it can shrink at any moment).
-fn current_size(region: &Region, name: &str) -> Result<u64> {
-    region.file.metadata().map(|m| m.len()).map_err(|e| {
+fn current_size(file: &File, name: &str) -> Result<u64> {
+    file.metadata().map(|m| m.len()).map_err(|e| {
         Error::internal(format!(
             "Unable to stat shared memory region '{name}': {}",
             crate::core::error::os_reason(&e)
@@ -119,11 +158,17 @@ impl SharedMemoryManager {
             )));
         }
         let region = Region {
-            key: key.to_string(),
-            offset: offset as usize,
             byte_size: byte_size as usize,
-            file,
+            backing: Backing::System {
+                key: key.to_string(),
+                offset: offset as usize,
+                file,
+            },
         };
+        self.insert(name, region)
+    }
+
+    fn insert(&self, name: &str, region: Region) -> Result<()> {
         let mut regions = self.regions.write().unwrap();
         if regions.contains_key(name) {
             return Err(Error::new(
@@ -135,33 +180,108 @@ impl SharedMemoryManager {
         Ok(())
     }
 
-    /// Unregisters one region (an unknown name is not an error, as in
-    /// Triton), or every region when `name` is None.
-    pub fn unregister(&self, name: Option<&str>) {
+    /// Registers CUDA device memory shared by IPC handle (64 bytes) on GPU
+    /// `device_id`, one of `gpus` (the GPUs this server uses). Without a
+    /// GPU, Triton's CPU-only answer.
+    pub fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: i64,
+        byte_size: u64,
+        gpus: &[i32],
+    ) -> Result<()> {
+        if gpus.is_empty() {
+            return Err(cuda_unsupported(name));
+        }
+        let failed = |why: String| {
+            Error::invalid_arg(format!(
+                "failed to register CUDA shared memory region '{name}': {why}"
+            ))
+        };
+        if !gpus.iter().any(|&g| i64::from(g) == device_id) {
+            let ids: Vec<String> = gpus.iter().map(i32::to_string).collect();
+            return Err(failed(format!(
+                "device {device_id} is not a GPU this server uses (its GPUs: {})",
+                ids.join(", ")
+            )));
+        }
+        if self.regions.read().unwrap().contains_key(name) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        let size = usize::try_from(byte_size).map_err(|_| failed("invalid args".into()))?;
+        let memory = IpcMemory::open(raw_handle, device_id as i32, size).map_err(failed)?;
+        self.insert(
+            name,
+            Region {
+                byte_size: size,
+                backing: Backing::Cuda { device_id, memory },
+            },
+        )
+    }
+
+    /// Unregisters one region of `kind` (an unknown name is not an error,
+    /// as in Triton), or every region of `kind` when `name` is None; a
+    /// `kind` of None is either (the v1 API's unregister).
+    pub fn unregister(&self, name: Option<&str>, kind: Option<Kind>) {
         let mut regions = self.regions.write().unwrap();
+        let of_kind = |r: &Region| kind.is_none_or(|k| r.kind() == k);
         match name {
             Some(n) => {
-                regions.remove(n);
+                if regions.get(n).is_some_and(|r| of_kind(r)) {
+                    regions.remove(n);
+                }
             }
-            None => regions.clear(),
+            None => regions.retain(|_, r| !of_kind(r)),
         }
     }
 
+    /// The system regions (one, by name).
     pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>> {
         let regions = self.regions.read().unwrap();
-        let status = |(n, r): (&String, &Arc<Region>)| RegionStatus {
-            name: n.clone(),
-            key: r.key.clone(),
-            offset: r.offset as u64,
-            byte_size: r.byte_size as u64,
+        let status = |(n, r): (&String, &Arc<Region>)| match &r.backing {
+            Backing::System { key, offset, .. } => Some(RegionStatus {
+                name: n.clone(),
+                key: key.clone(),
+                offset: *offset as u64,
+                byte_size: r.byte_size as u64,
+            }),
+            Backing::Cuda { .. } => None,
         };
         match name {
-            None => Ok(regions.iter().map(status).collect()),
+            None => Ok(regions.iter().filter_map(status).collect()),
             Some(n) => regions
                 .get_key_value(n)
-                .map(|kv| vec![status(kv)])
+                .and_then(status)
+                .map(|s| vec![s])
                 .ok_or_else(|| {
                     Error::not_found(format!("Unable to find system shared memory region: '{n}'"))
+                }),
+        }
+    }
+
+    /// The CUDA regions (one, by name).
+    pub fn cuda_status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
+        let regions = self.regions.read().unwrap();
+        let status = |(n, r): (&String, &Arc<Region>)| match &r.backing {
+            Backing::Cuda { device_id, .. } => Some(CudaRegionStatus {
+                name: n.clone(),
+                device_id: *device_id as u64,
+                byte_size: r.byte_size as u64,
+            }),
+            Backing::System { .. } => None,
+        };
+        match name {
+            None => Ok(regions.iter().filter_map(status).collect()),
+            Some(n) => regions
+                .get_key_value(n)
+                .and_then(status)
+                .map(|s| vec![s])
+                .ok_or_else(|| {
+                    Error::not_found(format!("Unable to find cuda shared memory region: '{n}'"))
                 }),
         }
     }
@@ -177,8 +297,9 @@ impl SharedMemoryManager {
             })
     }
 
-    /// The byte range a reference covers inside the mapping, checked in
-    /// Triton's order and with its messages.
+    /// The byte range a reference covers inside the region (from the
+    /// registered offset of a system region), checked in Triton's order and
+    /// with its messages.
     fn range(region: &Region, r: &ShmRef) -> Result<std::ops::Range<usize>> {
         if r.offset >= region.byte_size && !(r.offset == 0 && r.byte_size == 0) {
             return Err(Error::invalid_arg(format!(
@@ -201,7 +322,10 @@ impl SharedMemoryManager {
                 r.region
             )));
         }
-        let start = region.offset + r.offset;
+        let start = match &region.backing {
+            Backing::System { offset, .. } => offset + r.offset,
+            Backing::Cuda { .. } => r.offset,
+        };
         Ok(start..start + r.byte_size)
     }
 
@@ -210,7 +334,19 @@ impl SharedMemoryManager {
         let region = self.region(&r.region)?;
         let range = Self::range(&region, r)?;
         let mut data = vec![0u8; range.len()];
-        match region.file.read_exact_at(&mut data, range.start as u64) {
+        let file = match &region.backing {
+            Backing::System { file, .. } => file,
+            Backing::Cuda { memory, .. } => {
+                return match memory.read(range.start, &mut data) {
+                    Ok(()) => Ok(data),
+                    Err(why) => Err(Error::internal(format!(
+                        "Unable to read CUDA shared memory region '{}': {why}",
+                        r.region
+                    ))),
+                };
+            }
+        };
+        match file.read_exact_at(&mut data, range.start as u64) {
             Ok(()) => Ok(data),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(shrunk(&r.region)),
             Err(e) => Err(Error::internal(format!(
@@ -233,25 +369,33 @@ impl SharedMemoryManager {
                 data.len()
             )));
         }
+        let file = match &region.backing {
+            Backing::System { file, .. } => file,
+            Backing::Cuda { memory, .. } => {
+                return memory.write(range.start, data).map_err(|why| {
+                    Error::internal(format!(
+                        "Unable to write CUDA shared memory region '{}': {why}",
+                        r.region
+                    ))
+                });
+            }
+        };
         let end = (range.start + data.len()) as u64;
-        if current_size(&region, &r.region)? < end {
+        if current_size(file, &r.region)? < end {
             return Err(shrunk(&r.region));
         }
-        region
-            .file
-            .write_all_at(data, range.start as u64)
-            .map_err(|e| {
-                Error::internal(format!(
-                    "Unable to write shared memory region '{}': {}",
-                    r.region,
-                    crate::core::error::os_reason(&e)
-                ))
-            })
+        file.write_all_at(data, range.start as u64).map_err(|e| {
+            Error::internal(format!(
+                "Unable to write shared memory region '{}': {}",
+                r.region,
+                crate::core::error::os_reason(&e)
+            ))
+        })
     }
 }
 
 /// Triton's answer to a CUDA shared memory registration in a build without
-/// GPU support (this one).
+/// GPU support; trtis's on a machine without a GPU.
 pub fn cuda_unsupported(name: &str) -> Error {
     Error::invalid_arg(format!(
         "failed to register CUDA shared memory region: '{name}', GPUs not supported"

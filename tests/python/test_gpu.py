@@ -58,3 +58,48 @@ def test_the_classifier_on_two_gpu_instances_scores_as_on_the_cpu(tmp_path):
             got = _scores(client, b)
             np.testing.assert_allclose(got, w, atol=0.05)
             np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(w, axis=1))
+
+
+def test_cuda_shared_memory_with_tritonclients_utilities(tmp_path):
+    # Triton's simple_http/grpc_cudashm_client, in short: inputs and outputs
+    # of the `simple` model (ONNX, on the CPU: the region's device is the
+    # client's choice) in CUDA memory the client shares by IPC handle.
+    import tritonclient.http as httpclient
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    repo = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "simple", repo / "simple")
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    size = a.nbytes
+    for server in running_server(repo, name="CUDA shm server"):
+        for client, module in [(httpclient.InferenceServerClient(server.url), httpclient),
+                               (grpc_client_for(server), grpcclient)]:
+            regions = {n: cudashm.create_shared_memory_region(n, size * (2 if n == "in" else 2), 0)
+                       for n in ("in", "out")}
+            try:
+                cudashm.set_shared_memory_region(regions["in"], [a, b])
+                for n, h in regions.items():
+                    client.register_cuda_shared_memory(n, cudashm.get_raw_handle(h), 0, size * 2)
+                status = client.get_cuda_shared_memory_status()
+                names = {r["name"] for r in status} if isinstance(status, list) else set(status.regions)
+                assert names == {"in", "out"}, status
+                inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+                inputs[0].set_shared_memory("in", size)
+                inputs[1].set_shared_memory("in", size, offset=size)
+                outputs = [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
+                outputs[0].set_shared_memory("out", size)
+                outputs[1].set_shared_memory("out", size, offset=size)
+                client.infer("simple", inputs, outputs=outputs)
+                got = cudashm.get_contents_as_numpy(regions["out"], np.int32, [2, 16])
+                np.testing.assert_array_equal(got[0], (a + b)[0])
+                np.testing.assert_array_equal(got[1], (a - b)[0])
+                # Past the registered size: refused as for system shared memory.
+                inputs[0].set_shared_memory("in", size, offset=size * 2)
+                with pytest.raises(Exception) as e:
+                    client.infer("simple", inputs, outputs=outputs)
+                assert "Invalid offset" in str(e.value), str(e.value)
+            finally:
+                client.unregister_cuda_shared_memory()
+                for h in regions.values():
+                    cudashm.destroy_shared_memory_region(h)

@@ -1034,3 +1034,48 @@ def test_reshape_applies_to_each_request_of_a_dynamic_batch(server, grpc):
     for k, (y, seen) in enumerate(results):
         np.testing.assert_array_equal(y, np.full((1, 4), 2 * k, dtype=np.float32))
         np.testing.assert_array_equal(seen, [[1, 2, 2, 1]])
+
+
+def test_a_kind_gpu_instance_is_told_its_gpu(tmp_path):
+    # On a machine with GPUs (simulated: TRTIS_GPU_COUNT=2), a Python model
+    # without an instance group gets KIND_GPU, one instance per GPU (as in
+    # Triton), and each initialize() is told its kind and device; the model
+    # does its own GPU work. Tensors still cross in host memory.
+    repo = (tmp_path / "models").resolve()
+    repo.mkdir()
+    copy_model(FIXTURES / "probe", repo)
+    config = repo / "probe" / "config.pbtxt"
+    config.write_text(config.read_text().replace("instance_group [ { count: 2 kind: KIND_CPU } ]\n", ""))
+    for server in running_server(
+        repo, args=["--python", sys.executable], name="two-GPU server", env={"TRTIS_GPU_COUNT": "2"}
+    ):
+        status, _, body = server.request("GET", "/v2/models/probe/config")
+        assert status == 200, body
+        group = json.loads(body)["instance_group"][0]
+        assert (group["kind"], group["gpus"], group["count"]) == ("KIND_GPU", [0, 1], 1), group
+        seen = {}
+        for _ in range(8):
+            threads, infos = [], []
+
+            def one():
+                c = httpclient.InferenceServerClient(server.url, network_timeout=60.0)
+                try:
+                    r = infer(c, httpclient, "probe", {"IN": (np.array(["x"], dtype=np.object_), "BYTES")},
+                              parameters={"sleep_ms": 200})
+                    infos.append(json.loads(r.as_numpy("INFO")[0]))
+                finally:
+                    c.close()
+
+            threads = [threading.Thread(target=one) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for info in infos:
+                a = info["args"]
+                seen[a["model_instance_device_id"]] = (a["model_instance_name"], a["model_instance_kind"], info["pid"])
+            if len(seen) == 2:
+                break
+        assert sorted(seen) == ["0", "1"], seen
+        assert {(name, kind) for name, kind, _ in seen.values()} == {("probe_0", "GPU")}, seen
+        assert len({pid for _, _, pid in seen.values()}) == 2, seen

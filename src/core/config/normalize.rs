@@ -185,8 +185,12 @@ fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32]) {
             group.name = format!("{}_{}", config.name, i);
         }
         if group.kind == Kind::Auto as i32 {
+            // Triton resolves KIND_AUTO to KIND_GPU whenever there is a GPU
+            // and leaves the rest to the backend; here a backend of this
+            // build that runs on the CPU only gets KIND_CPU, so that its
+            // model without an instance group still loads on a GPU machine.
             let gpus_exist = group.gpus.iter().all(|g| all_gpus.contains(g));
-            if !all_gpus.is_empty() && gpus_exist {
+            if !all_gpus.is_empty() && gpus_exist && !super::support::cpu_only(&config.backend) {
                 group.kind = Kind::Gpu as i32;
             } else {
                 group.kind = Kind::Cpu as i32;
@@ -355,6 +359,22 @@ mod tests {
         assert_eq!(c.instance_group[0].kind, Kind::Gpu as i32);
         assert_eq!(c.instance_group[1].gpus, vec![0, 1]);
         assert_eq!(c.instance_group[1].count, 1);
+
+        // With a GPU, KIND_AUTO is KIND_GPU for a backend that runs on one
+        // (and for one this build lacks), KIND_CPU for a CPU-only one.
+        for (backend, kind) in [
+            ("onnxruntime", Kind::Gpu),
+            ("python", Kind::Gpu),
+            ("identity", Kind::Cpu),
+            ("custom", Kind::Cpu),
+        ] {
+            let mut c = ModelConfig {
+                backend: backend.into(),
+                ..Default::default()
+            };
+            normalize(&mut c, &ctx("m", &[], 1)).unwrap();
+            assert_eq!(c.instance_group[0].kind, kind as i32, "{backend}");
+        }
     }
 
     #[test]

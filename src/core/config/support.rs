@@ -36,11 +36,19 @@ pub fn built_backends() -> &'static [&'static str] {
     }
 }
 
-/// Whether the backend runs KIND_GPU instances (ONNX Runtime through its
-/// CUDA and TensorRT providers); the others run on the CPU only, and a
-/// KIND_GPU group of theirs is refused rather than run on the CPU.
+/// Whether the backend runs KIND_GPU instances: ONNX Runtime through its
+/// CUDA and TensorRT providers; the Python backend as Triton's does (the
+/// model is told its GPU in `args` and does its own GPU work). The others
+/// run on the CPU only: a KIND_GPU group of theirs is refused rather than
+/// run on the CPU, and KIND_AUTO resolves to KIND_CPU for them.
 pub fn runs_on_gpu(backend: &str) -> bool {
-    backend == "onnxruntime"
+    matches!(backend, "onnxruntime" | "python")
+}
+
+/// A backend of this build that runs on the CPU only (the backends it does
+/// not have, TensorRT say, run on GPUs in Triton).
+pub fn cpu_only(backend: &str) -> bool {
+    built_backends().contains(&backend) && !runs_on_gpu(backend)
 }
 
 /// Whether the config's backend takes a batch's requests apart rather than

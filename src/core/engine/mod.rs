@@ -20,7 +20,7 @@ use crate::core::rate_limit::{RateLimitSettings, RateLimiter};
 use crate::core::repository::{
     ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
 };
-use crate::core::shm::{RegionStatus, SharedMemoryManager};
+use crate::core::shm::{CudaRegionStatus, Kind as ShmKind, RegionStatus, SharedMemoryManager};
 use crate::core::trace::{TraceSettings, Tracer};
 use crate::core::types::{DataType, InferRequest};
 
@@ -95,7 +95,8 @@ impl ServerConfig {
     }
 }
 
-/// The extensions the server really implements, for server metadata.
+/// The extensions the server really implements, for server metadata (with
+/// `cuda_shared_memory` on a machine with a GPU: `Engine::extensions`).
 pub const EXTENSIONS: &[&str] = &[
     "classification",
     "sequence",
@@ -253,6 +254,16 @@ impl Engine {
 
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// The extensions this server implements: [`EXTENSIONS`], and
+    /// `cuda_shared_memory` when it has a GPU.
+    pub fn extensions(&self) -> Vec<&'static str> {
+        let mut out = EXTENSIONS.to_vec();
+        if !self.inner.config.gpus.is_empty() {
+            out.push("cuda_shared_memory");
+        }
+        out
     }
 
     /// The GPUs this machine has (and why none, when none), and the ids
@@ -578,13 +589,47 @@ impl Engine {
         self.inner.shm.register(name, key, offset, byte_size)
     }
 
-    /// Unregisters one region, or all of them.
+    /// Unregisters one system region, or all of them.
     pub fn shm_unregister(&self, name: Option<&str>) {
-        self.inner.shm.unregister(name)
+        self.inner.shm.unregister(name, Some(ShmKind::System))
+    }
+
+    /// Unregisters one region of either kind, or all of them (the v1 API).
+    pub fn shm_unregister_any(&self, name: Option<&str>) {
+        self.inner.shm.unregister(name, None)
     }
 
     pub fn shm_status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>> {
         self.inner.shm.status(name)
+    }
+
+    /// Registers CUDA device memory a client shares by IPC handle, on one
+    /// of this server's GPUs; without a GPU, Triton's CPU-only answer. Not
+    /// behind `--allow-client-shm`: a handle opens only memory its owner
+    /// exported, nothing of the file system.
+    pub fn cuda_shm_register(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: i64,
+        byte_size: u64,
+    ) -> Result<()> {
+        self.inner.shm.register_cuda(
+            name,
+            raw_handle,
+            device_id,
+            byte_size,
+            self.inner.config.gpus,
+        )
+    }
+
+    /// Unregisters one CUDA region, or all of them.
+    pub fn cuda_shm_unregister(&self, name: Option<&str>) {
+        self.inner.shm.unregister(name, Some(ShmKind::Cuda))
+    }
+
+    pub fn cuda_shm_status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
+        self.inner.shm.cuda_status(name)
     }
 
     /// The trace settings of a model (or the global ones).

@@ -8,7 +8,7 @@ use futures_util::{FutureExt, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::load_override;
-use crate::core::engine::{parse_version, Engine, EXTENSIONS};
+use crate::core::engine::{parse_version, Engine};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::logging::{self, Setting};
 use crate::core::protocol::grpc_convert;
@@ -400,7 +400,12 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(ServerMetadataResponse {
             name: self.engine.config().id.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+            extensions: self
+                .engine
+                .extensions()
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
         }))
     }
 
@@ -609,34 +614,50 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
-    // CUDA shared memory: this build has no GPU support, so, as Triton's
-    // CPU-only build, no region can be registered; status lists none.
+    // CUDA shared memory: regions on this server's GPUs; without a GPU,
+    // registration gets Triton's CPU-only answer and status lists none.
     async fn cuda_shared_memory_status(
         &self,
         req: Request<CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<CudaSharedMemoryStatusResponse> {
         let name = req.into_inner().name;
-        if !name.is_empty() {
-            return Err(status(Error::not_found(format!(
-                "Unable to find cuda shared memory region: '{name}'"
-            ))));
-        }
-        Ok(Response::new(CudaSharedMemoryStatusResponse::default()))
+        let regions = self
+            .engine
+            .cuda_shm_status((!name.is_empty()).then_some(name.as_str()))
+            .map_err(status)?;
+        Ok(Response::new(CudaSharedMemoryStatusResponse {
+            regions: regions
+                .into_iter()
+                .map(|r| {
+                    let status = cuda_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        device_id: r.device_id,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect(),
+        }))
     }
 
     async fn cuda_shared_memory_register(
         &self,
         req: Request<CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
-        Err(status(crate::core::shm::cuda_unsupported(
-            &req.into_inner().name,
-        )))
+        let r = req.into_inner();
+        self.engine
+            .cuda_shm_register(&r.name, &r.raw_handle, r.device_id, r.byte_size)
+            .map_err(status)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        req: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
+        let name = req.into_inner().name;
+        self.engine
+            .cuda_shm_unregister((!name.is_empty()).then_some(name.as_str()));
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

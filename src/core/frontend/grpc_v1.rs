@@ -203,36 +203,37 @@ impl pb::grpc_service_server::GrpcService for GrpcV1Service {
     ) -> std::result::Result<Response<pb::SharedMemoryControlResponse>, Status> {
         let start = Instant::now();
         let mut regions = None;
-        let result = match request.into_inner().shared_memory_control {
-            Some(SharedMemoryControl::Register(r)) => match r.shared_memory_types {
-                Some(SharedMemoryTypes::SystemSharedMemory(sys)) => self.engine.shm_register(
-                    &r.name,
-                    &sys.shared_memory_key,
-                    sys.offset,
-                    r.byte_size,
-                ),
-                Some(SharedMemoryTypes::CudaSharedMemory(_)) => {
-                    Err(crate::core::shm::cuda_unsupported(&r.name))
+        let result =
+            match request.into_inner().shared_memory_control {
+                Some(SharedMemoryControl::Register(r)) => match r.shared_memory_types {
+                    Some(SharedMemoryTypes::SystemSharedMemory(sys)) => self.engine.shm_register(
+                        &r.name,
+                        &sys.shared_memory_key,
+                        sys.offset,
+                        r.byte_size,
+                    ),
+                    Some(SharedMemoryTypes::CudaSharedMemory(cuda)) => self
+                        .engine
+                        .cuda_shm_register(&r.name, &cuda.raw_handle, cuda.device_id, r.byte_size),
+                    None => Err(Error::invalid_arg(
+                        "shared memory register request names no system or CUDA shared memory",
+                    )),
+                },
+                Some(SharedMemoryControl::Unregister(u)) => {
+                    self.engine.shm_unregister_any(Some(&u.name));
+                    Ok(())
+                }
+                Some(SharedMemoryControl::UnregisterAll(_)) => {
+                    self.engine.shm_unregister_any(None);
+                    Ok(())
+                }
+                Some(SharedMemoryControl::Status(_)) => {
+                    v1::shm_regions(&self.engine).map(|r| regions = Some(r))
                 }
                 None => Err(Error::invalid_arg(
-                    "shared memory register request names no system or CUDA shared memory",
+                    "shared memory control request has no command",
                 )),
-            },
-            Some(SharedMemoryControl::Unregister(u)) => {
-                self.engine.shm_unregister(Some(&u.name));
-                Ok(())
-            }
-            Some(SharedMemoryControl::UnregisterAll(_)) => {
-                self.engine.shm_unregister(None);
-                Ok(())
-            }
-            Some(SharedMemoryControl::Status(_)) => {
-                v1::shm_regions(&self.engine).map(|r| regions = Some(r))
-            }
-            None => Err(Error::invalid_arg(
-                "shared memory control request has no command",
-            )),
-        };
+            };
         if result.is_ok() {
             API_STATS.record(Api::ShmControl, start.elapsed());
         }

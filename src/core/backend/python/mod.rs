@@ -71,13 +71,20 @@ impl PythonInstance {
             .model_transaction_policy
             .as_ref()
             .is_some_and(|p| p.decoupled);
+        // A KIND_GPU instance is told its GPU, as Triton's Python backend
+        // tells it; the model does its own GPU work (tensors cross in host
+        // memory, as with Triton's default FORCE_CPU_ONLY_INPUT_TENSORS).
+        let (kind, device_id) = match ctx.device {
+            crate::core::device::Device::Gpu(id) => ("GPU", id),
+            _ => ("CPU", 0),
+        };
         let init = Frame::new(json!({
             "kind": "init",
             "args": {
                 "model_config": config_json.to_string(),
-                "model_instance_kind": "CPU",
+                "model_instance_kind": kind,
                 "model_instance_name": ctx.instance_name,
-                "model_instance_device_id": "0",
+                "model_instance_device_id": device_id.to_string(),
                 "model_repository": ctx.model_dir.display().to_string(),
                 "model_version": version,
                 "model_name": config.name,

@@ -39,7 +39,7 @@ impl Validator<'_> {
                             ),
                         });
                     } else {
-                        if !crate::core::config::support::runs_on_gpu(&c.backend) {
+                        if crate::core::config::support::cpu_only(&c.backend) {
                             // Placed on a GPU, which this backend does not
                             // run on: refused rather than run on the CPU.
                             self.issues.push(Issue {
@@ -183,7 +183,12 @@ mod tests {
     #[test]
     fn with_a_gpu_only_backends_that_run_on_one_take_kind_gpu() {
         let one = ValidateContext { gpus: &[0], ..CTX };
-        for (backend, refused) in [("onnxruntime", false), ("identity", true), ("python", true)] {
+        for (backend, refused) in [
+            ("onnxruntime", false),
+            ("python", false),
+            ("identity", true),
+            ("custom", true),
+        ] {
             let config = ModelConfig {
                 name: "m".into(),
                 backend: backend.into(),

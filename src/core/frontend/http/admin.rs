@@ -179,23 +179,78 @@ pub(super) async fn shm_unregister(State(s): State<AppState>, Params(p): Params)
     StatusCode::OK
 }
 
-// CUDA shared memory: no GPU support in this build (Triton's CPU-only answers).
-pub(super) async fn cuda_shm_status(Params(p): Params) -> ApiResult<axum::Json<Value>> {
-    if let Some(name) = p.get("region") {
-        return Err(ApiError(Error::not_found(format!(
-            "Unable to find cuda shared memory region: '{name}'"
-        ))));
-    }
-    Ok(axum::Json(json!([])))
-}
-
-pub(super) async fn cuda_shm_register(Params(p): Params) -> ApiResult<StatusCode> {
-    Err(ApiError(crate::core::shm::cuda_unsupported(
-        p.get("region").map(String::as_str).unwrap_or(""),
+// CUDA shared memory: regions on this server's GPUs; without a GPU,
+// registration gets Triton's CPU-only answer and status lists none.
+pub(super) async fn cuda_shm_status(
+    State(s): State<AppState>,
+    Params(p): Params,
+) -> ApiResult<axum::Json<Value>> {
+    let regions = s
+        .engine
+        .cuda_shm_status(p.get("region").map(String::as_str))?;
+    Ok(axum::Json(Value::Array(
+        regions
+            .into_iter()
+            .map(|r| json!({ "name": r.name, "device_id": r.device_id, "byte_size": r.byte_size }))
+            .collect(),
     )))
 }
 
-pub(super) async fn cuda_shm_unregister() -> StatusCode {
+pub(super) async fn cuda_shm_register(
+    State(s): State<AppState>,
+    Params(p): Params,
+    ApiBody(body): ApiBody,
+) -> ApiResult<StatusCode> {
+    use base64::Engine as _;
+    let region = p.get("region").cloned().unwrap_or_default();
+    if s.engine.config().gpus.is_empty() {
+        // Triton's CPU-only answer, whatever the body.
+        return Err(ApiError(crate::core::shm::cuda_unsupported(&region)));
+    }
+    let req = optional_json(&body)?;
+    let missing = |field: &str| {
+        ApiError(Error::invalid_arg(format!(
+            "Shared memory register request has no '{field}' field"
+        )))
+    };
+    let handle = req
+        .get("raw_handle")
+        .ok_or_else(|| missing("raw_handle"))?
+        .get("b64")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiError(Error::invalid_arg(
+                "Unable to parse 'raw_handle': expected {\"b64\": \"...\"}",
+            ))
+        })?;
+    let handle = base64::engine::general_purpose::STANDARD
+        .decode(handle)
+        .map_err(|_| {
+            ApiError(Error::invalid_arg(
+                "Unable to parse 'raw_handle': not base64",
+            ))
+        })?;
+    let device_id = req
+        .get("device_id")
+        .ok_or_else(|| missing("device_id"))?
+        .as_i64()
+        .ok_or_else(|| ApiError(Error::invalid_arg("Unable to parse 'device_id'")))?;
+    let byte_size = req
+        .get("byte_size")
+        .ok_or_else(|| missing("byte_size"))?
+        .as_u64()
+        .ok_or_else(|| ApiError(Error::invalid_arg("Unable to parse 'byte_size'")))?;
+    s.engine
+        .cuda_shm_register(&region, &handle, device_id, byte_size)?;
+    Ok(StatusCode::OK)
+}
+
+pub(super) async fn cuda_shm_unregister(
+    State(s): State<AppState>,
+    Params(p): Params,
+) -> StatusCode {
+    s.engine
+        .cuda_shm_unregister(p.get("region").map(String::as_str));
     StatusCode::OK
 }
 

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 mod admin;
 pub mod v1;
 
-use crate::core::engine::{Engine, TensorMetadata, EXTENSIONS};
+use crate::core::engine::{Engine, TensorMetadata};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::protocol::{config_json, kserve_json};
 use crate::core::repository::LoadedModel;
@@ -301,7 +301,7 @@ async fn server_metadata(State(s): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({
         "name": s.engine.config().id,
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": EXTENSIONS,
+        "extensions": s.engine.extensions(),
     }))
 }
 

@@ -214,15 +214,26 @@ async fn shm_control(
                 .map(|()| empty())
         }
         "cudaregister" => {
-            let name = args.split('/').next().unwrap_or("");
-            Err(crate::core::shm::cuda_unsupported(name))
+            // The body is the cudaIpcMemHandle_t itself.
+            let Some((name, device_id, size)) = cuda_register_args(args) else {
+                return StatusCode::BAD_REQUEST.into_response();
+            };
+            match axum::body::to_bytes(request.into_body(), 4096).await {
+                Ok(handle) => s
+                    .engine
+                    .cuda_shm_register(name, &handle, device_id, size)
+                    .map(|()| empty()),
+                Err(_) => Err(crate::core::error::Error::invalid_arg(
+                    "the CUDA IPC handle (the request body) could not be read",
+                )),
+            }
         }
         "unregister" if !args.is_empty() && !args.contains('/') => {
-            s.engine.shm_unregister(Some(args));
+            s.engine.shm_unregister_any(Some(args));
             Ok(empty())
         }
         "unregisterall" if args.is_empty() => {
-            s.engine.shm_unregister(None);
+            s.engine.shm_unregister_any(None);
             Ok(empty())
         }
         "status" if args.is_empty() => v1::shm_regions(&s.engine).map(|regions| {
@@ -241,6 +252,16 @@ async fn shm_control(
         API_STATS.record(Api::ShmControl, start.elapsed());
     }
     answer(&s.engine, result)
+}
+
+/// `<name>/<device_id>/<byte_size>`.
+fn cuda_register_args(args: &str) -> Option<(&str, i64, u64)> {
+    let mut parts = args.split('/');
+    let (name, device, size) = (parts.next()?, parts.next()?, parts.next()?);
+    if name.is_empty() || parts.next().is_some() {
+        return None;
+    }
+    Some((name, device.parse().ok()?, size.parse().ok()?))
 }
 
 fn register_args(args: &str) -> Option<(&str, &str, u64, u64)> {

@@ -241,7 +241,7 @@ pub fn repository_index(engine: &Engine) -> Result<pb::ModelRepositoryIndex> {
 
 /// The registered system shared memory regions.
 pub fn shm_regions(engine: &Engine) -> Result<Vec<pb::SharedMemoryRegion>> {
-    Ok(engine
+    let system = engine
         .shm_status(None)?
         .into_iter()
         .map(|r| pb::SharedMemoryRegion {
@@ -255,8 +255,22 @@ pub fn shm_regions(engine: &Engine) -> Result<Vec<pb::SharedMemoryRegion>> {
                     },
                 ),
             ),
-        })
-        .collect())
+        });
+    let cuda = engine
+        .cuda_shm_status(None)?
+        .into_iter()
+        .map(|r| pb::SharedMemoryRegion {
+            name: r.name,
+            byte_size: r.byte_size,
+            shared_memory_types: Some(
+                pb::shared_memory_region::SharedMemoryTypes::CudaSharedMemory(
+                    pb::shared_memory_region::CudaSharedMemory {
+                        device_id: r.device_id as i64,
+                    },
+                ),
+            ),
+        });
+    Ok(system.chain(cuda).collect())
 }
 
 /// 0.12's profiling command: trtis has no CUDA profiler to start or stop.

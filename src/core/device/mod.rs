@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+pub mod cuda_ipc;
+
 /// One GPU as the CUDA driver reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {

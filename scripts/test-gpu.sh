@@ -6,6 +6,9 @@
 #     same version as .venv's CPU build; the libraries are nvidia-* wheels);
 #   - trtis pointed at it: ORT_DYLIB_PATH to its libonnxruntime.so, the
 #     nvidia wheels' lib directories on LD_LIBRARY_PATH;
+#   - libtorch on CUDA: the torch wheel's CUDA dependencies added to
+#     .venv-torch (scripts/setup.sh leaves them out; about 2.7 GB), and the
+#     PyTorch backend library linked with libtorch_cuda (TRTIS_TORCH_CUDA=1);
 #   - the Rust GPU tests (tests/gpu.rs, #[ignore]d elsewhere):
 #     TRTIS_GPU_TESTS=1 cargo test --release --test integration -- --ignored gpu::
 #   - the tritonclient GPU tests (marked `gpu`, skipped elsewhere):
@@ -35,6 +38,12 @@ if [ ! -e "$STAMP" ]; then
   "$VENV/bin/pip" install -q "onnxruntime-gpu[cuda,cudnn]==$ORT_VERSION"
   touch "$STAMP"
 fi
+if [ ! -e .venv-torch/.trtis-cuda ] && [ -x .venv-torch/bin/python ]; then
+  TORCH_VERSION=$(ls -d .venv-torch/lib/python3*/site-packages/torch-*.dist-info | sed 's/.*torch-\(.*\)\.dist-info/\1/')
+  .venv-torch/bin/python -m pip install -q "torch==$TORCH_VERSION"
+  touch .venv-torch/.trtis-cuda
+fi
+export TRTIS_TORCH_CUDA=1
 if [ ! -e .venv/.trtis-gpu-client ]; then
   .venv/bin/pip install -q "cuda-python>=12,<13" "nvidia-cuda-runtime-cu12" setuptools
   touch .venv/.trtis-gpu-client

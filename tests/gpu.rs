@@ -43,18 +43,29 @@ fn devices(server: &Serve) -> Value {
 /// The example classifier, its preprocessing and their ensemble, with the
 /// classifier's instances as `instance_group` says.
 fn classifier_repo(dir: &Path, instance_group: &str) -> PathBuf {
-    let repo = dir.join("models");
-    for m in [
+    example_repo(
+        dir,
+        &[
+            "efficientnet_lite0",
+            "preprocess_inception",
+            "efficientnet_ensemble",
+        ],
         "efficientnet_lite0",
-        "preprocess_inception",
-        "efficientnet_ensemble",
-    ] {
+        instance_group,
+    )
+}
+
+/// `models` of the example repository, with `placed`'s instance group
+/// replaced by `instance_group`.
+fn example_repo(dir: &Path, models: &[&str], placed: &str, instance_group: &str) -> PathBuf {
+    let repo = dir.join("models");
+    for m in models {
         copy_tree(
             &root().join("examples/model_repository").join(m),
             &repo.join(m),
         );
     }
-    let config = repo.join("efficientnet_lite0/config.pbtxt");
+    let config = repo.join(placed).join("config.pbtxt");
     let text = std::fs::read_to_string(&config).unwrap();
     let start = text.find("instance_group").unwrap();
     let end = start + text[start..].find("]\n").unwrap() + 2;
@@ -144,4 +155,40 @@ fn the_classifier_on_cuda_has_the_cpu_top3() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The TorchScript classifier on CUDA (the PyTorch backend library built
+/// with libtorch_cuda: scripts/test-gpu.sh does) has the ONNX CPU top 3.
+#[test]
+#[ignore = "needs a GPU: scripts/test-gpu.sh"]
+fn the_torchscript_classifier_on_cuda_has_the_cpu_top3() {
+    require_gpu_run();
+    let dir = tempfile::tempdir().unwrap();
+    let repo = example_repo(
+        dir.path(),
+        &["efficientnet_lite0_pt"],
+        "efficientnet_lite0_pt",
+        "instance_group [ { kind: KIND_GPU count: 1 } ]",
+    );
+    let cpu = Serve::start(&root().join("examples/model_repository"), &[], &[]);
+    let gpu = Serve::start(&repo, &[], &[]);
+    for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
+        let c = top3(
+            "efficientnet_lite0",
+            &format!("127.0.0.1:{}", cpu.port),
+            "http",
+            image,
+        );
+        let g = top3(
+            "efficientnet_lite0_pt",
+            &format!("127.0.0.1:{}", gpu.port),
+            "http",
+            image,
+        );
+        for (a, b) in c.iter().zip(&g) {
+            assert_eq!(a["index"], b["index"], "{image}: {c:?} vs {g:?}");
+            let d = (a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs();
+            assert!(d < 0.05, "{image}: {c:?} vs {g:?}");
+        }
+    }
 }

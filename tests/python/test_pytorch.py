@@ -483,3 +483,26 @@ def test_configs_triton_refuses_are_refused_by_serve_and_validate_config(http, r
                          capture_output=True, text=True, check=False)
     assert out.returncode != 0
     assert message in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_a_kind_gpu_instance_runs_on_cuda_or_says_why_not(server, tmp_path):
+    # On a machine with a (simulated) GPU, a KIND_GPU TorchScript model is
+    # loaded on CUDA; this build's libtorch has no CUDA (the CPU-only
+    # install of scripts/setup.sh), so the load fails saying how to get it,
+    # rather than running on the CPU. Without an instance group the model
+    # gets KIND_GPU too, as in Triton.
+    from trtis_harness import running_server
+
+    repo = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "efficientnet_lite0_pt", repo / "efficientnet_lite0_pt")
+    config = repo / "efficientnet_lite0_pt" / "config.pbtxt"
+    config.write_text(re.sub(r"instance_group \[.*?\]\n", "", config.read_text(), flags=re.S))
+    for srv in running_server(repo, ["--model-control-mode", "explicit"], name="one-GPU server",
+                              env={"TRTIS_GPU_COUNT": "1"}):
+        client = httpclient.InferenceServerClient(srv.url)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("efficientnet_lite0_pt")
+        message = str(e.value)
+        assert "is placed on GPU 0 (KIND_GPU), but the libtorch of this PyTorch backend sees 0 CUDA device(s)" in message, message
+        assert "TRTIS_TORCH_CUDA=1" in message and "use KIND_CPU" in message, message
+        assert not client.is_model_ready("efficientnet_lite0_pt")

@@ -65,14 +65,16 @@ extern "C" {
 /// The modules loaded with ENABLE_WEIGHT_SHARING (tch's `CModule` is `Sync`:
 /// libtorch's `forward` may run on several threads at once, which Triton's
 /// weight sharing relies on too), by file (and its size and
-/// time, so that a changed file is loaded anew).
-type ShareKey = (PathBuf, u64, Option<SystemTime>);
+/// time, so that a changed file is loaded anew) and device.
+type ShareKey = (PathBuf, u64, Option<SystemTime>, String);
 static SHARED: Mutex<Option<HashMap<ShareKey, Weak<CModule>>>> = Mutex::new(None);
 
 pub struct TorchInstance {
     module: Arc<CModule>,
     binding: Binding,
     settings: TorchSettings,
+    /// Where the module's weights are and its inputs go (KIND_GPU: CUDA).
+    device: tch::Device,
 }
 
 /// The file the model's config names, as Triton's backend finds it.
@@ -405,7 +407,15 @@ fn describe(v: &IValue) -> &'static str {
 }
 
 impl TorchInstance {
-    fn load(config: &ModelConfig, version_dir: &Path, instance: &str) -> Result<Self> {
+    fn load(
+        config: &ModelConfig,
+        version_dir: &Path,
+        instance: &str,
+        device: tch::Device,
+    ) -> Result<Self> {
+        if let tch::Device::Cuda(id) = device {
+            require_cuda(id, instance)?;
+        }
         let settings = TorchSettings::from_config(config)?;
         let path = model_file(config, version_dir, instance)?;
         let binding = match pytorch_binding::bind_file(config, &path) {
@@ -432,29 +442,61 @@ impl TorchInstance {
         apply_inter_op(&settings, &config.name);
         apply_thread_settings(&settings);
         let module = if settings.weight_sharing {
-            load_shared(&path, &config.name, instance)?
+            load_shared(&path, &config.name, instance, device)?
         } else {
-            Arc::new(load_module(&path, &config.name)?)
+            Arc::new(load_module(&path, &config.name, device)?)
         };
         Ok(TorchInstance {
             module,
             binding,
             settings,
+            device,
         })
     }
 }
 
-fn load_module(path: &Path, model: &str) -> Result<CModule> {
-    let mut module = CModule::load_on_device(path, tch::Device::Cpu)
+/// Fails with the reason when this libtorch cannot run on CUDA device `id`:
+/// libtorch_cuda not linked (the library is built with `TRTIS_TORCH_CUDA=1`
+/// against the full torch wheel for that), no driver, or no such device.
+fn require_cuda(id: usize, instance: &str) -> Result<()> {
+    let count = if tch::Cuda::is_available() {
+        tch::Cuda::device_count()
+    } else {
+        0
+    };
+    if (id as i64) < count {
+        return Ok(());
+    }
+    Err(Error::unavailable(format!(
+        "instance '{instance}' is placed on GPU {id} (KIND_GPU), but the libtorch of this PyTorch backend \
+         sees {count} CUDA device(s): build the backend library against the full torch wheel (with its \
+         CUDA libraries) with TRTIS_TORCH_CUDA=1, as scripts/test-gpu.sh does, on a machine with the NVIDIA \
+         driver; or use KIND_CPU"
+    )))
+}
+
+fn load_module(path: &Path, model: &str, device: tch::Device) -> Result<CModule> {
+    let mut module = CModule::load_on_device(path, device)
         .map_err(|e| Error::internal(format!("failed to load model '{model}': {e}")))?;
     module.set_eval();
     Ok(module)
 }
 
-fn load_shared(path: &Path, model: &str, instance: &str) -> Result<Arc<CModule>> {
+fn load_shared(
+    path: &Path,
+    model: &str,
+    instance: &str,
+    device: tch::Device,
+) -> Result<Arc<CModule>> {
     let meta = std::fs::metadata(path)
         .map_err(|e| Error::internal(format!("model '{model}': {}: {e}", path.display())))?;
-    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    // Shared by the instances on the same device.
+    let key = (
+        path.to_path_buf(),
+        meta.len(),
+        meta.modified().ok(),
+        format!("{device:?}"),
+    );
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let map = shared.get_or_insert_with(HashMap::new);
     map.retain(|_, m| m.strong_count() > 0);
@@ -465,7 +507,7 @@ fn load_shared(path: &Path, model: &str, instance: &str) -> Result<Arc<CModule>>
         );
         return Ok(module);
     }
-    let module = Arc::new(load_module(path, model)?);
+    let module = Arc::new(load_module(path, model, device)?);
     map.insert(key, Arc::downgrade(&module));
     Ok(module)
 }
@@ -552,8 +594,15 @@ impl TorchInstance {
         let value = |t: &View| -> Result<IValue> {
             if t.datatype == DataType::Bytes {
                 Ok(IValue::StringList(to_strings(t)?))
-            } else {
+            } else if self.device == tch::Device::Cpu {
                 Ok(IValue::Tensor(to_tch(t)?))
+            } else {
+                // Copied to the instance's GPU; outputs come back to the
+                // CPU in `write_output`.
+                let on_device = to_tch(t)?
+                    .f_to_device(self.device)
+                    .map_err(|e| Error::internal(format!("input '{}': {e}", t.name)))?;
+                Ok(IValue::Tensor(on_device))
             }
         };
         match &self.binding.inputs {
@@ -641,6 +690,7 @@ pub unsafe extern "C" fn trtis_torch_load(
     config_len: usize,
     version_dir: Str,
     instance: Str,
+    device: i32,
     err: *const ErrorSink,
 ) -> *mut c_void {
     let loaded = guarded(|| {
@@ -652,7 +702,17 @@ pub unsafe extern "C" fn trtis_torch_load(
         let config = ModelConfig::decode(bytes).map_err(|e| {
             Error::internal(format!("PyTorch backend: bad model configuration: {e}"))
         })?;
-        TorchInstance::load(&config, Path::new(version_dir.as_str()), instance.as_str())
+        let device = if device < 0 {
+            tch::Device::Cpu
+        } else {
+            tch::Device::Cuda(device as usize)
+        };
+        TorchInstance::load(
+            &config,
+            Path::new(version_dir.as_str()),
+            instance.as_str(),
+            device,
+        )
     });
     match loaded {
         Ok(instance) => Box::into_raw(Box::new(instance)) as *mut c_void,

@@ -174,6 +174,10 @@ impl TorchInstance {
                 config.len(),
                 Str::of(&version_dir),
                 Str::of(&ctx.instance_name),
+                match ctx.device {
+                    crate::core::device::Device::Gpu(id) => id,
+                    _ => -1,
+                },
                 &sink,
             )
         };

@@ -21,7 +21,7 @@ use crate::core::error::{Error, ErrorKind};
 use crate::core::types::DataType;
 
 /// Bumped on any change of the types or calls below.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Borrowed UTF-8 text.
 #[repr(C)]
@@ -88,11 +88,14 @@ pub struct OutputSink {
 pub type LogFn = extern "C" fn(level: u32, message: Str);
 
 pub type InitFn = unsafe extern "C" fn(abi: u32, log: LogFn) -> u32;
+/// `device`: -1 for the CPU, else the CUDA device the instance is placed
+/// on (KIND_GPU).
 pub type LoadFn = unsafe extern "C" fn(
     config: *const u8,
     config_len: usize,
     version_dir: Str,
     instance: Str,
+    device: i32,
     err: *const ErrorSink,
 ) -> *mut c_void;
 pub type ExecuteFn = unsafe extern "C" fn(

@@ -365,6 +365,7 @@ mod tests {
         for (backend, kind) in [
             ("onnxruntime", Kind::Gpu),
             ("python", Kind::Gpu),
+            ("pytorch", Kind::Gpu),
             ("identity", Kind::Cpu),
             ("custom", Kind::Cpu),
         ] {

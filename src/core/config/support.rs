@@ -37,12 +37,14 @@ pub fn built_backends() -> &'static [&'static str] {
 }
 
 /// Whether the backend runs KIND_GPU instances: ONNX Runtime through its
-/// CUDA and TensorRT providers; the Python backend as Triton's does (the
-/// model is told its GPU in `args` and does its own GPU work). The others
-/// run on the CPU only: a KIND_GPU group of theirs is refused rather than
-/// run on the CPU, and KIND_AUTO resolves to KIND_CPU for them.
+/// CUDA and TensorRT providers; PyTorch with libtorch on CUDA (when its
+/// library is built with libtorch_cuda; otherwise the load says how); the
+/// Python backend as Triton's does (the model is told its GPU in `args` and
+/// does its own GPU work). The others (identity, custom) run on the CPU
+/// only: a KIND_GPU group of theirs is refused rather than run on the CPU,
+/// and KIND_AUTO resolves to KIND_CPU for them.
 pub fn runs_on_gpu(backend: &str) -> bool {
-    matches!(backend, "onnxruntime" | "python")
+    matches!(backend, "onnxruntime" | "pytorch" | "python")
 }
 
 /// A backend of this build that runs on the CPU only (the backends it does

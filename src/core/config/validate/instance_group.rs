@@ -186,6 +186,7 @@ mod tests {
         for (backend, refused) in [
             ("onnxruntime", false),
             ("python", false),
+            ("pytorch", false),
             ("identity", true),
             ("custom", true),
         ] {

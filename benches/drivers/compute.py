@@ -21,7 +21,9 @@ one run on this machine it measures:
     model with one instance and with two (explicit model control), so the
     cost of a loaded model and of each instance shows; per instance against
     the model file's size and against what a second session of the same
-    model adds to a fresh Python process calling ONNX Runtime directly.
+    model adds to a fresh Python process calling ONNX Runtime directly; and
+    the side-by-side table's three-model ORT repository against Triton's
+    figure.
 Triton 2.51's figures on this machine class (measured side by side on
 2026-11-23, another machine of the class) are printed as the reference to
 beat; Triton is not a dependency, so this bench cannot run it.
@@ -37,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, Server, rss_mib, time_session  # noqa: E402
+from serve import OUT, ROOT, Server, rss_mib, time_session  # noqa: E402
 from batching import histogram, mlp_repository, perf  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
@@ -84,6 +86,24 @@ print(json.dumps(added))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+def three_model_memory():
+    """Idle RSS (MiB) of a server of three ONNX models, two of them the MLP
+    (32 MiB of weights each), one instance each: the side-by-side table's
+    ORT repository (Triton 2.51: 151-160 MiB)."""
+    one = "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+    repo, _ = mlp_repository("trtis-three-", {"mlp_dyn": "dynamic_batching { }\n" + one, "mlp_nobatch": one}, 16)
+    shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
+    with open(os.path.join(repo, "simple", "config.pbtxt"), "a") as f:
+        f.write(one)
+    server = Server(repo, 18795)
+    try:
+        time.sleep(0.5)
+        return rss_mib(server.proc.pid)
+    finally:
+        server.stop()
+        shutil.rmtree(repo, ignore_errors=True)
 
 
 def memory(repo):
@@ -138,7 +158,11 @@ def main():
               f"model file. ONNX Runtime called directly (a fresh Python process, default options, same run) adds "
               f"{direct[1]:.0f} MiB for a second session of the model: trtis/direct per session "
               f"{per_instance / direct[1]:.2f}.", ""]
-    print("\n".join(lines[-len(mem) - 6:]), flush=True)
+    three = three_model_memory()
+    lines += [f"The side-by-side table's ORT repository (the MLP twice and `simple`, one instance each): "
+              f"{three:.0f} MiB idle; Triton 2.51 151–160 MiB (other machine, 2026-11-23): "
+              f"{three / 160:.2f}–{three / 151:.2f}x.", ""]
+    print("\n".join(lines[-len(mem) - 8:]), flush=True)
     lines += ["trtis serve, perf_analyzer over gRPC. `of ref` is throughput over the direct batch-16 rate "
               "with the same threads; `p50 - ref` is p50 latency minus the direct batch-1 run time.", "",
               "| model | intra-op threads | concurrency | infer/s | of ref | p50 ms | p50 - ref ms | p99 ms | "

@@ -140,6 +140,7 @@ fn main() {
     generate(&dir);
     let opts = CheckOptions {
         gpus: &[],
+        gpu_backends: &[],
         missing_gpu: Severity::Warning,
         server_support: true,
     };

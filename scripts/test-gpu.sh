@@ -45,7 +45,9 @@ if [ ! -e .venv-torch/.trtis-cuda ] && [ -x .venv-torch/bin/python ]; then
 fi
 export TRTIS_TORCH_CUDA=1
 if [ ! -e .venv/.trtis-gpu-client ]; then
-  .venv/bin/pip install -q "cuda-python>=12,<13" "nvidia-cuda-runtime-cu12" setuptools
+  # cuda-python 13 has no `cudart` module, which tritonclient 2.51 imports;
+  # its pkg_resources needs a setuptools that still has it.
+  .venv/bin/pip install -q "cuda-python>=12,<13" "nvidia-cuda-runtime-cu12" "setuptools<81"
   touch .venv/.trtis-gpu-client
 fi
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

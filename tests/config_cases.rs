@@ -50,6 +50,7 @@ fn run_case(case: &Path) -> Vec<String> {
     }
     let opts = CheckOptions {
         gpus: &[],
+        gpu_backends: &[],
         missing_gpu: Severity::Warning,
         // Triton's own rules: what this server refuses is tested in
         // config_support.rs.

@@ -2800,6 +2800,7 @@ fn validate_reshape_with_overflowing_variable_chunks() {
         model_name: "m".into(),
         first_version_entries: Vec::new(),
         gpus: &[],
+        gpu_backends: &[],
     };
     normalize(&mut config, &ctx).unwrap();
     let ctx = ValidateContext {

@@ -73,7 +73,8 @@ def main():
     repo = tempfile.mkdtemp(prefix="trtis-gpu-")
     shutil.copytree(MODEL, os.path.join(repo, "efficientnet_lite0"))
     config = os.path.join(repo, "efficientnet_lite0", "config.pbtxt")
-    text = open(config).read()
+    # Batches of 16 (the example config allows 8).
+    text = open(config).read().replace("max_batch_size: 8", "max_batch_size: 16")
     start = text.index("instance_group")
     end = text.index("]\n", start) + 2
     open(config, "w").write(text[:start] + "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n"

@@ -35,6 +35,7 @@ enum Format {
 pub fn run(args: Args) -> ExitCode {
     let opts = CheckOptions {
         gpus: device::visible_gpus(),
+        gpu_backends: trtis::core::backend::gpu_backends(device::visible_gpus()),
         missing_gpu: Severity::Warning,
         server_support: true,
     };

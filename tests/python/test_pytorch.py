@@ -490,13 +490,17 @@ def test_a_kind_gpu_instance_runs_on_cuda_or_says_why_not(server, tmp_path):
     # loaded on CUDA; this build's libtorch has no CUDA (the CPU-only
     # install of scripts/setup.sh), so the load fails saying how to get it,
     # rather than running on the CPU. Without an instance group the model
-    # gets KIND_GPU too, as in Triton.
+    # gets KIND_CPU: this installation's libtorch cannot run on the GPU.
     from trtis_harness import running_server
 
     repo = tmp_path / "models"
-    shutil.copytree(EXAMPLES / "efficientnet_lite0_pt", repo / "efficientnet_lite0_pt")
-    config = repo / "efficientnet_lite0_pt" / "config.pbtxt"
-    config.write_text(re.sub(r"instance_group \[.*?\]\n", "", config.read_text(), flags=re.S))
+    for name in ("efficientnet_lite0_pt", "auto_pt"):
+        shutil.copytree(EXAMPLES / "efficientnet_lite0_pt", repo / name)
+    gpu = repo / "efficientnet_lite0_pt" / "config.pbtxt"
+    gpu.write_text(gpu.read_text().replace("kind: KIND_CPU", "kind: KIND_GPU"))
+    auto = repo / "auto_pt" / "config.pbtxt"
+    auto.write_text(re.sub(r"instance_group \[.*?\]\n", "", auto.read_text(), flags=re.S)
+                    .replace('name: "efficientnet_lite0_pt"', 'name: "auto_pt"'))
     for srv in running_server(repo, ["--model-control-mode", "explicit"], name="one-GPU server",
                               env={"TRTIS_GPU_COUNT": "1"}):
         client = httpclient.InferenceServerClient(srv.url)
@@ -506,3 +510,5 @@ def test_a_kind_gpu_instance_runs_on_cuda_or_says_why_not(server, tmp_path):
         assert "is placed on GPU 0 (KIND_GPU), but the libtorch of this PyTorch backend sees 0 CUDA device(s)" in message, message
         assert "TRTIS_TORCH_CUDA=1" in message and "use KIND_CPU" in message, message
         assert not client.is_model_ready("efficientnet_lite0_pt")
+        client.load_model("auto_pt")
+        assert client.get_model_config("auto_pt")["instance_group"][0]["kind"] == "KIND_CPU"

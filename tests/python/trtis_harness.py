@@ -250,6 +250,11 @@ class TrtisServer:
         self.repo = Path(repo)
         self.args = list(args or [])
         self.env = dict(env or {})
+        # The suite's expectations are a machine without a GPU: on one, its
+        # servers use none, unless a test simulates GPUs (TRTIS_GPU_COUNT),
+        # chooses (TRTIS_GPUS), or is a GPU test run by scripts/test-gpu.sh.
+        if not {"TRTIS_GPU_COUNT", "TRTIS_GPUS"} & set(self.env) and os.environ.get("TRTIS_GPU_TESTS") != "1":
+            self.env["TRTIS_GPUS"] = "none"
         self.name = name
         self.proc: subprocess.Popen | None = None
         self.host = "127.0.0.1"

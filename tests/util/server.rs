@@ -118,6 +118,15 @@ impl Serve {
             "--metrics-port",
             "0",
         ]);
+        // The suite's expectations are a machine without a GPU: on one, its
+        // servers use none, unless a test simulates GPUs or chooses, or is a
+        // GPU test (scripts/test-gpu.sh).
+        let chooses = envs
+            .iter()
+            .any(|(k, _)| *k == "TRTIS_GPU_COUNT" || *k == "TRTIS_GPUS");
+        if !chooses && std::env::var("TRTIS_GPU_TESTS").as_deref() != Ok("1") {
+            cmd.env("TRTIS_GPUS", "none");
+        }
         for (k, v) in envs {
             cmd.env(k, v);
         }

@@ -113,6 +113,29 @@ pub struct LoadContext<'a> {
     pub options: &'a BackendOptions,
 }
 
+/// The backends that run KIND_GPU instances in this installation, asked
+/// only when the server has GPUs (`visible`; otherwise empty, and nothing is
+/// loaded): the Python backend (the model does its own GPU work), ONNX
+/// Runtime when its library has the CUDA provider, PyTorch when its library
+/// is linked with libtorch_cuda. Normalization resolves KIND_AUTO to
+/// KIND_GPU for these only.
+pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
+    if visible.is_empty() {
+        return &[];
+    }
+    static FOUND: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        let mut out = vec!["python"];
+        if onnx::cuda_provider_available() {
+            out.push("onnxruntime");
+        }
+        if pytorch::links_cuda() {
+            out.push("pytorch");
+        }
+        out
+    })
+}
+
 /// Loads one instance with the backend the (normalized) config names.
 /// The config's `reshape`s wrap every backend's instance.
 pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {

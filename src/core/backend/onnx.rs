@@ -131,6 +131,12 @@ pub fn open_session(path: &Path, config: &ModelConfig) -> Result<Session> {
     open_with(path, &settings, Device::Cpu)
 }
 
+/// Whether the ONNX Runtime library (found and loaded now) has the CUDA
+/// execution provider: false for the `onnxruntime` wheel, the CPU build.
+pub fn cuda_provider_available() -> bool {
+    environment().is_ok() && <ep::CUDA as ep::ExecutionProvider>::is_available().unwrap_or(false)
+}
+
 /// What to install for GPU instances when the library has no CUDA provider.
 pub const GPU_INSTALL_HINT: &str =
     "install the GPU build in its place (`pip uninstall onnxruntime && pip install onnxruntime-gpu==1.31.1`) \

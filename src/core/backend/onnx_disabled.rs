@@ -18,6 +18,11 @@ fn not_built() -> Error {
 }
 
 /// The inputs and outputs of an ONNX model file: not available here.
+/// Without the `onnx` feature there is no ONNX Runtime, so no CUDA provider.
+pub fn cuda_provider_available() -> bool {
+    false
+}
+
 pub fn model_io(_path: &Path) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
     Err(not_built())
 }

@@ -57,6 +57,39 @@ extern "C" fn log(level: u32, message: Str) {
     }
 }
 
+/// Whether the PyTorch backend library is linked with libtorch_cuda (built
+/// with `TRTIS_TORCH_CUDA=1`), read from its ELF `DT_NEEDED` entries without
+/// loading it. Without libtorch_cuda, libtorch sees no CUDA device.
+pub fn links_cuda() -> bool {
+    let Some(bytes) = find_library().and_then(|p| std::fs::read(p).ok()) else {
+        return false;
+    };
+    needs(&bytes, b"libtorch_cuda")
+}
+
+/// Whether the ELF shared object or executable `bytes` names a library
+/// starting with `prefix` among its `DT_NEEDED` entries.
+fn needs(bytes: &[u8], prefix: &[u8]) -> bool {
+    use object::read::elf::{Dyn, ElfFile64};
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(bytes) else {
+        return false;
+    };
+    let endian = file.endian();
+    let table = file.elf_section_table();
+    // The entries and the index of their string table.
+    let Ok(Some((entries, strings))) = table.dynamic(endian, bytes) else {
+        return false;
+    };
+    let Ok(strings) = table.strings(endian, bytes, strings) else {
+        return false;
+    };
+    entries.iter().any(|d| {
+        d.tag32(endian) == Some(object::elf::DT_NEEDED)
+            && d.string(endian, strings)
+                .is_ok_and(|name| name.starts_with(prefix))
+    })
+}
+
 fn library() -> Result<&'static Library> {
     static LIB: OnceLock<std::result::Result<Library, String>> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -268,5 +301,17 @@ impl Drop for TorchInstance {
     fn drop(&mut self) {
         // SAFETY: made by this library's load; not used after.
         unsafe { (self.lib.unload)(self.handle) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dt_needed_entries_are_read() {
+        // This test executable needs libc and not libtorch_cuda.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        assert!(super::needs(&exe, b"libc.so"));
+        assert!(!super::needs(&exe, b"libtorch_cuda"));
+        assert!(!super::needs(b"not an ELF file", b"libc.so"));
     }
 }

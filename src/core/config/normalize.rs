@@ -39,9 +39,11 @@ pub struct NormalizeContext {
     pub model_name: String,
     /// File and directory names inside the first version directory, if any.
     pub first_version_entries: Vec<String>,
-    /// GPUs on this machine.
     /// The GPU ids this server may use.
     pub gpus: &'static [i32],
+    /// The backends that run KIND_GPU instances in this installation (set
+    /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
+    pub gpu_backends: &'static [&'static str],
 }
 
 /// Applies Triton's defaults in place. Fails only when the backend cannot be
@@ -53,7 +55,7 @@ pub fn normalize(config: &mut ModelConfig, ctx: &NormalizeContext) -> Result<(),
     complete_backend_fields(config, ctx)?;
     normalize_model_config(config);
     if config.platform != ENSEMBLE_PLATFORM {
-        normalize_instance_groups(config, ctx.gpus);
+        normalize_instance_groups(config, ctx.gpus, ctx.gpu_backends);
     }
     Ok(())
 }
@@ -173,7 +175,7 @@ fn normalize_model_config(config: &mut ModelConfig) {
 
 /// One group when none is given, KIND_AUTO resolved, counts and names
 /// defaulted, KIND_GPU without ids given every GPU.
-fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32]) {
+fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32], gpu_backends: &[&str]) {
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup {
             name: config.name.clone(),
@@ -186,11 +188,17 @@ fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32]) {
         }
         if group.kind == Kind::Auto as i32 {
             // Triton resolves KIND_AUTO to KIND_GPU whenever there is a GPU
-            // and leaves the rest to the backend; here a backend of this
-            // build that runs on the CPU only gets KIND_CPU, so that its
-            // model without an instance group still loads on a GPU machine.
+            // and leaves the rest to the backend. Here a backend of this
+            // build gets KIND_GPU only if it can run there in this
+            // installation (the ONNX Runtime library with its CUDA
+            // provider, libtorch with CUDA): a model without an instance
+            // group still loads on a GPU machine with the CPU builds. A
+            // backend this build lacks resolves as in Triton.
             let gpus_exist = group.gpus.iter().all(|g| all_gpus.contains(g));
-            if !all_gpus.is_empty() && gpus_exist && !super::support::cpu_only(&config.backend) {
+            let backend = config.backend.as_str();
+            let can = gpu_backends.contains(&backend)
+                || !super::support::built_backends().contains(&backend);
+            if !all_gpus.is_empty() && gpus_exist && can {
                 group.kind = Kind::Gpu as i32;
             } else {
                 group.kind = Kind::Cpu as i32;
@@ -217,6 +225,7 @@ mod tests {
             model_name: name.into(),
             first_version_entries: entries.iter().map(|s| s.to_string()).collect(),
             gpus: &[0, 1, 2, 3][..gpus],
+            gpu_backends: &["onnxruntime", "pytorch", "python"],
         }
     }
 
@@ -376,6 +385,15 @@ mod tests {
             normalize(&mut c, &ctx("m", &[], 1)).unwrap();
             assert_eq!(c.instance_group[0].kind, kind as i32, "{backend}");
         }
+        // An installation whose ONNX Runtime has no CUDA provider: KIND_CPU.
+        let mut c = ModelConfig {
+            backend: "onnxruntime".into(),
+            ..Default::default()
+        };
+        let mut cpu_ort = ctx("m", &[], 1);
+        cpu_ort.gpu_backends = &["python"];
+        normalize(&mut c, &cpu_ort).unwrap();
+        assert_eq!(c.instance_group[0].kind, Kind::Cpu as i32);
     }
 
     #[test]

@@ -82,9 +82,11 @@ impl IpcMemory {
                 // SAFETY: out-pointers to locals; `ptr` was just opened.
                 let range =
                     unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr).result() };
-                let fits = range.is_ok()
-                    && (ptr - base) as usize <= size
-                    && byte_size <= size - (ptr - base) as usize;
+                // The bytes from `ptr` to the allocation's end.
+                let room = ptr
+                    .checked_sub(base)
+                    .and_then(|into| (size as u64).checked_sub(into));
+                let fits = range.is_ok() && room.is_some_and(|room| byte_size as u64 <= room);
                 if !fits {
                     // SAFETY: `ptr` was opened above and is not used again.
                     let _ = unsafe { sys::cuIpcCloseMemHandle(ptr).result() };
@@ -92,7 +94,7 @@ impl IpcMemory {
                         Err(e) => driver_error("cuMemGetAddressRange", e),
                         Ok(()) => format!(
                             "the allocation the handle opens holds {} bytes, fewer than the {byte_size} registered",
-                            size - (ptr - base) as usize
+                            room.unwrap_or(0)
                         ),
                     });
                 }
@@ -153,7 +155,11 @@ impl IpcMemory {
                 result::ctx::set_current(self.ctx)
                     .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
                 result::memcpy_htod_sync(self.ptr + offset as u64, data)
-                    .map_err(|e| driver_error("cuMemcpyHtoD", e))
+                    .map_err(|e| driver_error("cuMemcpyHtoD", e))?;
+                // From pageable memory the copy may still be on its way to
+                // the device when cuMemcpyHtoD returns; the client reads the
+                // region as soon as it has the response.
+                result::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))
             }
         })
     }

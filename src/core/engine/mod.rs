@@ -44,6 +44,9 @@ pub struct ServerConfig {
     /// The GPU ids models may be placed on (`--gpus`; every usable GPU
     /// by default).
     pub gpus: &'static [i32],
+    /// The backends that run KIND_GPU instances in this installation (set
+    /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
+    pub gpu_backends: &'static [&'static str],
     /// Capacity of each model version's request queue.
     pub queue_capacity: usize,
     /// Complete configs from model files (off: `--disable-auto-complete-config`).
@@ -83,6 +86,7 @@ impl ServerConfig {
             strict_readiness: true,
             id: "triton".to_string(),
             gpus: crate::core::device::visible_gpus(),
+            gpu_backends: crate::core::backend::gpu_backends(crate::core::device::visible_gpus()),
             queue_capacity: 1024,
             auto_complete: true,
             allow_client_shm: false,
@@ -162,6 +166,7 @@ impl Engine {
             let manager = ModelManager::new(ManagerOptions {
                 repositories: config.repositories(),
                 gpus: config.gpus,
+                gpu_backends: config.gpu_backends,
                 queue_capacity: config.queue_capacity,
                 auto_complete: config.auto_complete,
                 rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),

@@ -131,6 +131,9 @@ pub struct ManagerOptions {
     pub repositories: Vec<PathBuf>,
     /// The GPU ids this server may use.
     pub gpus: &'static [i32],
+    /// The backends that run KIND_GPU instances in this installation (set
+    /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
+    pub gpu_backends: &'static [&'static str],
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
     /// Complete configs from the model file (Triton's default; off with
@@ -199,6 +202,7 @@ impl ModelManager {
         }
         let opts = CheckOptions {
             gpus: self.opts.gpus,
+            gpu_backends: self.opts.gpu_backends,
             missing_gpu: Severity::Error,
             server_support: true,
         };

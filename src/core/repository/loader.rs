@@ -101,6 +101,7 @@ pub(super) fn auto_complete(
             model_name: name.clone(),
             first_version_entries: Vec::new(),
             gpus: opts.gpus,
+            gpu_backends: opts.gpu_backends,
         };
         crate::core::config::normalize::normalize(&mut config, &ctx)
             .map_err(|issue| fail(issue.message))?;

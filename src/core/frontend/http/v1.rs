@@ -187,7 +187,8 @@ async fn model_control(
 }
 
 /// `register/<name>/<key>/<offset>/<byte_size>` (the key keeps its leading
-/// `/`), `cudaregister/<name>/<device_id>/<byte_size>`, `unregister/<name>`,
+/// `/`), `cudaregister/<name>/<byte_size>/<device_id>` (as TRTIS 1.x's
+/// client sends it), `unregister/<name>`,
 /// `unregisterall` (POST), `status` (GET).
 async fn shm_control(
     State(s): State<AppState>,
@@ -254,10 +255,10 @@ async fn shm_control(
     answer(&s.engine, result)
 }
 
-/// `<name>/<device_id>/<byte_size>`.
+/// `<name>/<byte_size>/<device_id>`.
 fn cuda_register_args(args: &str) -> Option<(&str, i64, u64)> {
     let mut parts = args.split('/');
-    let (name, device, size) = (parts.next()?, parts.next()?, parts.next()?);
+    let (name, size, device) = (parts.next()?, parts.next()?, parts.next()?);
     if name.is_empty() || parts.next().is_some() {
         return None;
     }

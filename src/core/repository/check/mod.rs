@@ -57,6 +57,9 @@ impl fmt::Display for Finding {
 pub struct CheckOptions {
     /// The GPU ids this server may use.
     pub gpus: &'static [i32],
+    /// The backends that run KIND_GPU instances in this installation (set
+    /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
+    pub gpu_backends: &'static [&'static str],
     /// Severity of a KIND_GPU group on a machine without that GPU.
     pub missing_gpu: Severity,
     /// Also report what this server refuses of a config (`config::support`):
@@ -309,6 +312,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
         model_name: m.dir.name.clone(),
         first_version_entries: m.dir.first_version_entries(),
         gpus: opts.gpus,
+        gpu_backends: opts.gpu_backends,
     };
     if let Err(issue) = normalize(&mut config, &ctx) {
         m.push(issue);

@@ -132,7 +132,7 @@ def mlp_repository(prefix, models, max_batch_size):
 
 def main():
     models = {
-        # Everything left to the defaults: two CPU instances, each with
+        # Everything left to the defaults: one CPU instance with
         # every core's intra-op threads.
         "mlp_batched": "dynamic_batching { }\n",
         # One instance using every core; batches go as soon as 16 or 32

@@ -208,8 +208,23 @@ fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32], gpu_bac
             group.gpus = all_gpus.to_vec();
         }
         if group.count < 1 {
+            // Triton gives a CPU group of tensorflow and onnxruntime models
+            // two instances. An onnxruntime instance here uses every core
+            // by default (intra_op_thread_count unset), so two of them
+            // contend for the cores and each holds its own copy of the
+            // weights in the caches: one instance measured 1.06-1.37x the
+            // throughput of two on a compute-bound model at concurrency 1
+            // to 32, with p99 0.44-0.84x (scripts/bench.sh compute, 2
+            // cores). With the thread count set, or with the sequence
+            // batcher (whose instances are its slots), Triton's two.
+            let threads_set = config.parameters.contains_key("intra_op_thread_count");
+            let sequences = matches!(
+                config.scheduling_choice,
+                Some(SchedulingChoice::SequenceBatching(_))
+            );
             let two_on_cpu = group.kind == Kind::Cpu as i32
-                && (config.backend == "tensorflow" || config.backend == "onnxruntime");
+                && (config.backend == "tensorflow"
+                    || (config.backend == "onnxruntime" && (threads_set || sequences)));
             group.count = if two_on_cpu { 2 } else { 1 };
         }
     }
@@ -347,10 +362,33 @@ mod tests {
         normalize(&mut c, &ctx("m", &[], 0)).unwrap();
         assert_eq!(c.instance_group.len(), 1);
         let g = &c.instance_group[0];
+        // One instance using every core (Triton: two, see the rule).
         assert_eq!(
             (g.name.as_str(), g.kind, g.count),
-            ("m", Kind::Cpu as i32, 2)
+            ("m", Kind::Cpu as i32, 1)
         );
+        // With the thread count set, Triton's two.
+        let mut c = ModelConfig {
+            platform: "onnxruntime_onnx".into(),
+            parameters: [(
+                "intra_op_thread_count".to_string(),
+                crate::core::config::pb::ModelParameter {
+                    string_value: "1".into(),
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        normalize(&mut c, &ctx("m", &[], 0)).unwrap();
+        assert_eq!(c.instance_group[0].count, 2);
+        // With the sequence batcher (its instances are its slots), two.
+        let mut c = ModelConfig {
+            platform: "onnxruntime_onnx".into(),
+            scheduling_choice: Some(SchedulingChoice::SequenceBatching(Default::default())),
+            ..Default::default()
+        };
+        normalize(&mut c, &ctx("m", &[], 0)).unwrap();
+        assert_eq!(c.instance_group[0].count, 2);
 
         let mut c = ModelConfig {
             platform: "tensorrt_plan".into(),

@@ -241,47 +241,47 @@ impl SharedMemoryManager {
 
     /// The system regions (one, by name).
     pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>> {
-        let regions = self.regions.read().unwrap();
-        let status = |(n, r): (&String, &Arc<Region>)| match &r.backing {
+        self.statuses(name, "system", |n, r| match &r.backing {
             Backing::System { key, offset, .. } => Some(RegionStatus {
-                name: n.clone(),
+                name: n.to_string(),
                 key: key.clone(),
                 offset: *offset as u64,
                 byte_size: r.byte_size as u64,
             }),
             Backing::Cuda { .. } => None,
-        };
-        match name {
-            None => Ok(regions.iter().filter_map(status).collect()),
-            Some(n) => regions
-                .get_key_value(n)
-                .and_then(status)
-                .map(|s| vec![s])
-                .ok_or_else(|| {
-                    Error::not_found(format!("Unable to find system shared memory region: '{n}'"))
-                }),
-        }
+        })
     }
 
     /// The CUDA regions (one, by name).
     pub fn cuda_status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
-        let regions = self.regions.read().unwrap();
-        let status = |(n, r): (&String, &Arc<Region>)| match &r.backing {
+        self.statuses(name, "cuda", |n, r| match &r.backing {
             Backing::Cuda { device_id, .. } => Some(CudaRegionStatus {
-                name: n.clone(),
+                name: n.to_string(),
                 device_id: *device_id as u64,
                 byte_size: r.byte_size as u64,
             }),
             Backing::System { .. } => None,
-        };
+        })
+    }
+
+    /// The statuses of the regions `status` describes (those of one kind),
+    /// or of the one named; an unknown name (or one of the other kind) is
+    /// Triton's "Unable to find <kind> shared memory region".
+    fn statuses<T>(
+        &self,
+        name: Option<&str>,
+        kind: &str,
+        status: impl Fn(&str, &Region) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        let regions = self.regions.read().unwrap();
         match name {
-            None => Ok(regions.iter().filter_map(status).collect()),
+            None => Ok(regions.iter().filter_map(|(n, r)| status(n, r)).collect()),
             Some(n) => regions
-                .get_key_value(n)
-                .and_then(status)
+                .get(n)
+                .and_then(|r| status(n, r))
                 .map(|s| vec![s])
                 .ok_or_else(|| {
-                    Error::not_found(format!("Unable to find cuda shared memory region: '{n}'"))
+                    Error::not_found(format!("Unable to find {kind} shared memory region: '{n}'"))
                 }),
         }
     }

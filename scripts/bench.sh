@@ -86,7 +86,10 @@ case "$driver" in
   *.py)
     lib="$(./scripts/setup-perf-analyzer.sh)"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    cargo build --release --locked --workspace --example echo_floor
+    # The workspace (with the PyTorch backend library), then the floor: with
+    # --example, cargo builds only the examples, not the libraries.
+    cargo build --release --locked --workspace
+    cargo build --release --locked --example echo_floor
     .venv/bin/python "$driver"
     ;;
   *.sh)

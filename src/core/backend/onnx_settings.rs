@@ -63,6 +63,33 @@ pub struct GpuSettings {
     pub tensorrt: Option<Vec<(String, String)>>,
 }
 
+/// The onnxruntime backend's CUDA `parameters`, in order: each key with
+/// Triton's values and the CUDA provider's value for each (None: a number
+/// of bytes, passed as it is), and what a bad value is told it must be.
+type CudaParameter = (
+    &'static str,
+    Option<&'static [(&'static str, &'static str)]>,
+    &'static str,
+);
+const CUDA_PARAMETERS: &[CudaParameter] = &[
+    (
+        "cudnn_conv_algo_search",
+        Some(&[("0", "EXHAUSTIVE"), ("1", "HEURISTIC"), ("2", "DEFAULT")]),
+        "0 (exhaustive), 1 (heuristic) or 2 (default)",
+    ),
+    ("gpu_mem_limit", None, "a number of bytes"),
+    (
+        "arena_extend_strategy",
+        Some(&[("0", "kNextPowerOfTwo"), ("1", "kSameAsRequested")]),
+        "0 (next power of two) or 1 (same as requested)",
+    ),
+    (
+        "do_copy_in_default_stream",
+        Some(&[("1", "1"), ("true", "1"), ("0", "0"), ("false", "0")]),
+        "0 or 1",
+    ),
+];
+
 /// Triton's TensorRT accelerator keys that are ONNX Runtime's TensorRT
 /// provider options under another name (the `trt_*` keys keep theirs).
 const TRT_RENAMED: &[(&str, &str)] = &[
@@ -125,48 +152,17 @@ impl GpuSettings {
             Ok(())
         };
         let mut cuda = Vec::new();
-        if let Some(v) = param("cudnn_conv_algo_search") {
-            let search = match v {
-                "0" => "EXHAUSTIVE",
-                "1" => "HEURISTIC",
-                "2" => "DEFAULT",
-                _ => {
-                    return Err(bad(
-                        "cudnn_conv_algo_search",
-                        "0 (exhaustive), 1 (heuristic) or 2 (default)",
-                        v,
-                    ))
-                }
-            };
-            cuda.push(("cudnn_conv_algo_search".into(), search.into()));
-        }
-        if let Some(v) = param("gpu_mem_limit") {
-            let bytes: u64 = v
-                .parse()
-                .map_err(|_| bad("gpu_mem_limit", "a number of bytes", v))?;
-            cuda.push(("gpu_mem_limit".into(), bytes.to_string()));
-        }
-        if let Some(v) = param("arena_extend_strategy") {
-            let strategy = match v {
-                "0" => "kNextPowerOfTwo",
-                "1" => "kSameAsRequested",
-                _ => {
-                    return Err(bad(
-                        "arena_extend_strategy",
-                        "0 (next power of two) or 1 (same as requested)",
-                        v,
-                    ))
-                }
-            };
-            cuda.push(("arena_extend_strategy".into(), strategy.into()));
-        }
-        if let Some(v) = param("do_copy_in_default_stream") {
-            let on = match v {
-                "1" | "true" => "1",
-                "0" | "false" => "0",
-                _ => return Err(bad("do_copy_in_default_stream", "0 or 1", v)),
-            };
-            cuda.push(("do_copy_in_default_stream".into(), on.into()));
+        for (key, choices, want) in CUDA_PARAMETERS {
+            if let Some(v) = param(key) {
+                let value = match choices {
+                    Some(choices) => choices
+                        .iter()
+                        .find(|(triton, _)| *triton == v)
+                        .map(|(_, ort)| ort.to_string()),
+                    None => v.parse::<u64>().ok().map(|bytes| bytes.to_string()),
+                };
+                cuda.push((key.to_string(), value.ok_or_else(|| bad(key, want, v))?));
+            }
         }
         let mut tensorrt = None;
         let accelerators = config

@@ -145,6 +145,22 @@ pub(super) async fn shm_status(
     )))
 }
 
+/// A shared memory register request's `field`, or Triton's error for its
+/// absence.
+fn register_field<'a>(req: &'a Value, field: &str) -> ApiResult<&'a Value> {
+    req.get(field).ok_or_else(|| no_field(field))
+}
+
+fn no_field(field: &str) -> ApiError {
+    ApiError(Error::invalid_arg(format!(
+        "Shared memory register request has no '{field}' field"
+    )))
+}
+
+fn unable_to_parse(field: &str) -> ApiError {
+    ApiError(Error::invalid_arg(format!("Unable to parse '{field}'")))
+}
+
 pub(super) async fn shm_register(
     State(s): State<AppState>,
     Params(p): Params,
@@ -152,24 +168,18 @@ pub(super) async fn shm_register(
 ) -> ApiResult<StatusCode> {
     let region = p.get("region").cloned().unwrap_or_default();
     let req = optional_json(&body)?;
-    let key = req.get("key").and_then(Value::as_str).ok_or_else(|| {
-        ApiError(Error::invalid_arg(
-            "Shared memory register request has no 'key' field",
-        ))
-    })?;
-    let number = |field: &str, required: bool| -> ApiResult<u64> {
-        match req.get(field) {
-            None if !required => Ok(0),
-            None => Err(ApiError(Error::invalid_arg(format!(
-                "Shared memory register request has no '{field}' field"
-            )))),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| ApiError(Error::invalid_arg(format!("Unable to parse '{field}'")))),
-        }
+    // Triton reads the key as a string member: anything else is absent.
+    let key = req
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| no_field("key"))?;
+    let offset = match req.get("offset") {
+        None => 0,
+        Some(v) => v.as_u64().ok_or_else(|| unable_to_parse("offset"))?,
     };
-    let offset = number("offset", false)?;
-    let byte_size = number("byte_size", true)?;
+    let byte_size = register_field(&req, "byte_size")?
+        .as_u64()
+        .ok_or_else(|| unable_to_parse("byte_size"))?;
     s.engine.shm_register(&region, key, offset, byte_size)?;
     Ok(StatusCode::OK)
 }
@@ -208,14 +218,7 @@ pub(super) async fn cuda_shm_register(
         return Err(ApiError(crate::core::shm::cuda_unsupported(&region)));
     }
     let req = optional_json(&body)?;
-    let missing = |field: &str| {
-        ApiError(Error::invalid_arg(format!(
-            "Shared memory register request has no '{field}' field"
-        )))
-    };
-    let handle = req
-        .get("raw_handle")
-        .ok_or_else(|| missing("raw_handle"))?
+    let handle = register_field(&req, "raw_handle")?
         .get("b64")
         .and_then(Value::as_str)
         .ok_or_else(|| {
@@ -230,16 +233,12 @@ pub(super) async fn cuda_shm_register(
                 "Unable to parse 'raw_handle': not base64",
             ))
         })?;
-    let device_id = req
-        .get("device_id")
-        .ok_or_else(|| missing("device_id"))?
+    let device_id = register_field(&req, "device_id")?
         .as_i64()
-        .ok_or_else(|| ApiError(Error::invalid_arg("Unable to parse 'device_id'")))?;
-    let byte_size = req
-        .get("byte_size")
-        .ok_or_else(|| missing("byte_size"))?
+        .ok_or_else(|| unable_to_parse("device_id"))?;
+    let byte_size = register_field(&req, "byte_size")?
         .as_u64()
-        .ok_or_else(|| ApiError(Error::invalid_arg("Unable to parse 'byte_size'")))?;
+        .ok_or_else(|| unable_to_parse("byte_size"))?;
     s.engine
         .cuda_shm_register(&region, &handle, device_id, byte_size)?;
     Ok(StatusCode::OK)

@@ -10,9 +10,17 @@
 //! in 511 µs. Waking the most recently idle instance keeps a lightly loaded
 //! model on one instance whose data is still cached; under load every
 //! instance is busy and which one is woken does not matter.
+//!
+//! A taker busy with work may also watch the queue (`try_take_or_watch`):
+//! an item that comes while no taker is idle then calls the watcher's
+//! signal once, so a pipelined instance (`instance::run_pipelined`) can
+//! hand its backend the next batch while the one before still runs.
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// What a watching taker is told with when an item comes.
+pub type Signal = Arc<dyn Fn() + Send + Sync>;
 
 /// Why `push` gave the item back.
 #[derive(Debug)]
@@ -34,6 +42,8 @@ struct State<T> {
     items: VecDeque<T>,
     /// The takers waiting for work, the one that went idle last on top.
     idle: Vec<usize>,
+    /// Busy takers that watch for work (`try_take_or_watch`), each once.
+    watching: Vec<(usize, Signal)>,
     closed: bool,
 }
 
@@ -45,6 +55,7 @@ impl<T> WorkQueue<T> {
             state: Mutex::new(State {
                 items: VecDeque::new(),
                 idle: Vec::with_capacity(takers),
+                watching: Vec::new(),
                 closed: false,
             }),
             wake: (0..takers).map(|_| Condvar::new()).collect(),
@@ -58,7 +69,8 @@ impl<T> WorkQueue<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `item` (never blocks), waking the most recently idle taker.
+    /// Queues `item` (never blocks), waking the most recently idle taker,
+    /// or when none is idle signalling a watching one.
     pub fn push(&self, item: T) -> Result<(), Refused<T>> {
         let mut state = self.lock();
         if state.closed {
@@ -69,6 +81,10 @@ impl<T> WorkQueue<T> {
         }
         state.items.push_back(item);
         let taker = state.idle.pop();
+        let watcher = match taker {
+            None => state.watching.pop().map(|(_, signal)| signal),
+            Some(_) => None,
+        };
         // Woken after the lock is let go: a taker woken while it is held
         // would only block on it again (measured: 1.7 thread switches per
         // request for an idle instance instead of 1). The taker off the
@@ -79,13 +95,32 @@ impl<T> WorkQueue<T> {
         if let Some(taker) = taker {
             self.wake[taker].notify_one();
         }
+        if let Some(signal) = watcher {
+            signal();
+        }
         Ok(())
+    }
+
+    /// The oldest item without waiting; when there is none, taker `taker`
+    /// watches: the next item that comes while no taker is idle calls
+    /// `signal` (once; the taker then calls this again). `take` ends the
+    /// watch.
+    pub fn try_take_or_watch(&self, taker: usize, signal: &Signal) -> Option<T> {
+        let mut state = self.lock();
+        if let Some(item) = state.items.pop_front() {
+            return Some(item);
+        }
+        if !state.closed && !state.watching.iter().any(|(t, _)| *t == taker) {
+            state.watching.push((taker, Arc::clone(signal)));
+        }
+        None
     }
 
     /// The oldest item, for taker `taker`, waiting until there is one; None
     /// once the queue is closed and empty.
     pub fn take(&self, taker: usize) -> Option<T> {
         let mut state = self.lock();
+        state.watching.retain(|(t, _)| *t != taker);
         loop {
             if let Some(item) = state.items.pop_front() {
                 return Some(item);
@@ -107,6 +142,9 @@ impl<T> WorkQueue<T> {
         let mut state = self.lock();
         state.closed = true;
         state.idle.clear();
+        for (_, signal) in std::mem::take(&mut state.watching) {
+            signal();
+        }
         for wake in &self.wake {
             wake.notify_all();
         }
@@ -196,6 +234,61 @@ mod tests {
         assert_eq!(q.take(0), Some(1));
         assert_eq!(q.take(0), Some(2));
         assert_eq!(q.take(0), None);
+    }
+
+    fn counting_signal() -> (Signal, Arc<std::sync::atomic::AtomicUsize>) {
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&count);
+        let signal: Signal = Arc::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        (signal, count)
+    }
+
+    #[test]
+    fn a_watching_taker_is_signalled_once_when_no_taker_is_idle() {
+        let q = WorkQueue::new(8, 2);
+        let (signal, count) = counting_signal();
+        let signals = || count.load(std::sync::atomic::Ordering::SeqCst);
+        // Taker 0 is busy and watches; taker 1 is busy and does not.
+        assert_eq!(q.try_take_or_watch(0, &signal), None);
+        assert_eq!(q.try_take_or_watch(0, &signal), None); // still once
+        q.push(1).unwrap();
+        assert_eq!(signals(), 1);
+        q.push(2).unwrap();
+        assert_eq!(signals(), 1, "a watch is signalled once");
+        assert_eq!(q.try_take_or_watch(0, &signal), Some(1));
+        assert_eq!(q.try_take_or_watch(0, &signal), Some(2));
+        assert_eq!(q.try_take_or_watch(0, &signal), None);
+        q.close();
+        assert_eq!(signals(), 2, "closing ends every watch with its signal");
+    }
+
+    #[test]
+    fn an_idle_taker_is_woken_rather_than_a_watching_one() {
+        let q = Arc::new(WorkQueue::new(8, 2));
+        let (signal, count) = counting_signal();
+        assert_eq!(q.try_take_or_watch(0, &signal), None);
+        let (tx, rx) = mpsc::channel();
+        {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                while let Some(item) = q.take(1) {
+                    let _ = tx.send(item);
+                }
+            });
+        }
+        until_idle(&q, 1);
+        q.push(7).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 7);
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Taking (blocking) ends the watch: closing signals nobody.
+        let waiting = Arc::clone(&q);
+        let t = std::thread::spawn(move || waiting.take(0));
+        until_idle(&q, 2);
+        q.close();
+        assert_eq!(t.join().unwrap(), None);
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[test]

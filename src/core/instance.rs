@@ -12,6 +12,14 @@
 //! a request whose caller went away (or whose `CancelToken` is set) is
 //! dropped, not computed; a panicking backend fails that request, not the
 //! server.
+//!
+//! A backend with a `Pipeline` (the Python backend) runs pipelined
+//! (`run_pipelined`): while one batch runs, the instance watches its queue
+//! and hands the backend the next batch as soon as it comes, so the
+//! backend's process finds it waiting when the batch before ends instead
+//! of sleeping until the instance thread has turned round. At most one batch
+//! waits so; not with the rate limiter (whose resources an instance holds
+//! for one execution at a time).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
@@ -21,13 +29,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::core::backend::InstanceExec;
+use crate::core::backend::{InstanceExec, Pipeline, Wake};
 use crate::core::error::{Error, Result};
 use crate::core::rate_limit::Claim;
 use crate::core::responder::Responder;
 pub use crate::core::responder::{BackendRequest, Done};
 use crate::core::types::Tensor;
-use work_queue::{Refused, WorkQueue};
+use work_queue::{Refused, Signal, WorkQueue};
 
 mod work_queue;
 
@@ -258,6 +266,14 @@ fn run_instance(
         }
     };
     drop(ready);
+    if claim.is_none() && instance.pipeline().is_some() {
+        if let Ok(wake) = Wake::new() {
+            if let Some(pipe) = instance.pipeline() {
+                run_pipelined(pipe, queue, taker, Arc::new(wake));
+                return;
+            }
+        }
+    }
     loop {
         let Some(mut work) = queue.take(taker) else {
             return;
@@ -303,6 +319,179 @@ fn run_instance(
         // thread with it.
         if catch_unwind(AssertUnwindSafe(|| work.reply.send(done))).is_err() {
             crate::core::logging::log('E', "a batch's completion handler panicked");
+        }
+    }
+}
+
+/// How many batches a pipelined backend holds at most: the one running and
+/// the one waiting for it.
+const PIPELINE_DEPTH: usize = 2;
+
+/// A batch handed to a pipelined backend.
+struct Sent {
+    reply: Reply,
+    enqueued: Instant,
+    gather: Duration,
+    /// Each request's responder and cancel token.
+    requests: Vec<(Responder, crate::core::types::CancelToken)>,
+    /// The model's pending-request gauge, decremented when the batch
+    /// begins (it waits as if in the queue until then).
+    pending: Option<(Arc<std::sync::atomic::AtomicI64>, i64)>,
+    /// When it began to run: when it was sent with nothing before it, else
+    /// when the batch before it ended.
+    began: Option<Instant>,
+}
+
+impl Sent {
+    /// The batch begins to run now: its requests are started (their queue
+    /// time ends here), but for those cancelled while they waited, which
+    /// the backend leaves out (they end CANCELLED and do not count as
+    /// executed).
+    fn begin(&mut self) {
+        self.began = Some(Instant::now());
+        self.left_queue();
+        for (r, cancel) in &self.requests {
+            if !cancel.is_cancelled() {
+                r.start();
+            }
+        }
+    }
+
+    fn left_queue(&mut self) {
+        if let Some((pending, n)) = self.pending.take() {
+            pending.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The batch ended with `result`: its requests left unanswered fail
+    /// with the error, and its reply hears how it ended.
+    fn end(mut self, result: Result<()>) {
+        let now = Instant::now();
+        let began = self.began.unwrap_or(now);
+        self.left_queue();
+        if let Err(e) = &result {
+            for (r, _) in &self.requests {
+                r.fail(e.clone());
+            }
+        }
+        let done = Done {
+            result: result.map(|()| Vec::new()),
+            queue: began
+                .saturating_duration_since(self.enqueued)
+                .saturating_sub(self.gather),
+            compute: now.saturating_duration_since(began),
+            input: self.gather,
+            output: Duration::ZERO,
+            rejected: false,
+        };
+        if catch_unwind(AssertUnwindSafe(|| self.reply.send(done))).is_err() {
+            crate::core::logging::log('E', "a batch's completion handler panicked");
+        }
+    }
+}
+
+/// The instance loop of a backend with a `Pipeline`: as `run_instance`'s,
+/// but while a batch runs the queue is watched (`wake` signalled when work
+/// comes) and the next batch is sent at once. Requests cancelled while
+/// they waited in the queue are left out as in `execute_requests`; one
+/// cancelled after it was sent and before its batch began is left out by
+/// the backend (the Python worker reads the `cancel` that came behind the
+/// batch before it runs it), and once its batch runs, the backend tells
+/// its model.
+fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize, wake: Arc<Wake>) {
+    let signal: Signal = {
+        let wake = Arc::clone(&wake);
+        Arc::new(move || wake.signal())
+    };
+    let mut sent: std::collections::VecDeque<Sent> = std::collections::VecDeque::new();
+    loop {
+        let work = if sent.is_empty() {
+            match queue.take(taker) {
+                Some(work) => Some(work),
+                None => return,
+            }
+        } else if sent.len() < PIPELINE_DEPTH && pipe.can_send() {
+            wake.clear();
+            queue.try_take_or_watch(taker, &signal)
+        } else {
+            None
+        };
+        if let Some(work) = work {
+            send(pipe, work, &mut sent);
+            continue;
+        }
+        // Something runs: wait for it to end (or, watching, for work).
+        let watching = sent.len() < PIPELINE_DEPTH;
+        let ended = catch_unwind(AssertUnwindSafe(|| {
+            pipe.finish(watching.then_some(wake.as_ref()))
+        }))
+        .unwrap_or_else(|_| {
+            Some(Err(Error::internal(
+                "the backend panicked while executing the requests",
+            )))
+        });
+        if let Some(result) = ended {
+            let first = sent.pop_front().expect("a batch was running");
+            first.end(result);
+            if let Some(next) = sent.front_mut() {
+                next.begin();
+            }
+        }
+    }
+}
+
+/// Hands `work` to the backend (or ends it now: its caller went away, all
+/// its requests were cancelled, or the backend refused it).
+fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::VecDeque<Sent>) {
+    if work.reply.is_closed() {
+        if let Some((pending, n)) = &work.pending {
+            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
+        }
+        return; // the caller went away: do not compute it
+    }
+    let mut requests = std::mem::take(&mut work.requests);
+    let was_empty = requests.is_empty();
+    requests.retain(|r| {
+        let cancelled = r.info.cancel.is_cancelled();
+        if cancelled {
+            r.respond.fail(Error::cancelled());
+        }
+        !cancelled
+    });
+    let mut batch = Sent {
+        reply: work.reply,
+        enqueued: work.enqueued,
+        gather: work.gather,
+        requests: requests
+            .iter()
+            .map(|r| (r.respond.clone(), r.info.cancel.clone()))
+            .collect(),
+        pending: work.pending,
+        began: None,
+    };
+    if was_empty {
+        batch.end(Err(Error::internal(
+            "a pipelined backend takes lists of requests, not batches",
+        )));
+        return;
+    }
+    if requests.is_empty() {
+        batch.end(Err(Error::cancelled()));
+        return;
+    }
+    if sent.is_empty() {
+        batch.begin();
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| pipe.send(requests))).unwrap_or_else(|_| {
+        Err(Error::internal(
+            "the backend panicked while executing the requests",
+        ))
+    });
+    match result {
+        Ok(()) => sent.push_back(batch),
+        Err(e) => {
+            batch.began.get_or_insert_with(Instant::now);
+            batch.end(Err(e));
         }
     }
 }

@@ -34,6 +34,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -333,3 +334,94 @@ def test_a_request_cancelled_while_queued_is_never_executed(server, client, tmp_
         == canceled_before + 1
     )
     assert second and second[0][1].status() == "StatusCode.CANCELLED"
+
+
+# --------------------------------------------------------------------------
+# A batch waiting behind a running one (the Python backend is pipelined: the
+# instance hands the worker the next batch while one runs)
+# --------------------------------------------------------------------------
+
+
+def hold_then_queue(client, server, model, log, release, first_params, second_id="second"):
+    """Sends a first request that holds the gate, then a second that waits
+    behind it (pending in the server's statistics); returns both results
+    as lists filled by their callbacks, with events."""
+    results = {"first": [], "second": []}
+    done = {"first": threading.Event(), "second": threading.Event()}
+
+    def callback(key):
+        def on(result, error):
+            results[key].append((result, error))
+            done[key].set()
+
+        return on
+
+    client.async_infer(
+        model, int_input(1), callback("first"), request_id="first",
+        parameters={"log": str(log), "release": str(release), **first_params},
+    )
+    assert wait_for(lambda: read(log) == "first\n", timeout=PROMPT_S), "the first request never ran"
+    client.async_infer(
+        model, int_input(2), callback("second"), request_id=second_id,
+        parameters={"log": str(log)},
+    )
+    assert wait_for(
+        lambda: metric(server, "nv_inference_pending_request_count", model=model) == 1,
+        timeout=PROMPT_S,
+    ), "the second request never waited"
+    return results, done
+
+
+def test_a_request_waiting_behind_a_running_one_runs_after_it_and_counts_its_wait_as_queue(
+    server, client, tmp_path
+):
+    """Sent to the worker while the first runs, the second still counts as
+    queued until the first ends: its wait is queue time, not compute time
+    (Triton's attribution), and it runs after the first."""
+    model = "cancel_gate"
+    log, release = tmp_path / "log", tmp_path / "release"
+    before = stats(client, model)
+    started = time.monotonic()
+    results, done = hold_then_queue(client, server, model, log, release, {})
+    held = 2.0
+    time.sleep(held)  # the second waits behind the first at least this long
+    release.write_text("go")
+    assert done["first"].wait(PROMPT_S) and done["second"].wait(PROMPT_S)
+    elapsed = time.monotonic() - started
+    for key, value in (("first", 1), ("second", 2)):
+        result, error = results[key][0]
+        assert error is None, error
+        assert result.as_numpy("OUT").flatten().tolist() == [value]
+    assert read(log) == "first\nsecond\n"
+    after = stats(client, model)
+    assert count(after, "execution_count") == count(before, "execution_count") + 2
+    ns = lambda entry, key: int(entry["inference_stats"][key]["ns"])  # noqa: E731
+    queue_s = (ns(after, "queue") - ns(before, "queue")) / 1e9
+    compute_s = (ns(after, "compute_infer") - ns(before, "compute_infer")) / 1e9
+    assert queue_s >= held * 0.9, f"the second's wait was not counted as queue ({queue_s:.2f} s)"
+    # The first computed for at most the whole test, the second for a
+    # moment; had the second's wait counted as compute, it would add `held`.
+    assert compute_s < elapsed + held / 2, f"the second's wait counted as compute ({compute_s:.2f} s)"
+
+
+def test_a_worker_that_dies_fails_its_batch_and_the_one_waiting_behind_runs_on_a_new_worker(
+    server, client, tmp_path
+):
+    """The first request ends the worker process while the second waits
+    (already handed to that worker): the first fails with the worker's
+    exit, the second, which never began, runs on the new worker (as Triton
+    runs queued requests on the restarted stub)."""
+    model = "cancel_gate"
+    log, release = tmp_path / "log", tmp_path / "release"
+    results, done = hold_then_queue(client, server, model, log, release, {"exit": "1"})
+    release.write_text("go")
+    assert done["first"].wait(PROMPT_S) and done["second"].wait(PROMPT_S)
+    _, error = results["first"][0]
+    assert error is not None and "exited" in error.message(), error
+    result, error = results["second"][0]
+    assert error is None, error.message()
+    assert result.as_numpy("OUT").flatten().tolist() == [2]
+    assert read(log) == "first\nsecond\n"
+    # And the model serves on.
+    result = client.infer(model, int_input(3), parameters={"log": str(log)})
+    assert result.as_numpy("OUT").flatten().tolist() == [3]

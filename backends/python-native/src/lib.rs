@@ -25,7 +25,8 @@
 //!   sent and changed nothing.
 //! - `Wire.send(buffers)`: writes buffers in order (frames stay whole: one
 //!   lock), the GIL released.
-//! - `Wire.pending()`: whether a frame is waiting, without blocking.
+//! - `Wire.pending()`: whether a frame is waiting, without blocking;
+//!   `Wire.buffered()`: whether one was read into the buffer already.
 //!
 //! Hand-written with pyo3 rather than generated: the hot path is a handful
 //! of object constructions and two system calls, and the point is to do
@@ -603,6 +604,12 @@ impl Wire {
                 py.None().into_bound(py),
             ],
         )?))
+    }
+
+    /// Whether bytes read from the socket wait in the buffer (the start of
+    /// a frame that came behind the last one read). No system call.
+    fn buffered(&self) -> bool {
+        self.rx.try_lock().is_ok_and(|rx| rx.end > rx.start)
     }
 
     /// Whether a frame (or the end of the stream) is waiting: something

@@ -59,6 +59,80 @@ pub trait InstanceExec: Send {
     fn timing(&self) -> (std::time::Duration, std::time::Duration) {
         Default::default()
     }
+
+    /// For a backend that can be handed its next batch of requests while
+    /// one runs (`core::instance` then runs it pipelined); None otherwise.
+    fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
+        None
+    }
+}
+
+/// A backend that runs batches of requests one after the other in a
+/// process of its own, and can be handed the next while one runs, so that
+/// it finds it waiting when the one before ends (the Python backend: its
+/// worker does not sleep between two batches). Batches end in the order
+/// they were sent.
+pub trait Pipeline {
+    /// Whether it can take a batch now while others run (false when, say,
+    /// its process died: the batches it holds fail first).
+    fn can_send(&mut self) -> bool;
+
+    /// Hands over a batch of requests (as `execute_requests`), to run after
+    /// those sent before; an error fails the batch before it ran.
+    fn send(&mut self, requests: Vec<BackendRequest>) -> Result<()>;
+
+    /// Waits until the oldest batch sent has ended and returns how (an
+    /// error fails its requests left unanswered), or, given `wake`, returns
+    /// None as soon as `wake` is signalled.
+    fn finish(&mut self, wake: Option<&Wake>) -> Option<Result<()>>;
+}
+
+/// A wake-up another thread can signal and a blocking wait can poll, with
+/// the other file descriptors it waits on: an eventfd. Hand-written on
+/// `libc` (already a dependency) for its four calls.
+pub struct Wake {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Wake {
+    pub fn new() -> std::io::Result<Wake> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd has no memory-safety preconditions; a descriptor
+        // it returns is ours to own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Wake {
+            // SAFETY: a fresh descriptor nothing else owns.
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Makes the descriptor readable until `clear`.
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64; a full counter (never
+        // reached) would only fail the write.
+        unsafe {
+            libc::write(self.fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+
+    /// Takes the signals given so far.
+    pub fn clear(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64; non-blocking.
+        unsafe {
+            libc::read(self.fd(), (&mut count as *mut u64).cast(), 8);
+        }
+    }
+
+    /// The descriptor to poll (readable once signalled).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
 }
 
 /// Where a `Host::infer` call's answers go: each response or error, then

@@ -38,6 +38,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// One instance of a Python model.
 pub struct PythonInstance {
     worker: Option<Worker>,
+    /// The batches sent to the worker and not yet answered, oldest first
+    /// (two at most: `core::instance` pipelines).
+    sent: std::collections::VecDeque<SentBatch>,
+    /// The worker died running the oldest batch: those behind it, which
+    /// never began, go to a new worker.
+    resend: bool,
     /// The `init` frame, kept to start a new worker after one died.
     init: Frame,
     python: PathBuf,
@@ -98,6 +104,8 @@ impl PythonInstance {
         }));
         let mut instance = PythonInstance {
             worker: None,
+            sent: Default::default(),
+            resend: false,
             init,
             python,
             env_dir,
@@ -221,11 +229,130 @@ impl InstanceExec for PythonInstance {
     }
 
     fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
+        use super::Pipeline;
+        self.send(requests)?;
+        loop {
+            if let Some(result) = self.finish(None) {
+                return result;
+            }
+        }
+    }
+
+    fn pipeline(&mut self) -> Option<&mut dyn super::Pipeline> {
+        Some(self)
+    }
+}
+
+/// A batch sent to the worker and not yet answered.
+#[derive(Default)]
+struct SentBatch {
+    /// Its requests' ids on the worker's link.
+    ids: Vec<u64>,
+    /// While another batch runs before it: what sending it again to a new
+    /// worker takes, should the worker die first (as Triton runs the
+    /// requests still queued on the restarted stub).
+    again: Option<Again>,
+}
+
+struct Again {
+    frame: Frame,
+    responders: Vec<crate::core::responder::Responder>,
+    tokens: Vec<crate::core::types::CancelToken>,
+}
+
+/// Registers a batch's requests on `link` under `ids` (as `waiting`
+/// behind a batch that runs, with `behind`), sends its frame, and arms
+/// their cancellation; on an error nothing stays registered.
+fn post(
+    link: &std::sync::Arc<worker::Link>,
+    frame: &Frame,
+    ids: &[u64],
+    responders: &[crate::core::responder::Responder],
+    tokens: &[crate::core::types::CancelToken],
+    behind: bool,
+) -> Result<()> {
+    if behind {
+        link.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids.iter().copied());
+    }
+    {
+        let mut open = link.requests.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, r) in ids.iter().zip(responders) {
+            open.insert(*id, r.clone());
+        }
+    }
+    if let Err(e) = link.send(frame) {
+        forget(link, ids);
+        return Err(e);
+    }
+    // The worker knows the requests now: a request cancelled from here
+    // on (or already) gets a `cancel` frame while it is open.
+    for (id, token) in ids.iter().zip(tokens) {
+        link.cancel_on(*id, token);
+    }
+    Ok(())
+}
+
+impl PythonInstance {
+    /// Sends the batches left behind a worker that died to a new one.
+    fn send_again(&mut self) -> Result<()> {
         let worker = self.worker()?;
+        let link = std::sync::Arc::clone(&worker.link);
+        for (i, batch) in self.sent.iter_mut().enumerate() {
+            let Some(again) = batch.again.as_mut() else {
+                continue;
+            };
+            let mut ids = Vec::with_capacity(again.responders.len());
+            if let Some(Value::Array(list)) = again.frame.header.get_mut("requests") {
+                for entry in list.iter_mut() {
+                    let id = link.next_id();
+                    entry["rid"] = json!(id);
+                    ids.push(id);
+                }
+            }
+            post(
+                &link,
+                &again.frame,
+                &ids,
+                &again.responders,
+                &again.tokens,
+                i > 0,
+            )?;
+            batch.ids = ids;
+        }
+        if let Some(first) = self.sent.front_mut() {
+            first.again = None; // it runs now
+        }
+        Ok(())
+    }
+}
+
+impl super::Pipeline for PythonInstance {
+    fn can_send(&mut self) -> bool {
+        self.worker.as_mut().is_some_and(Worker::alive)
+    }
+
+    fn send(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
+        // A new worker only when nothing is left on the one before: the
+        // batches sent to it end first (failing, if it died).
+        let worker = if self.sent.is_empty() {
+            self.worker()?
+        } else {
+            let Some(w) = self.worker.as_mut() else {
+                return Err(Error::internal("the Python worker is not running"));
+            };
+            if !w.alive() {
+                return Err(w.died());
+            }
+            w
+        };
         let link = std::sync::Arc::clone(&worker.link);
         let mut frame = Frame::new(json!({"kind": "execute"}));
         let mut list = Vec::with_capacity(requests.len());
         let mut ids = Vec::with_capacity(requests.len());
+        let mut responders = Vec::with_capacity(requests.len());
         let mut tokens = Vec::with_capacity(requests.len());
         for r in requests {
             let id = link.next_id();
@@ -245,47 +372,77 @@ impl InstanceExec for PythonInstance {
                 "outputs": r.outputs,
                 "inputs": inputs,
             }));
-            link.requests
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, r.respond);
             ids.push(id);
+            responders.push(r.respond);
             tokens.push(r.info.cancel);
         }
         frame.header.insert("requests".into(), Value::Array(list));
-        let forget = |link: &worker::Link| {
-            let mut open = link.requests.lock().unwrap_or_else(|p| p.into_inner());
-            for id in &ids {
-                open.remove(id);
+        let behind = !self.sent.is_empty();
+        post(&link, &frame, &ids, &responders, &tokens, behind)?;
+        // Kept while another batch runs before it.
+        let again = behind.then_some(Again {
+            frame,
+            responders,
+            tokens,
+        });
+        self.sent.push_back(SentBatch { ids, again });
+        Ok(())
+    }
+
+    fn finish(&mut self, wake: Option<&super::Wake>) -> Option<Result<()>> {
+        if std::mem::take(&mut self.resend) {
+            if let Err(e) = self.send_again() {
+                // The oldest fails with the reason; the next tries again.
+                self.sent.pop_front();
+                self.resend = !self.sent.is_empty();
+                return Some(Err(e));
             }
+        }
+        let Some(worker) = self.worker.as_mut() else {
+            self.sent.pop_front();
+            return Some(Err(Error::internal("the Python worker is not running")));
         };
-        if let Err(e) = link.send(&frame) {
-            forget(&link);
-            return Err(e);
-        }
-        // The worker knows the requests now: a request cancelled from here
-        // on (or already) gets a `cancel` frame while it is open.
-        for (id, token) in ids.iter().zip(&tokens) {
-            link.cancel_on(*id, token);
-        }
-        drop(tokens);
         // The batch is done with when `execute` returned; a decoupled
         // model's responses may still come after.
-        match worker.answer() {
+        let answer = worker.answer_or_wake(wake)?;
+        let link = std::sync::Arc::clone(&worker.link);
+        let batch = self.sent.pop_front().unwrap_or_default();
+        let result = match answer {
             Ok(f) => match f.error() {
                 None => Ok(()),
-                Some(e) => {
-                    // The requests still open fail with the error
-                    // (`run_instance` answers them).
-                    forget(&link);
-                    Err(e)
-                }
+                Some(e) => Err(e),
             },
-            Err(e) => {
-                forget(&link);
-                Err(e)
-            }
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            // The requests still open fail with the error (`core::instance`
+            // answers them).
+            forget(&link, &batch.ids);
         }
+        if result.is_err() && !self.sent.is_empty() && !worker.alive() {
+            self.resend = true;
+        } else if let Some(next) = self.sent.front_mut() {
+            next.again = None; // it runs now
+            began(&link, &next.ids);
+        }
+        Some(result)
+    }
+}
+
+/// Routes nothing more to requests `ids` (their batch failed).
+fn forget(link: &worker::Link, ids: &[u64]) {
+    began(link, ids);
+    let mut open = link.requests.lock().unwrap_or_else(|p| p.into_inner());
+    for id in ids {
+        open.remove(id);
+    }
+}
+
+/// Requests `ids` are no longer waiting behind another batch.
+fn began(link: &worker::Link, ids: &[u64]) {
+    let mut waiting = link.waiting.lock().unwrap_or_else(|p| p.into_inner());
+    for id in ids {
+        waiting.remove(id);
     }
 }
 

@@ -606,6 +606,15 @@ class Worker:
                 )
                 requests.append(pb_utils.InferenceRequest._received(request, inputs, state))
 
+        if self._buffered():
+            # Frames came behind this one (the server sends a batch while
+            # the one before runs): a `cancel` among them takes effect now.
+            self.poll()
+        if any(state.cancelled for state in states):
+            requests, states = self._leave_out_cancelled(requests, states)
+            if not requests:
+                return None
+
         try:
             result = self.model.execute(requests)
         except BaseException as exc:  # any failure of model code
@@ -629,6 +638,38 @@ class Worker:
         if self.decoupled:
             return None if result is None else self._batch_error(self._decoupled_return_error())
         return self._answer(result, states, frames)
+
+    def _buffered(self):
+        """Whether bytes of a frame behind the last one read wait in the
+        buffer (no system call)."""
+        if self.wire is not None:
+            return self.wire.buffered()
+        return self.start < self.end
+
+    def _leave_out_cancelled(self, requests, states):
+        """A request cancelled before its batch began is not run (as one
+        cancelled in the server's queue): it ends with CANCELLED, sent
+        now; returns the requests and states left."""
+        frames, kept = [], []
+        for request, state in zip(requests, states):
+            if state.cancelled:
+                state.closed = True
+                frames.append(
+                    (
+                        {
+                            "kind": "response",
+                            "rid": state.rid,
+                            "final": True,
+                            "error": {"message": "", "code": "CANCELLED"},
+                            "tensors": [],
+                        },
+                        [],
+                    )
+                )
+            else:
+                kept.append((request, state))
+        self.send_frames(frames, answer=True)
+        return [r for r, _ in kept], [s for _, s in kept]
 
     def _answer(self, result, states, frames):
         """Default mode: check execute's return value and put its responses

@@ -47,6 +47,10 @@ pub(super) struct Link {
     writer: Mutex<UnixStream>,
     /// Open requests by id.
     pub requests: Mutex<HashMap<u64, Responder>>,
+    /// Of those, the ids of requests in a batch sent behind the one that
+    /// runs: should the worker die, they did not run (the instance sends
+    /// them to a new worker) and are not failed here.
+    pub waiting: Mutex<std::collections::HashSet<u64>>,
     next_id: AtomicU64,
     /// The model instance's name, for messages.
     pub instance: String,
@@ -257,6 +261,14 @@ fn running(pid: i32) -> bool {
     }
 }
 
+/// What `Worker::wait_readable` found.
+enum Readable {
+    Answer,
+    Wake,
+    /// The process exited (and a process it forked holds the socket).
+    Gone,
+}
+
 /// A reader that counts the bytes read through it.
 struct Counting<R> {
     inner: R,
@@ -375,6 +387,7 @@ impl Worker {
             link: Arc::new(Link {
                 writer: Mutex::new(ours),
                 requests: Mutex::new(HashMap::new()),
+                waiting: Default::default(),
                 next_id: AtomicU64::new(1),
                 instance: launch.instance.to_string(),
                 host: launch.host.clone(),
@@ -443,37 +456,88 @@ impl Worker {
         }
     }
 
-    /// The answer to the batch just sent: routes the responses that come
+    /// The answer to the oldest batch sent: routes the responses that come
     /// with it and returns its `executed` frame once the reader thread has
     /// routed what the worker wrote before it (an error when the worker
-    /// died or its answer cannot be read).
-    pub fn answer(&mut self) -> Result<Frame> {
+    /// died or its answer cannot be read). Given `wake`, returns None as
+    /// soon as `wake` is signalled while no answer is to be read (the
+    /// frames read so far are routed; the next call goes on with the rest).
+    pub fn answer_or_wake(&mut self, wake: Option<&super::super::Wake>) -> Option<Result<Frame>> {
         loop {
+            if let Some(wake) = wake {
+                if self.answers.buffer().is_empty() {
+                    match self.wait_readable(wake) {
+                        Readable::Answer => {}
+                        Readable::Wake => return None,
+                        Readable::Gone => return Some(Err(self.died())),
+                    }
+                }
+            }
             let frame = match Frame::read_from(&mut self.answers) {
                 Ok(Some(frame)) => frame,
-                Ok(None) => return Err(self.died()),
+                Ok(None) => return Some(Err(self.died())),
                 Err(e) => {
                     self.kill();
-                    return Err(Error::internal(format!(
+                    return Some(Err(Error::internal(format!(
                         "reading from the Python worker of model instance '{}': {e}",
                         self.link.instance
-                    )));
+                    ))));
                 }
             };
             match frame.kind() {
                 "response" => respond(&self.link, frame),
                 "executed" => {
                     self.link.wait_routed(frame.u64("after"));
-                    return Ok(frame);
+                    return Some(Ok(frame));
                 }
                 other => {
                     self.kill();
-                    return Err(Error::internal(format!(
+                    return Some(Err(Error::internal(format!(
                         "the Python worker of model instance '{}' sent '{other}' with a batch's answer",
                         self.link.instance
-                    )));
+                    ))));
                 }
             }
+        }
+    }
+
+    /// Waits until the answer socket or `wake` is readable, watching the
+    /// process every `WATCH` as `Answers::read` does.
+    fn wait_readable(&mut self, wake: &super::super::Wake) -> Readable {
+        use std::os::fd::AsRawFd;
+        let answer_fd = self.answers.get_ref().stream.as_raw_fd();
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: answer_fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: wake.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: polls two live descriptors through a live array.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, WATCH.as_millis() as libc::c_int) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Readable::Answer; // the read says what is wrong
+            }
+            if n == 0 {
+                if !running(self.link.pid) {
+                    return Readable::Gone;
+                }
+                continue;
+            }
+            // An answer (or the socket's end) first: it is what ends a batch.
+            if fds[0].revents != 0 {
+                return Readable::Answer;
+            }
+            return Readable::Wake;
         }
     }
 
@@ -607,11 +671,13 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
+    let waiting = std::mem::take(&mut *link.waiting.lock().unwrap_or_else(|p| p.into_inner()));
     let open: Vec<Responder> = link
         .requests
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .drain()
+        .filter(|(id, _)| !waiting.contains(id))
         .map(|(_, r)| r)
         .collect();
     let error = Error::internal(format!(

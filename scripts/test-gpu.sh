@@ -4,8 +4,11 @@
 #   - .venv-gpu: the GPU build of ONNX Runtime with the CUDA and cuDNN
 #     libraries it needs, all from PyPI (onnxruntime-gpu[cuda,cudnn], the
 #     same version as .venv's CPU build; the libraries are nvidia-* wheels);
+#   - TensorRT's libraries for ONNX Runtime's TensorRT provider, also from
+#     PyPI (tensorrt-cu13-libs 10.x: the provider of onnxruntime-gpu 1.31
+#     links libnvinfer.so.10 and libnvonnxparser.so.10, built on CUDA 13);
 #   - trtis pointed at it: ORT_DYLIB_PATH to its libonnxruntime.so, the
-#     nvidia wheels' lib directories on LD_LIBRARY_PATH;
+#     nvidia wheels' and tensorrt_libs' lib directories on LD_LIBRARY_PATH;
 #   - libtorch on CUDA: the torch wheel's CUDA dependencies added to
 #     .venv-torch (scripts/setup.sh leaves them out; about 2.7 GB), and the
 #     PyTorch backend library linked with libtorch_cuda (TRTIS_TORCH_CUDA=1);
@@ -33,9 +36,9 @@ VENV=.venv-gpu
 if [ ! -x "$VENV/bin/python" ]; then
   .venv/bin/python -m venv "$VENV"
 fi
-STAMP="$VENV/.trtis-ort-$ORT_VERSION"
+STAMP="$VENV/.trtis-ort-$ORT_VERSION-trt10"
 if [ ! -e "$STAMP" ]; then
-  "$VENV/bin/pip" install -q "onnxruntime-gpu[cuda,cudnn]==$ORT_VERSION"
+  "$VENV/bin/pip" install -q "onnxruntime-gpu[cuda,cudnn]==$ORT_VERSION" "tensorrt-cu13-libs>=10.13,<11"
   touch "$STAMP"
 fi
 if [ ! -e .venv-torch/.trtis-cuda ] && [ -x .venv-torch/bin/python ]; then
@@ -53,7 +56,7 @@ fi
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 CLIENT_SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ORT_DYLIB_PATH=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so.* | head -1)
-NVIDIA_LIBS=$(ls -d "$SITE"/nvidia/*/lib "$CLIENT_SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
+NVIDIA_LIBS=$(ls -d "$SITE"/nvidia/*/lib "$SITE"/tensorrt_libs "$CLIENT_SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
 export ORT_DYLIB_PATH LD_LIBRARY_PATH="$NVIDIA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TRTIS_GPU_TESTS=1
 echo "test-gpu: ONNX Runtime $ORT_VERSION (GPU build) at $ORT_DYLIB_PATH"

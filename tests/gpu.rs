@@ -157,6 +157,60 @@ fn the_classifier_on_cuda_has_the_cpu_top3() {
     );
 }
 
+/// The classifier on ONNX Runtime's TensorRT provider (the `tensorrt` GPU
+/// execution accelerator; TensorRT's libraries come from PyPI, installed
+/// by scripts/test-gpu.sh) has the CPU top 3.
+#[test]
+#[ignore = "needs a GPU: scripts/test-gpu.sh"]
+fn the_classifier_on_tensorrt_has_the_cpu_top3() {
+    require_gpu_run();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("trt-cache");
+    let repo = example_repo(
+        dir.path(),
+        &["efficientnet_lite0"],
+        "efficientnet_lite0",
+        &format!(
+            "instance_group [ {{ kind: KIND_GPU count: 1 }} ]\n\
+             optimization {{ execution_accelerators {{ gpu_execution_accelerator [ {{\n\
+               name: \"tensorrt\"\n\
+               parameters {{ key: \"precision_mode\" value: \"FP32\" }}\n\
+               parameters {{ key: \"trt_engine_cache_enable\" value: \"1\" }}\n\
+               parameters {{ key: \"trt_engine_cache_path\" value: \"{}\" }}\n\
+             }} ] }} }}",
+            cache.display()
+        ),
+    );
+    let cpu = Serve::start(&root().join("examples/model_repository"), &[], &[]);
+    // Building the engine takes a while the first time.
+    let trt = Serve::start_within(&repo, &[], &[], std::time::Duration::from_secs(600));
+    for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
+        let c = top3(
+            "efficientnet_lite0",
+            &format!("127.0.0.1:{}", cpu.port),
+            "http",
+            image,
+        );
+        let t = top3(
+            "efficientnet_lite0",
+            &format!("127.0.0.1:{}", trt.port),
+            "http",
+            image,
+        );
+        for (a, b) in c.iter().zip(&t) {
+            assert_eq!(a["index"], b["index"], "{image}: {c:?} vs {t:?}");
+            let d = (a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs();
+            assert!(d < 0.05, "{image}: {c:?} vs {t:?}");
+        }
+    }
+    let cached = std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
+    assert!(
+        cached > 0,
+        "TensorRT built no engine into {}",
+        cache.display()
+    );
+}
+
 /// The TorchScript classifier on CUDA (the PyTorch backend library built
 /// with libtorch_cuda: scripts/test-gpu.sh does) has the ONNX CPU top 3.
 #[test]

@@ -11,6 +11,11 @@ In one run on this machine it measures:
     pure Python (TRTIS_PYTHON_NATIVE=0);
   - the overhead per request: server + worker CPU per inference minus the
     reference's CPU per call, and p50 latency minus the reference's time;
+  - a model.py that computes for BUSY_US per request (a busy loop), at
+    concurrency 1, 2 and 4, on trtis and on Triton: throughput, p50, and
+    the worker's busy share (throughput x BUSY_US; 1 is a worker that never
+    waits for its next request). trtis hands the worker its next batch
+    while one runs (core::instance::run_pipelined);
   - how tensors cross to the worker (a Unix socket, one copy each way, a
     zero-copy numpy view in the worker): a Python identity model against
     trtis's built-in identity backend (no worker), both FP32 [-1], at 16 KB
@@ -125,6 +130,36 @@ IDENTITY_CONFIG = ('{backend}max_batch_size: 0\n'
                    'output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }}]\n')
 
 
+BUSY_US = 300
+BUSY_PY = '''import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            end = time.perf_counter() + {seconds}
+            while time.perf_counter() < end:
+                pass
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]))
+        return responses
+'''.format(seconds=BUSY_US / 1e6)
+BUSY_CONFIG = ('backend: "python"\nmax_batch_size: 0\n'
+               'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }]\n'
+               'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }]\n'
+               'instance_group [{ kind: KIND_CPU count: 1 }]\n')
+BUSY_CONCURRENCY = (1, 2, 4)
+
+
+def busy_model(repo):
+    os.makedirs(os.path.join(repo, "busy", "1"))
+    open(os.path.join(repo, "busy", "1", "model.py"), "w").write(BUSY_PY)
+    open(os.path.join(repo, "busy", "config.pbtxt"), "w").write(BUSY_CONFIG)
+
+
 def identity_models(repo):
     for name, backend, files in (("identity_py", "python", {"model.py": IDENTITY_PY}),
                                  ("identity_builtin", "identity", {".keep": ""})):
@@ -221,7 +256,7 @@ class Triton:
              "--backend-directory", settings["TRITON_BACKEND_DIR"],
              "--http-port", str(self.port), "--http-address", "127.0.0.1",
              "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
-             "--model-control-mode", "explicit", "--load-model", "add_sub",
+             "--model-control-mode", "explicit", "--load-model", "add_sub", "--load-model", "busy",
              "--metrics-port", "0", "--allow-metrics=false", "--exit-timeout-secs", "10"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
@@ -283,7 +318,8 @@ def triton_rows(repo):
         print(f"Triton ready in {triton.ready_s:.1f} s, {len(stubs)} stub process(es) embedding {libpython}",
               flush=True)
         rows = {conc: perf(triton, "add_sub", conc, prefix="python-triton") for conc in (1, 2)}
-        return rows, {"ready_s": triton.ready_s, "stubs": len(stubs), "libpython": libpython}
+        busy = {conc: perf(triton, "busy", conc, prefix="python-triton") for conc in BUSY_CONCURRENCY}
+        return rows, busy, {"ready_s": triton.ready_s, "stubs": len(stubs), "libpython": libpython}
     finally:
         triton.stop()
 
@@ -293,6 +329,7 @@ def main():
     repo = tempfile.mkdtemp(prefix="trtis-python-")
     shutil.copytree(MODEL, os.path.join(repo, "add_sub"), ignore=shutil.ignore_patterns("__pycache__"))
     identity_models(repo)
+    busy_model(repo)
     ref = reference()
     lines = ["# Python backend benchmark", "",
              f"{os.cpu_count()} CPUs. Reference: add_sub's execute() in a plain Python loop, same interpreter, "
@@ -324,6 +361,7 @@ def main():
         ours[conc] = perf(server, "add_sub", conc)
         lines.append(row("trtis serve", conc, ours[conc]))
     table_end = len(lines)
+    busy_ours = {conc: perf(server, "busy", conc) for conc in BUSY_CONCURRENCY}
     lines += ["", "Tensors crossing to the worker: FP32 identity, gRPC, concurrency 1.", "",
               "| input | model | infer/s | p50 µs | server CPU µs/inf | worker CPU µs/inf | total CPU µs/inf |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -351,8 +389,9 @@ def main():
 
     # Triton on the same repository (add_sub only), after trtis has stopped:
     # its rows join the add_sub table, the ratios follow it.
+    busy_theirs = {}
     try:
-        theirs, info = triton_rows(repo)
+        theirs, busy_theirs, info = triton_rows(repo)
         triton_lines = [row("Triton 2.51", conc, theirs[conc]) for conc in (1, 2)]
         ratios = []
         for conc in (1, 2):
@@ -378,6 +417,24 @@ def main():
         triton_lines = ["", f"Triton reference: not available ({e})."]
         print(triton_lines[-1], flush=True)
     lines[table_end:table_end] = triton_lines
+
+    lines += ["", f"A model.py that computes {BUSY_US} µs per request (a busy loop), one instance, gRPC. Busy share: "
+              f"throughput x {BUSY_US} µs, the share of the time the worker/stub runs the model (1: it never "
+              "waits for its next request). trtis hands the worker its next request while one runs.", "",
+              "| concurrency | trtis infer/s | trtis p50 µs | trtis busy share | Triton infer/s | Triton p50 µs | "
+              "Triton busy share | throughput trtis/Triton |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for conc in BUSY_CONCURRENCY:
+        a, b = busy_ours[conc], busy_theirs.get(conc, {"error": "not measured"})
+        cells = []
+        for r in (a, b):
+            if "error" in r:
+                cells += [r["error"], "", ""]
+            else:
+                cells += [f"{r['throughput']:.0f}", f"{r['p50_us']:.0f}", f"{r['throughput'] * BUSY_US / 1e6:.2f}"]
+        ratio = ("" if "error" in a or "error" in b else f"{a['throughput'] / b['throughput']:.2f}")
+        lines.append(f"| {conc} | " + " | ".join(cells) + f" | {ratio} |")
+        print(lines[-1], flush=True)
 
     again = reference()
     lines += ["", f"Reference again after the servers ran: {again['us']:.1f} µs per call "

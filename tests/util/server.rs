@@ -103,6 +103,17 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(repo: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
+        Serve::start_within(repo, args, envs, Duration::from_secs(30))
+    }
+
+    /// As `start`, allowing the server `ready` to load its models (a
+    /// TensorRT engine takes its time to build).
+    pub fn start_within(
+        repo: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        ready: Duration,
+    ) -> Serve {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_trtis"));
         cmd.arg("serve").arg("--model-store").arg(repo).args(args);
         if !envs.iter().any(|(k, _)| *k == "TRTIS_HTTP_PORT") {
@@ -137,7 +148,7 @@ impl Serve {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + ready;
         // Both listeners announce themselves (gRPC first); take what comes.
         let (mut port, mut grpc_port, mut metrics_port) = (None, None, None);
         while port.is_none()

@@ -704,11 +704,15 @@ class TritonPythonModel:
 
 
 def test_cancel_reaches_a_running_request(ready):
+    """A `cancel` that comes once the request runs turns its
+    `is_cancelled()` True (the model says it runs with a first response)."""
     worker = ready(HEADER + """
 class TritonPythonModel:
     def execute(self, requests):
         request = requests[0]
         sender = request.get_response_sender()
+        sender.send(pb_utils.InferenceResponse(
+            [pb_utils.Tensor("OUT", np.array(["running"], dtype=object))]))
         deadline = time.time() + 5
         while not sender.is_cancelled() and time.time() < deadline:
             time.sleep(0.01)
@@ -717,12 +721,54 @@ class TritonPythonModel:
                     pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """, decoupled=True)
     worker.execute({"rid": 3, "inputs": {}})
+    header, body = worker.recv()
+    assert (header["rid"], header["final"]) == (3, False)
+    assert tensors_of(header, body)["OUT"] == [b"running"]
     worker.send({"kind": "cancel", "rid": 3})
     header, body = worker.recv()
     assert (header["rid"], header["final"]) == (3, True)
     assert tensors_of(header, body)["OUT"] == [b"True"]
     worker.recv_header("executed")
     worker.send({"kind": "cancel", "rid": 3})  # already answered: ignored
+
+
+def test_a_request_cancelled_before_its_batch_runs_is_left_out(ready):
+    """A `cancel` the worker has read before it runs the batch (it came
+    behind the `execute` frame): that request is not passed to execute and
+    ends CANCELLED; the others run. All cancelled: execute is not called."""
+    worker = ready(HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", np.array([r.request_id() or str(len(requests))], dtype=object))])
+            for r in requests]
+""")
+    # Both frames in one write: the worker reads the cancel with the batch.
+    headers = []
+    for rid in (1, 2):
+        headers.append({"rid": rid, "id": "", "correlation_id": 0, "flags": 0, "timeout": 0,
+                        "parameters": "{}", "outputs": ["OUT"], "inputs": []})
+    frames = b""
+    for header in ({"kind": "execute", "requests": headers}, {"kind": "cancel", "rid": 1}):
+        text = json.dumps(header).encode()
+        frames += struct.pack("<IQ", len(text), 0) + text
+    worker.sock.sendall(frames)
+    header, _ = worker.recv()
+    assert (header["kind"], header["rid"], header["final"]) == ("response", 1, True)
+    assert header["error"] == {"message": "", "code": "CANCELLED"}
+    header, body = worker.recv()
+    assert (header["rid"], header["error"]) == (2, None)
+    assert tensors_of(header, body)["OUT"] == [b"1"], "execute got the request left"
+    assert worker.recv_header("executed")["error"] is None
+
+    frames = b""
+    for header in ({"kind": "execute", "requests": headers[:1]}, {"kind": "cancel", "rid": 1}):
+        text = json.dumps(header).encode()
+        frames += struct.pack("<IQ", len(text), 0) + text
+    worker.sock.sendall(frames)
+    header, _ = worker.recv()
+    assert (header["rid"], header["error"]["code"]) == (1, "CANCELLED")
+    assert worker.recv_header("executed")["error"] is None
 
 
 def test_decoupled_async_execute_failure_fails_open_requests(ready):

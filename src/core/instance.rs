@@ -106,6 +106,8 @@ pub struct InstancePool {
     /// Joined on drop.
     threads: Vec<JoinHandle<()>>,
     label: String,
+    /// An instance run on the submitting thread (`submit_direct`).
+    inline: Option<std::sync::Mutex<Box<dyn InstanceExec>>>,
 }
 
 impl InstancePool {
@@ -153,6 +155,7 @@ impl InstancePool {
             queues,
             threads,
             label: label.to_string(),
+            inline: None,
         };
         for _ in 0..count {
             match ready_rx.recv() {
@@ -167,6 +170,51 @@ impl InstancePool {
     /// How many instances the pool runs.
     pub fn instances(&self) -> usize {
         self.threads.len()
+    }
+
+    /// Runs work given to `submit_direct` on the submitting thread with
+    /// `instance` (`backend::inline_instance`: an execution that is a few
+    /// moves of memory, not worth a thread hop).
+    pub fn run_inline(&mut self, instance: Box<dyn InstanceExec>) {
+        self.inline = Some(std::sync::Mutex::new(instance));
+    }
+
+    /// As `submit`, but with an inline instance (`run_inline`) the work
+    /// runs now, on this thread, and its reply is sent before this returns.
+    /// Not for a caller whose reply callback needs a lock it holds.
+    #[allow(clippy::result_large_err)]
+    pub fn submit_direct(&self, mut work: Work) -> std::result::Result<(), (Error, Work)> {
+        let Some(inline) = &self.inline else {
+            return self.submit(work);
+        };
+        if let Some((pending, n)) = &work.pending {
+            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
+        }
+        if work.reply.is_closed() {
+            return Ok(());
+        }
+        let taken = Instant::now();
+        let result = {
+            let mut instance = inline.lock().unwrap_or_else(|p| p.into_inner());
+            catch_unwind(AssertUnwindSafe(|| {
+                instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
+            }))
+            .unwrap_or_else(|_| {
+                Err(Error::internal(
+                    "the backend panicked while executing the request",
+                ))
+            })
+        };
+        let done = Done {
+            result,
+            queue: (taken - work.enqueued).saturating_sub(work.gather),
+            compute: taken.elapsed(),
+            input: work.gather,
+            output: Duration::ZERO,
+            rejected: false,
+        };
+        work.reply.send(done);
+        Ok(())
     }
 
     /// Queues work for the next free instance; refused work comes back
@@ -559,6 +607,62 @@ mod tests {
         assert!(pool.submit(work).is_ok());
         rx.recv_timeout(Duration::from_secs(10))
             .expect("the execution ends")
+    }
+
+    /// Records the thread it runs on.
+    struct WhereRun(Arc<Mutex<Vec<std::thread::ThreadId>>>);
+
+    impl InstanceExec for WhereRun {
+        fn execute(&mut self, inputs: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
+            self.0.lock().unwrap().push(std::thread::current().id());
+            Ok(inputs)
+        }
+    }
+
+    fn batch_work(reply: oneshot::Sender<Done>) -> Work {
+        Work {
+            inputs: vec![Tensor {
+                name: "X".into(),
+                datatype: crate::core::types::DataType::Uint8,
+                shape: vec![1],
+                data: vec![7],
+            }],
+            outputs: vec!["X".into()],
+            requests: Vec::new(),
+            enqueued: Instant::now(),
+            reply: Reply::Caller(reply),
+            pending: None,
+            gather: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn submit_direct_runs_an_inline_instance_on_the_callers_thread() {
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let on_pool = Arc::clone(&threads);
+        let loader: Loader =
+            Box::new(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
+        let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, false).unwrap();
+
+        // Without an inline instance: the instance thread runs it.
+        let (tx, mut rx) = oneshot::channel();
+        assert!(pool.submit_direct(batch_work(tx)).is_ok());
+        let done = loop {
+            match rx.try_recv() {
+                Ok(done) => break done,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        assert_eq!(done.result.unwrap()[0].data, vec![7]);
+        assert_ne!(threads.lock().unwrap()[0], std::thread::current().id());
+
+        // With one: this thread, answered before submit_direct returns.
+        pool.run_inline(Box::new(WhereRun(Arc::clone(&threads))));
+        let (tx, mut rx) = oneshot::channel();
+        assert!(pool.submit_direct(batch_work(tx)).is_ok());
+        let done = rx.try_recv().expect("answered at once");
+        assert_eq!(done.result.unwrap()[0].data, vec![7]);
+        assert_eq!(threads.lock().unwrap()[1], std::thread::current().id());
     }
 
     #[test]

@@ -210,6 +210,27 @@ pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
     })
 }
 
+/// An instance to run requests on the caller's thread instead of an
+/// instance thread, for a backend whose execution is a few moves of
+/// memory: `identity` without its test delays and recording (no
+/// `execute_delay_ms`, `delay_input`, `record_inputs`) and without
+/// reshapes. A request then costs no thread hop (Triton's identity runs on
+/// a backend thread; here that hop was the most of its cost at low load).
+pub fn inline_instance(config: &ModelConfig) -> Option<Box<dyn InstanceExec>> {
+    let plain = config.backend == "identity"
+        && ["execute_delay_ms", "delay_input", "record_inputs"]
+            .iter()
+            .all(|p| !config.parameters.contains_key(*p))
+        && config.input.iter().all(|i| i.reshape.is_none())
+        && config.output.iter().all(|o| o.reshape.is_none());
+    if !plain {
+        return None;
+    }
+    identity::IdentityInstance::new(config)
+        .ok()
+        .map(|i| Box::new(i) as Box<dyn InstanceExec>)
+}
+
 /// Loads one instance with the backend the (normalized) config names.
 /// The config's `reshape`s wrap every backend's instance.
 pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
@@ -308,6 +329,33 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_plain_identity_model_runs_inline() {
+        use crate::core::config::parse_config;
+        let config = |text: &str| parse_config(text.as_bytes()).unwrap().config;
+        let io = "input [ { name: \"I\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n\
+                  output [ { name: \"O\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n";
+        let plain = config(&format!("name: \"m\"\nbackend: \"identity\"\n{io}"));
+        assert!(inline_instance(&plain).is_some());
+        for extra in [
+            "parameters { key: \"execute_delay_ms\" value: { string_value: \"0\" } }",
+            "parameters { key: \"record_inputs\" value: { string_value: \"/tmp/x\" } }",
+        ] {
+            let c = config(&format!(
+                "name: \"m\"\nbackend: \"identity\"\n{io}{extra}\n"
+            ));
+            assert!(inline_instance(&c).is_none(), "{extra}");
+        }
+        let reshaped = config(
+            "name: \"m\"\nbackend: \"identity\"\n\
+             input [ { name: \"I\" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]\n\
+             output [ { name: \"O\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n",
+        );
+        assert!(inline_instance(&reshaped).is_none());
+        let onnx = config(&format!("name: \"m\"\nbackend: \"onnxruntime\"\n{io}"));
+        assert!(inline_instance(&onnx).is_none());
+    }
 
     /// What `config::support` says is built is what `load_instance` loads
     /// (a load may still fail for want of a model file, not of a backend).

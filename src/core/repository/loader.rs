@@ -221,7 +221,15 @@ pub(super) fn load_version(
         sequencing.is_some(),
     );
     release_freed_memory();
-    let pool = Arc::new(pool?);
+    let mut pool = pool?;
+    // Without the rate limiter (whose permits the instance threads take),
+    // an identity model's requests run on the caller's thread.
+    if opts.rate_limiter.is_none() {
+        if let Some(instance) = crate::core::backend::inline_instance(config) {
+            pool.run_inline(instance);
+        }
+    }
+    let pool = Arc::new(pool);
     let stats: Arc<ModelStats> = Arc::default();
     let scheduler = Scheduler::start(
         config,

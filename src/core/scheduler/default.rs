@@ -53,8 +53,10 @@ impl DefaultScheduler {
         pending(gauge, || {
             let gathering = Instant::now();
             let inputs = self.io.model_inputs(vec![submission.inputs])?;
+            // An inline instance answers before this returns; nothing here
+            // holds a lock its reply needs.
             self.pool
-                .submit(Work {
+                .submit_direct(Work {
                     inputs,
                     outputs,
                     requests: Vec::new(),

@@ -453,6 +453,7 @@ fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize,
     };
     let mut sent: std::collections::VecDeque<Sent> = std::collections::VecDeque::new();
     loop {
+        let mut watching = false;
         let work = if sent.is_empty() {
             match queue.take(taker) {
                 Some(work) => Some(work),
@@ -460,6 +461,7 @@ fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize,
             }
         } else if sent.len() < PIPELINE_DEPTH && pipe.can_send() {
             wake.clear();
+            watching = true;
             queue.try_take_or_watch(taker, &signal)
         } else {
             None
@@ -469,7 +471,6 @@ fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize,
             continue;
         }
         // Something runs: wait for it to end (or, watching, for work).
-        let watching = sent.len() < PIPELINE_DEPTH;
         let ended = catch_unwind(AssertUnwindSafe(|| {
             pipe.finish(watching.then_some(wake.as_ref()))
         }))

@@ -184,25 +184,7 @@ fn the_classifier_on_tensorrt_has_the_cpu_top3() {
     let cpu = Serve::start(&root().join("examples/model_repository"), &[], &[]);
     // Building the engine takes a while the first time.
     let trt = Serve::start_within(&repo, &[], &[], std::time::Duration::from_secs(600));
-    for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
-        let c = top3(
-            "efficientnet_lite0",
-            &format!("127.0.0.1:{}", cpu.port),
-            "http",
-            image,
-        );
-        let t = top3(
-            "efficientnet_lite0",
-            &format!("127.0.0.1:{}", trt.port),
-            "http",
-            image,
-        );
-        for (a, b) in c.iter().zip(&t) {
-            assert_eq!(a["index"], b["index"], "{image}: {c:?} vs {t:?}");
-            let d = (a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs();
-            assert!(d < 0.05, "{image}: {c:?} vs {t:?}");
-        }
-    }
+    assert_cpu_top3(&cpu, &trt, "efficientnet_lite0");
     let cached = std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
     assert!(
         cached > 0,
@@ -226,6 +208,13 @@ fn the_torchscript_classifier_on_cuda_has_the_cpu_top3() {
     );
     let cpu = Serve::start(&root().join("examples/model_repository"), &[], &[]);
     let gpu = Serve::start(&repo, &[], &[]);
+    assert_cpu_top3(&cpu, &gpu, "efficientnet_lite0_pt");
+}
+
+/// `model` on `server` classifies the example images over HTTP with the
+/// top 3 of the ONNX classifier on `cpu`: the same classes in the same
+/// order, scores within 0.05.
+fn assert_cpu_top3(cpu: &Serve, server: &Serve, model: &str) {
     for image in ["examples/images/coffee.jpg", "examples/images/rocket.jpg"] {
         let c = top3(
             "efficientnet_lite0",
@@ -233,12 +222,7 @@ fn the_torchscript_classifier_on_cuda_has_the_cpu_top3() {
             "http",
             image,
         );
-        let g = top3(
-            "efficientnet_lite0_pt",
-            &format!("127.0.0.1:{}", gpu.port),
-            "http",
-            image,
-        );
+        let g = top3(model, &format!("127.0.0.1:{}", server.port), "http", image);
         for (a, b) in c.iter().zip(&g) {
             assert_eq!(a["index"], b["index"], "{image}: {c:?} vs {g:?}");
             let d = (a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs();

@@ -187,22 +187,15 @@ impl InstancePool {
         let Some(inline) = &self.inline else {
             return self.submit(work);
         };
-        if let Some((pending, n)) = &work.pending {
-            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
-        }
+        leave_queue(&mut work.pending);
         if work.reply.is_closed() {
             return Ok(());
         }
         let taken = Instant::now();
         let result = {
             let mut instance = inline.lock().unwrap_or_else(|p| p.into_inner());
-            catch_unwind(AssertUnwindSafe(|| {
+            guarded("executing the request", || {
                 instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
-            }))
-            .unwrap_or_else(|_| {
-                Err(Error::internal(
-                    "the backend panicked while executing the request",
-                ))
             })
         };
         let done = Done {
@@ -256,14 +249,17 @@ impl Drop for InstancePool {
     }
 }
 
-/// Runs a batch of requests that answer on their own; when the execution
-/// fails, the requests it left unanswered get its error. A request
-/// cancelled while it waited is not run: it ends with Triton's CANCELLED;
-/// a batch left with no request is not run at all (nor counted).
-fn execute_requests(
-    instance: &mut dyn InstanceExec,
-    mut requests: Vec<BackendRequest>,
-) -> Result<Vec<Tensor>> {
+/// The work leaves the queue: the model's pending-request gauge goes down
+/// by its requests, once.
+fn leave_queue(pending: &mut Option<(Arc<std::sync::atomic::AtomicI64>, i64)>) {
+    if let Some((gauge, n)) = pending.take() {
+        gauge.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Ends the requests cancelled while they waited with Triton's CANCELLED
+/// and leaves them out.
+fn leave_out_cancelled(requests: &mut Vec<BackendRequest>) {
     if requests.iter().any(|r| r.info.cancel.is_cancelled()) {
         requests.retain(|r| {
             let cancelled = r.info.cancel.is_cancelled();
@@ -272,20 +268,38 @@ fn execute_requests(
             }
             !cancelled
         });
-        if requests.is_empty() {
-            return Err(Error::cancelled());
-        }
+    }
+}
+
+/// What a panicking backend's execution ends with.
+fn panicked(what: &str) -> Error {
+    Error::internal(format!("the backend panicked while {what}"))
+}
+
+/// Runs backend code; a panic becomes an error (the instance lives on).
+fn guarded<T>(what: &str, run: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| Err(panicked(what)))
+}
+
+/// Runs a batch of requests that answer on their own; when the execution
+/// fails, the requests it left unanswered get its error. A request
+/// cancelled while it waited is not run: it ends with Triton's CANCELLED;
+/// a batch left with no request is not run at all (nor counted).
+fn execute_requests(
+    instance: &mut dyn InstanceExec,
+    mut requests: Vec<BackendRequest>,
+) -> Result<Vec<Tensor>> {
+    leave_out_cancelled(&mut requests);
+    if requests.is_empty() {
+        return Err(Error::cancelled());
     }
     let responders: Vec<Responder> = requests.iter().map(|r| r.respond.clone()).collect();
     for r in &responders {
         r.start();
     }
-    let result = catch_unwind(AssertUnwindSafe(|| instance.execute_requests(requests)))
-        .unwrap_or_else(|_| {
-            Err(Error::internal(
-                "the backend panicked while executing the requests",
-            ))
-        });
+    let result = guarded("executing the requests", || {
+        instance.execute_requests(requests)
+    });
     if let Err(e) = &result {
         for r in &responders {
             r.fail(e.clone());
@@ -301,8 +315,7 @@ fn run_instance(
     taker: usize,
     ready: mpsc::Sender<Result<()>>,
 ) {
-    let loaded = catch_unwind(AssertUnwindSafe(loader))
-        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while loading")));
+    let loaded = guarded("loading", loader);
     let mut instance = match loaded {
         Ok(instance) => {
             let _ = ready.send(Ok(()));
@@ -326,9 +339,7 @@ fn run_instance(
         let Some(mut work) = queue.take(taker) else {
             return;
         };
-        if let Some((pending, n)) = &work.pending {
-            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
-        }
+        leave_queue(&mut work.pending);
         if work.reply.is_closed() {
             continue; // the caller went away: do not compute it
         }
@@ -337,13 +348,8 @@ fn run_instance(
         let permit = claim.as_ref().map(Claim::acquire);
         let taken = Instant::now();
         let result = if work.requests.is_empty() {
-            catch_unwind(AssertUnwindSafe(|| {
+            guarded("executing the request", || {
                 instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
-            }))
-            .unwrap_or_else(|_| {
-                Err(Error::internal(
-                    "the backend panicked while executing the request",
-                ))
             })
         } else {
             execute_requests(instance.as_mut(), std::mem::take(&mut work.requests))
@@ -397,17 +403,11 @@ impl Sent {
     /// executed).
     fn begin(&mut self) {
         self.began = Some(Instant::now());
-        self.left_queue();
+        leave_queue(&mut self.pending);
         for (r, cancel) in &self.requests {
             if !cancel.is_cancelled() {
                 r.start();
             }
-        }
-    }
-
-    fn left_queue(&mut self) {
-        if let Some((pending, n)) = self.pending.take() {
-            pending.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -416,7 +416,7 @@ impl Sent {
     fn end(mut self, result: Result<()>) {
         let now = Instant::now();
         let began = self.began.unwrap_or(now);
-        self.left_queue();
+        leave_queue(&mut self.pending);
         if let Err(e) = &result {
             for (r, _) in &self.requests {
                 r.fail(e.clone());
@@ -474,11 +474,7 @@ fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize,
         let ended = catch_unwind(AssertUnwindSafe(|| {
             pipe.finish(watching.then_some(wake.as_ref()))
         }))
-        .unwrap_or_else(|_| {
-            Some(Err(Error::internal(
-                "the backend panicked while executing the requests",
-            )))
-        });
+        .unwrap_or_else(|_| Some(Err(panicked("executing the requests"))));
         if let Some(result) = ended {
             let first = sent.pop_front().expect("a batch was running");
             first.end(result);
@@ -493,20 +489,12 @@ fn run_pipelined(pipe: &mut dyn Pipeline, queue: &WorkQueue<Work>, taker: usize,
 /// its requests were cancelled, or the backend refused it).
 fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::VecDeque<Sent>) {
     if work.reply.is_closed() {
-        if let Some((pending, n)) = &work.pending {
-            pending.fetch_sub(*n, std::sync::atomic::Ordering::Relaxed);
-        }
+        leave_queue(&mut work.pending);
         return; // the caller went away: do not compute it
     }
     let mut requests = std::mem::take(&mut work.requests);
     let was_empty = requests.is_empty();
-    requests.retain(|r| {
-        let cancelled = r.info.cancel.is_cancelled();
-        if cancelled {
-            r.respond.fail(Error::cancelled());
-        }
-        !cancelled
-    });
+    leave_out_cancelled(&mut requests);
     let mut batch = Sent {
         reply: work.reply,
         enqueued: work.enqueued,
@@ -531,11 +519,7 @@ fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::Ve
     if sent.is_empty() {
         batch.begin();
     }
-    let result = catch_unwind(AssertUnwindSafe(|| pipe.send(requests))).unwrap_or_else(|_| {
-        Err(Error::internal(
-            "the backend panicked while executing the requests",
-        ))
-    });
+    let result = guarded("executing the requests", || pipe.send(requests));
     match result {
         Ok(()) => sent.push_back(batch),
         Err(e) => {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::util::{recorded, write_model, TestServer};
+use crate::util::{recorded, write_model, Serve, TestServer};
 
 fn repo(delay_us: u64, preferred: &str, execute_delay_ms: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -804,5 +804,84 @@ dynamic_batching { }
     assert_eq!(
         stats["model_stats"][0]["inference_stats"]["fail"]["count"], 1,
         "{stats}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Which threads a request wakes.
+
+/// Voluntary context switches (times it slept) of each thread of process
+/// `pid`, by the thread's name (the kernel keeps 15 bytes of it).
+fn sleeps(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the server's threads");
+    for task in tasks.flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let count = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        out.push((name.trim_end().to_string(), count));
+    }
+    out
+}
+
+fn slept(before: &[(String, u64)], after: &[(String, u64)], name: &str) -> u64 {
+    let sum =
+        |v: &[(String, u64)]| -> u64 { v.iter().filter(|(n, _)| n == name).map(|(_, c)| c).sum() };
+    sum(after) - sum(before)
+}
+
+#[test]
+fn a_request_wakes_the_instance_that_runs_it_and_no_batcher_thread() {
+    // Two instances, a queue delay, no queue timeouts. The receiving
+    // thread wakes the instance that went idle last, which waits out the
+    // delay and runs the batch on its own thread: the batcher's thread
+    // (it keeps the queue timeouts while every instance is busy) never
+    // wakes, and the other instance stays asleep.
+    let dir = tempfile::tempdir().unwrap();
+    write_model(
+        dir.path(),
+        "hops",
+        r#"backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 200 }
+"#,
+    );
+    let s = Serve::start(dir.path(), &[], &[]);
+    let infer = |i: i32| {
+        let (status, out) = s.post(
+            "/v2/models/hops/infer",
+            &json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 2], "data": [i, i + 1]}]})
+                .to_string(),
+        );
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(out["outputs"][0]["data"], json!([i, i + 1]));
+    };
+    infer(0);
+    let before = sleeps(s.pid());
+    let n = 40;
+    for i in 1..=n {
+        infer(i);
+    }
+    let after = sleeps(s.pid());
+    let batcher = slept(&before, &after, "trtis:batch:hop");
+    assert!(
+        batcher < 4,
+        "the batcher's thread slept {batcher} times for {n} requests"
+    );
+    let mut instances = [
+        slept(&before, &after, "trtis:hops:0"),
+        slept(&before, &after, "trtis:hops:1"),
+    ];
+    instances.sort();
+    assert!(
+        instances[0] < 4 && instances[1] >= n as u64,
+        "the instances slept {instances:?} times for {n} requests one after the other"
     );
 }

@@ -98,6 +98,22 @@ pub fn thread_name(name: &str) -> String {
 /// How to create one instance (called on the instance's own thread).
 pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
 
+/// Where the instance threads take their work from instead of the pool's
+/// queue: a scheduler that forms the work on the taking thread (the
+/// dynamic batcher: the instance that is idle forms its own batch, so a
+/// request crosses from the receiving thread to the instance thread that
+/// runs it and nothing else).
+pub trait WorkSource: Send + Sync {
+    /// The next work for instance `taker` (numbered from 0), waiting as
+    /// long as it takes; None once the source is closed and drained, which
+    /// ends the instance's thread.
+    fn take(&self, taker: usize) -> Option<Work>;
+
+    /// Ends the takers' waits: `take` gives what is left, then None (the
+    /// pool closes it when it goes, a failed start included).
+    fn close(&self);
+}
+
 /// The instances of one model version and their queue(s).
 pub struct InstancePool {
     /// The shared queue, or one per instance (`dedicated`); closed when
@@ -108,13 +124,16 @@ pub struct InstancePool {
     label: String,
     /// An instance run on the submitting thread (`submit_direct`).
     inline: Option<std::sync::Mutex<Box<dyn InstanceExec>>>,
+    /// Where the instances take their work, if not from `queues`.
+    source: Option<Arc<dyn WorkSource>>,
 }
 
 impl InstancePool {
     /// Starts one thread per loader and waits until every instance loaded;
     /// the first load error fails the whole pool.
     /// With `dedicated`, each instance has its own queue (`submit_to`);
-    /// otherwise all share one (`submit`).
+    /// otherwise all share one (`submit`). With a `source`, the instances
+    /// take their work from it instead (and nothing should be submitted).
     /// `claims` holds, per instance, what the rate limiter must grant
     /// before each execution (none without `--rate-limit`).
     pub fn start(
@@ -123,6 +142,7 @@ impl InstancePool {
         claims: Vec<Option<Claim>>,
         queue_capacity: usize,
         dedicated: bool,
+        source: Option<Arc<dyn WorkSource>>,
     ) -> Result<Self> {
         let queues: Vec<Arc<WorkQueue<Work>>> = if dedicated {
             (0..loaders.len())
@@ -144,9 +164,16 @@ impl InstancePool {
             };
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
+            let from_source = source.clone();
             let handle = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || run_instance(loader, claim, &queue, taker, ready))
+                .spawn(move || {
+                    let from = match &from_source {
+                        Some(source) => TakeFrom::Source(source.as_ref(), i),
+                        None => TakeFrom::Queue(&queue, taker),
+                    };
+                    run_instance(loader, claim, from, ready)
+                })
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
             threads.push(handle);
         }
@@ -156,6 +183,7 @@ impl InstancePool {
             threads,
             label: label.to_string(),
             inline: None,
+            source,
         };
         for _ in 0..count {
             match ready_rx.recv() {
@@ -243,6 +271,9 @@ impl Drop for InstancePool {
         for queue in &self.queues {
             queue.close();
         }
+        if let Some(source) = &self.source {
+            source.close();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -308,11 +339,27 @@ fn execute_requests(
     result.map(|()| Vec::new())
 }
 
+/// Where an instance thread takes its work: the pool's queue (as taker
+/// `n`), or a scheduler's `WorkSource` (as instance `n`).
+#[derive(Clone, Copy)]
+enum TakeFrom<'a> {
+    Queue(&'a WorkQueue<Work>, usize),
+    Source(&'a dyn WorkSource, usize),
+}
+
+impl TakeFrom<'_> {
+    fn take(&self) -> Option<Work> {
+        match self {
+            TakeFrom::Queue(queue, taker) => queue.take(*taker),
+            TakeFrom::Source(source, taker) => source.take(*taker),
+        }
+    }
+}
+
 fn run_instance(
     loader: Loader,
     claim: Option<Claim>,
-    queue: &WorkQueue<Work>,
-    taker: usize,
+    from: TakeFrom<'_>,
     ready: mpsc::Sender<Result<()>>,
 ) {
     let loaded = guarded("loading", loader);
@@ -327,16 +374,18 @@ fn run_instance(
         }
     };
     drop(ready);
-    if claim.is_none() && instance.pipeline().is_some() {
-        if let Ok(wake) = Wake::new() {
-            if let Some(pipe) = instance.pipeline() {
-                run_pipelined(pipe, queue, taker, Arc::new(wake));
-                return;
+    if let TakeFrom::Queue(queue, taker) = from {
+        if claim.is_none() && instance.pipeline().is_some() {
+            if let Ok(wake) = Wake::new() {
+                if let Some(pipe) = instance.pipeline() {
+                    run_pipelined(pipe, queue, taker, Arc::new(wake));
+                    return;
+                }
             }
         }
     }
     loop {
-        let Some(mut work) = queue.take(taker) else {
+        let Some(mut work) = from.take() else {
             return;
         };
         leave_queue(&mut work.pending);
@@ -627,7 +676,7 @@ mod tests {
         let on_pool = Arc::clone(&threads);
         let loader: Loader =
             Box::new(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
-        let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, false).unwrap();
+        let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, false, None).unwrap();
 
         // Without an inline instance: the instance thread runs it.
         let (tx, mut rx) = oneshot::channel();
@@ -656,7 +705,7 @@ mod tests {
         let recorder = Arc::clone(&seen);
         let loader: Loader =
             Box::new(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
-        let pool = InstancePool::start("m", vec![loader], vec![None], 4, false).unwrap();
+        let pool = InstancePool::start("m", vec![loader], vec![None], 4, false, None).unwrap();
 
         let (live, cancelled) = (CancelToken::new(), CancelToken::new());
         cancelled.cancel();

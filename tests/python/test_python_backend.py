@@ -73,7 +73,7 @@ MAIN_FIXTURES = [
     "reshape_py",
 ]
 # Served (or rather not) by the second server.
-BROKEN_FIXTURES = ["init_error", "seq_python"]
+BROKEN_FIXTURES = ["init_error", "init_error_batched", "seq_python"]
 
 INIT_ARG_KEYS = {
     "model_config",
@@ -745,6 +745,26 @@ def test_initialize_raising_fails_the_load_with_the_python_error(broken_server, 
         a, b = add_sub_arrays()
         r = infer(c, httpclient, "add_sub", {"INPUT0": (a, "FP32"), "INPUT1": (b, "FP32")})
         np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    finally:
+        c.close()
+
+
+def test_one_instance_failing_fails_a_batched_model_and_the_server_serves(
+    broken_server, broken_repo
+):
+    """Behind the dynamic batcher the instances take their batches from it;
+    the first instance is already waiting for one when the second one's
+    initialize raises: the load fails with that error (it does not hang
+    on the waiting instance) and the server serves the other models."""
+    entry = index_entry(broken_server, "init_error_batched")
+    assert entry["state"] == "UNAVAILABLE", entry
+    assert "RuntimeError: the second instance does not start" in entry.get("reason", ""), entry
+    c = httpclient.InferenceServerClient(broken_server.url, network_timeout=60.0)
+    try:
+        assert not c.is_model_ready("init_error_batched")
+        a, b = add_sub_arrays()
+        r = infer(c, httpclient, "add_sub", {"INPUT0": (a, "FP32"), "INPUT1": (b, "FP32")})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
     finally:
         c.close()
 

@@ -189,6 +189,11 @@ impl Serve {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The metrics listener, 127.0.0.1:`metrics_port`.
     pub fn metrics_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.metrics_port))

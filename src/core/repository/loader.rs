@@ -213,27 +213,33 @@ pub(super) fn load_version(
             "model '{name}' has no instances"
         )));
     }
-    let pool = InstancePool::start(
-        name,
-        loaders,
-        claims,
-        opts.queue_capacity,
-        sequencing.is_some(),
-    );
-    release_freed_memory();
-    let mut pool = pool?;
-    // Without the rate limiter (whose permits the instance threads take),
-    // an identity model's requests run on the caller's thread.
-    if opts.rate_limiter.is_none() {
-        if let Some(instance) = crate::core::backend::inline_instance(config) {
-            pool.run_inline(instance);
-        }
-    }
-    let pool = Arc::new(pool);
     let stats: Arc<ModelStats> = Arc::default();
+    let dedicated = sequencing.is_some();
+    let instances = loaders.len();
+    let start_pool = |source| {
+        let pool = InstancePool::start(
+            name,
+            loaders,
+            claims,
+            opts.queue_capacity,
+            dedicated,
+            source,
+        );
+        release_freed_memory();
+        let mut pool = pool?;
+        // Without the rate limiter (whose permits the instance threads take),
+        // an identity model's requests run on the caller's thread.
+        if opts.rate_limiter.is_none() {
+            if let Some(instance) = crate::core::backend::inline_instance(config) {
+                pool.run_inline(instance);
+            }
+        }
+        Ok(Arc::new(pool))
+    };
     let scheduler = Scheduler::start(
         config,
-        pool,
+        instances,
+        start_pool,
         sequencing,
         io.clone(),
         opts.queue_capacity,

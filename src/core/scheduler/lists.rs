@@ -79,6 +79,27 @@ pub(super) fn run_list(
     enqueued: Instant,
     finish: impl FnOnce(Done, usize) + Send + 'static,
 ) {
+    let work = list_work(requests, sizes, enqueued, finish);
+    let submitted = match to {
+        Some(instance) => pool.submit_to(instance, work),
+        None => pool.submit(work),
+    };
+    if let Err((e, work)) = submitted {
+        for r in &work.requests {
+            r.respond.fail(e.clone());
+        }
+        work.reply.send(Done::failed(e, Duration::ZERO, false));
+    }
+}
+
+/// `requests` as one execution's work, as `run_list` hands it to an
+/// instance (the dynamic batcher returns it to the instance that takes it).
+pub(super) fn list_work(
+    requests: Vec<BackendRequest>,
+    sizes: Vec<usize>,
+    enqueued: Instant,
+    finish: impl FnOnce(Done, usize) + Send + 'static,
+) -> Work {
     let watched: Vec<(Responder, usize)> = requests
         .iter()
         .map(|r| r.respond.clone())
@@ -92,7 +113,7 @@ pub(super) fn run_list(
             .sum();
         finish(done, ran)
     };
-    let work = Work {
+    Work {
         inputs: Vec::new(),
         outputs: Vec::new(),
         requests,
@@ -100,15 +121,5 @@ pub(super) fn run_list(
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
         gather: Duration::ZERO,
-    };
-    let submitted = match to {
-        Some(instance) => pool.submit_to(instance, work),
-        None => pool.submit(work),
-    };
-    if let Err((e, work)) = submitted {
-        for r in &work.requests {
-            r.respond.fail(e.clone());
-        }
-        work.reply.send(Done::failed(e, Duration::ZERO, false));
     }
 }

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::core::batch_io::BatchIo;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
-use crate::core::instance::{Done, InstancePool};
+use crate::core::instance::{Done, InstancePool, WorkSource};
 use crate::core::stats::ModelStats;
 use crate::core::types::{CancelToken, RequestInfo, RequestedOutput, SequenceParams, Tensor};
 
@@ -114,12 +114,16 @@ pub enum Scheduler {
 }
 
 impl Scheduler {
-    /// The scheduler a model's config asks for, in front of its instances
-    /// (`sequence` is the sequence batcher's settings, when the config has
-    /// `sequence_batching`; the pool then has a queue per instance).
+    /// The scheduler a model's config asks for, in front of its
+    /// `instances` instances, which `start_pool` starts: given the
+    /// scheduler they take their work from (the dynamic batcher's), or
+    /// None (they take it from the pool's queue). `sequence` is the
+    /// sequence batcher's settings, when the config has
+    /// `sequence_batching`; the pool then has a queue per instance.
     pub fn start(
         config: &ModelConfig,
-        pool: Arc<InstancePool>,
+        instances: usize,
+        start_pool: impl FnOnce(Option<Arc<dyn WorkSource>>) -> Result<Arc<InstancePool>>,
         sequence: Option<SeqSettings>,
         io: BatchIo,
         queue_capacity: usize,
@@ -127,6 +131,20 @@ impl Scheduler {
     ) -> Result<Scheduler> {
         let name = &config.name;
         let answering = Answering::of(config);
+        let batching = BatchConfig::from_config(config).filter(|_| sequence.is_none());
+        if let Some(batching) = batching {
+            return DynamicBatcher::start(
+                name,
+                batching,
+                answering,
+                instances,
+                queue_capacity,
+                stats,
+                |source| start_pool(Some(source)),
+            )
+            .map(Scheduler::Dynamic);
+        }
+        let pool = start_pool(None)?;
         if let Some(settings) = sequence {
             // `config::support` refuses this first (validate-config too).
             if answering.lists && !settings.states.is_empty() {
@@ -137,19 +155,6 @@ impl Scheduler {
             }
             return SequenceBatcher::start(name, settings, answering, pool, stats)
                 .map(Scheduler::Sequence);
-        }
-        if let Some(batching) = BatchConfig::from_config(config) {
-            let instances = pool.instances();
-            return DynamicBatcher::start(
-                name,
-                batching,
-                answering,
-                pool,
-                instances,
-                queue_capacity,
-                stats,
-            )
-            .map(Scheduler::Dynamic);
         }
         Ok(Scheduler::Default(DefaultScheduler::new(
             pool, io, answering, stats,

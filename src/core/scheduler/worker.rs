@@ -1,13 +1,16 @@
-//! The one skeleton both batchers run on: a named thread that owns the
-//! batching decisions, the state it shares with submitters under one mutex
-//! and condition variable, the open flag (closed on unload: new requests
-//! refused, queued ones sent at once), join on drop, and a panic guard.
-//! The thread runs with no timer slack, so a queue delay ends on time.
+//! The one skeleton both batchers run on: a named thread (the sequence
+//! batcher's makes its batching decisions; the dynamic batcher's, whose
+//! decisions the instance threads make, keeps its queue timeouts), the
+//! state it shares with submitters under one mutex and condition variable,
+//! the open flag (closed on unload: new requests refused, queued ones sent
+//! at once), join on drop, and a panic guard. The thread runs with no timer
+//! slack, so a queue delay ends on time (`precise_timers`, which the
+//! dynamic batcher's instance threads call too).
 //!
 //! If a batcher's thread panics (a bug), the guard marks the batcher
-//! broken, answers every queued request with an error and makes later
-//! submissions fail at once, so no caller waits forever and the lock is not
-//! left poisoned.
+//! broken (`broken`), answers every queued request with an error and makes
+//! later submissions fail at once, so no caller waits forever and the lock
+//! is not left poisoned.
 
 use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -84,6 +87,17 @@ pub(crate) struct Worker<B: Batcher> {
 impl<B: Batcher> Worker<B> {
     /// Starts the thread.
     pub fn start(batcher: B, state: B::State, context: B::Context) -> Result<Self> {
+        Self::start_with(batcher, state, |_| Ok(context))
+    }
+
+    /// Starts the thread once `context` is made from what it shares (the
+    /// dynamic batcher's instances take their work from it); fails, with
+    /// no thread started, when `context` does.
+    pub fn start_with(
+        batcher: B,
+        state: B::State,
+        context: impl FnOnce(&Arc<Shared<B>>) -> Result<B::Context>,
+    ) -> Result<Self> {
         let name = crate::core::instance::thread_name(&batcher.thread_name());
         let shared = Arc::new(Shared {
             batcher,
@@ -94,6 +108,7 @@ impl<B: Batcher> Worker<B> {
             }),
             cv: Condvar::new(),
         });
+        let context = context(&shared)?;
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name.clone())
@@ -157,11 +172,19 @@ fn guarded<B: Batcher>(shared: &Arc<Shared<B>>, context: &B::Context) {
     if catch_unwind(AssertUnwindSafe(|| B::run(shared, context))).is_ok() {
         return;
     }
-    shared.state.clear_poison();
-    let why = format!(
-        "the batcher thread {} stopped unexpectedly",
-        shared.batcher.thread_name()
+    broken(
+        shared,
+        format!(
+            "the batcher thread {} stopped unexpectedly",
+            shared.batcher.thread_name()
+        ),
     );
+}
+
+/// After the batcher's code panicked (a bug): marks it broken with `why`,
+/// fails every queued request with it, and leaves the lock usable.
+pub(crate) fn broken<B: Batcher>(shared: &Shared<B>, why: String) {
+    shared.state.clear_poison();
     crate::core::logging::log('E', &why);
     let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     state.broken = Some(why.clone());
@@ -174,7 +197,7 @@ fn guarded<B: Batcher>(shared: &Arc<Shared<B>>, context: &B::Context) {
 /// batcher waiting out a 100 µs queue delay pays on every batch it waits
 /// for (measured: a model with `max_queue_delay_microseconds: 100` answered
 /// about 50 µs later at concurrency 1). 1 ns is the least the kernel takes.
-fn precise_timers() {
+pub(crate) fn precise_timers() {
     // SAFETY: PR_SET_TIMERSLACK takes a value and changes only the calling
     // thread's timer slack.
     unsafe {

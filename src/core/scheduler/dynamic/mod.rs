@@ -4,26 +4,36 @@
 //! the first dimension when an instance is free.
 //!
 //! A batch forms only when an instance can take it, so batches grow under
-//! load. The batcher runs on its own thread, waiting on one condition
-//! variable for new requests, free instances, the batch's queue delay and
-//! the next queue timeout; callers submit under the same lock, so a full
+//! load, and it forms on that instance's own thread: the instance threads
+//! take their work from the batcher (`instance::WorkSource`). The instance
+//! that went idle last leads: it waits for requests, out the batch's queue
+//! delay, and takes the batch it decides on; the other idle instances wait
+//! their turn. So a request crosses one thread on its way in (the
+//! receiving thread wakes the leading instance) and one on its way out,
+//! and a lightly loaded model keeps running on the instance whose data is
+//! still in the caches. Callers submit under the same lock, so a full
 //! queue refuses a request at once. Requests whose callers went away are
-//! dropped before batching. A batch executes on the instance threads,
-//! which split the outputs among its requests; with `preserve_ordering`
-//! the answers are released in arrival order.
+//! dropped before batching.
+//!
+//! The batcher's own thread keeps time only while no instance is idle: it
+//! fails or delays the requests whose queue timeout passes while every
+//! instance is busy. The instance threads split a batch's outputs among its
+//! requests; with `preserve_ordering` the answers are released in arrival
+//! order.
 
 mod delivery;
 pub mod queue;
 
-use std::sync::{Arc, Mutex};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
-use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work, WorkSource};
 use crate::core::responder::{Responder, Sink};
 use crate::core::types::Tensor;
 
-use super::lists::run_list;
+use super::lists::list_work;
 use super::split::split;
 use super::worker::{self, Batcher, Worker};
 use super::{pending, Answering, Completion, Submission};
@@ -39,12 +49,35 @@ type Queue = queue::Queue<Answer>;
 /// The most requests waiting in one batcher, whatever the policies say.
 const HARD_LIMIT_MESSAGE: &str = "inference request queue is full";
 
-/// What the submitters and the batcher thread share, under one lock.
+/// What the submitters, the instance threads and the batcher's thread
+/// share, under one lock.
 struct State {
     queue: Queue,
-    /// Instances free to take a batch.
-    free: usize,
+    /// The instances waiting for work, the one that went idle last on top:
+    /// it leads (forms the next batch).
+    idle: Vec<usize>,
+    /// When the batcher's thread wakes to keep time (None: only when
+    /// woken).
+    keeper_at: Option<Instant>,
     next_seq: u64,
+}
+
+impl State {
+    /// Whether the batcher's thread must be woken to keep time: no instance
+    /// is idle to do it, and a queue timeout comes before it would wake.
+    /// It then counts as set to wake for that timeout.
+    fn keeper_needed(&mut self) -> bool {
+        if !self.idle.is_empty() {
+            return false;
+        }
+        match self.queue.next_timeout() {
+            Some(at) if self.keeper_at.is_none_or(|k| at < k) => {
+                self.keeper_at = Some(at);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What the batcher's thread works with, beside its state.
@@ -56,20 +89,23 @@ struct Dyn {
     capacity: usize,
     delivery: Delivery,
     answering: Answering,
+    /// One per instance: instance `i` waits for its turn on `wake[i]`.
+    wake: Vec<Condvar>,
 }
 
 type Shared = worker::Shared<Dyn>;
 
 impl Batcher for Dyn {
     type State = State;
+    /// Held for the instances, which take their work from the batcher.
     type Context = Arc<InstancePool>;
 
     fn thread_name(&self) -> String {
         format!("trtis:batch:{}", self.label)
     }
 
-    fn run(shared: &Arc<Shared>, pool: &Arc<InstancePool>) {
-        run_batcher(shared, pool)
+    fn run(shared: &Arc<Shared>, _: &Arc<InstancePool>) {
+        keep_time(shared)
     }
 
     fn fail_queued(&self, state: &mut State, error: &Error) {
@@ -82,20 +118,70 @@ impl Batcher for Dyn {
     }
 }
 
+/// What the instances take their work from.
+struct Source(Arc<Shared>);
+
+impl WorkSource for Source {
+    fn take(&self, taker: usize) -> Option<Work> {
+        let shared = &self.0;
+        thread_local! {
+            static PRECISE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        if !PRECISE.get() {
+            // The leading instance waits out the queue delay.
+            worker::precise_timers();
+            PRECISE.set(true);
+        }
+        let next = || loop {
+            let batch = next_batch(shared, taker)?;
+            if let Some(work) = batch_work(batch, shared) {
+                return Some(work);
+            }
+        };
+        catch_unwind(AssertUnwindSafe(next)).unwrap_or_else(|_| {
+            // A bug: the model's requests fail, later ones are refused.
+            worker::broken(
+                shared,
+                format!(
+                    "the dynamic batcher of model '{}' stopped unexpectedly",
+                    shared.label
+                ),
+            );
+            None
+        })
+    }
+
+    fn close(&self) {
+        close(&self.0);
+    }
+}
+
+/// Stops taking requests; the queued ones are sent without waiting for
+/// fuller batches, and then the instances' threads end.
+fn close(shared: &Shared) {
+    lock(shared).open = false;
+    shared.cv.notify_all();
+    for wake in &shared.wake {
+        wake.notify_all();
+    }
+}
+
 /// The batcher of one model version.
 pub struct DynamicBatcher {
     worker: Worker<Dyn>,
 }
 
 impl DynamicBatcher {
+    /// Starts the batcher and, with `start_pool` given the batcher to take
+    /// work from, its `instances` instances.
     pub fn start(
         label: &str,
         config: BatchConfig,
         answering: Answering,
-        pool: Arc<InstancePool>,
         instances: usize,
         capacity: usize,
         stats: Arc<crate::core::stats::ModelStats>,
+        start_pool: impl FnOnce(Arc<dyn WorkSource>) -> Result<Arc<InstancePool>>,
     ) -> Result<Self> {
         let delivery = if config.preserve_ordering {
             Delivery::Ordered(Mutex::default())
@@ -104,10 +190,11 @@ impl DynamicBatcher {
         };
         let state = State {
             queue: Queue::new(&config),
-            free: instances.max(1),
+            idle: Vec::with_capacity(instances),
+            keeper_at: None,
             next_seq: 0,
         };
-        let worker = Worker::start(
+        let worker = Worker::start_with(
             Dyn {
                 label: label.to_string(),
                 stats,
@@ -115,9 +202,10 @@ impl DynamicBatcher {
                 config,
                 delivery,
                 answering,
+                wake: (0..instances.max(1)).map(|_| Condvar::new()).collect(),
             },
             state,
-            pool,
+            |shared| start_pool(Arc::new(Source(Arc::clone(shared)))),
         )?;
         Ok(DynamicBatcher { worker })
     }
@@ -172,15 +260,30 @@ impl DynamicBatcher {
         pushed
             .map_err(|(e, _)| Error::new(e.kind, format!("{}{}", request_prefix(id), e.message)))?;
         state.next_seq += 1;
+        let leader = state.idle.last().copied();
+        let keeper = state.keeper_needed();
         drop(state);
-        self.worker.notify();
+        if let Some(leader) = leader {
+            shared.wake[leader].notify_one();
+        }
+        if keeper {
+            self.worker.notify();
+        }
         Ok(())
     }
 
     /// Stops taking requests; the queued ones are sent without waiting for
-    /// fuller batches.
+    /// fuller batches, and then the instances' threads end.
     pub fn close(&self) {
-        self.worker.close();
+        close(self.worker.shared());
+    }
+}
+
+impl Drop for DynamicBatcher {
+    fn drop(&mut self) {
+        // Before the worker joins its thread, which lets go of the pool:
+        // the instances waiting for work must hear of it.
+        self.close();
     }
 }
 
@@ -202,43 +305,96 @@ fn fail(shared: &Shared, r: Request, error: Error) {
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
 }
 
-fn run_batcher(shared: &Arc<Shared>, pool: &InstancePool) {
+fn lock(shared: &Shared) -> MutexGuard<'_, worker::Locked<State>> {
+    shared.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits, as instance `taker`, until it leads and a batch is decided on;
+/// returns the batch's requests, or None once the batcher is closed and
+/// its queue empty.
+fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
     let config = &shared.config;
-    let mut state = shared.state.lock().unwrap();
+    let wake = &shared.wake[taker];
+    let mut state = lock(shared);
+    state.idle.retain(|&t| t != taker);
+    state.idle.push(taker);
     loop {
         let now = Instant::now();
         sweep_abandoned(shared, &mut state.queue);
         for r in state.queue.expire(now) {
             fail(shared, r, Error::unavailable("Request timeout expired"));
         }
-        if state.queue.is_empty() {
-            if !state.open {
-                return;
-            }
-            state = shared.cv.wait(state).unwrap();
+        if state.queue.is_empty() && !state.open {
+            state.idle.retain(|&t| t != taker);
+            return None;
+        }
+        if state.queue.is_empty() || state.idle.last() != Some(&taker) {
+            state = wake.wait(state).unwrap_or_else(|p| p.into_inner());
             continue;
         }
-        let mut wake = state.queue.next_timeout();
-        if state.free > 0 {
-            let n = match decide(&state.queue, config, now) {
-                Decision::Send(n) => Some(n),
-                // Shutting down: send what is there without waiting.
-                Decision::Wait(_) if !state.open => Some(state.queue.len()),
-                Decision::Wait(at) => {
-                    wake = Some(wake.map_or(at, |w| w.min(at)));
-                    None
-                }
-            };
-            if let Some(n) = n {
-                state.free -= 1;
-                let batch = state.queue.pop(n.max(1));
-                drop(state);
-                dispatch(batch, pool, shared);
-                state = shared.state.lock().unwrap();
-                continue;
+        let mut until = state.queue.next_timeout();
+        let n = match decide(&state.queue, config, now) {
+            Decision::Send(n) => Some(n),
+            // Shutting down: send what is there without waiting.
+            Decision::Wait(_) if !state.open => Some(state.queue.len()),
+            Decision::Wait(at) => {
+                until = Some(until.map_or(at, |w| w.min(at)));
+                None
             }
+        };
+        if let Some(n) = n {
+            let batch = state.queue.pop(n.max(1));
+            state.idle.pop();
+            // The next idle instance leads now, if there is more to do.
+            let next = if state.queue.is_empty() && state.open {
+                None
+            } else {
+                state.idle.last().copied()
+            };
+            let keeper = state.keeper_needed();
+            drop(state);
+            if let Some(next) = next {
+                shared.wake[next].notify_one();
+            }
+            if keeper {
+                shared.cv.notify_one();
+            }
+            return Some(batch);
         }
-        state = match wake {
+        state = match until {
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                wake.wait_timeout(state, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+            None => wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+        };
+    }
+}
+
+/// The batcher's thread: while no instance is idle (the leading one keeps
+/// time itself), fails or delays the requests whose queue timeout passes.
+fn keep_time(shared: &Shared) {
+    let mut state = lock(shared);
+    loop {
+        let now = Instant::now();
+        sweep_abandoned(shared, &mut state.queue);
+        for r in state.queue.expire(now) {
+            fail(shared, r, Error::unavailable("Request timeout expired"));
+        }
+        if !state.open {
+            // The instances send what is queued, at once.
+            state.keeper_at = None;
+            return;
+        }
+        let at = if state.idle.is_empty() {
+            state.queue.next_timeout()
+        } else {
+            None
+        };
+        state.keeper_at = at;
+        state = match at {
             Some(at) => {
                 let wait = at.saturating_duration_since(Instant::now());
                 shared.cv.wait_timeout(state, wait).unwrap().0
@@ -248,10 +404,12 @@ fn run_batcher(shared: &Arc<Shared>, pool: &InstancePool) {
     }
 }
 
-/// Runs a batch on the next instance and splits the outputs.
-fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
+/// A batch's work for the instance that takes it, which splits the
+/// outputs; None when the batch was answered already (its inputs cannot be
+/// put together).
+fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
     if shared.answering.lists {
-        return dispatch_requests(batch, pool, shared);
+        return Some(requests_work(batch, shared));
     }
     let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
     let total: usize = sizes.iter().sum();
@@ -317,8 +475,6 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
         }
-        finish_shared.state.lock().unwrap().free += 1;
-        finish_shared.cv.notify_all();
     };
     let inputs = match inputs {
         Ok(inputs) => inputs,
@@ -326,10 +482,10 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
             // The batch inputs cannot be made (item shapes of different
             // ranks): the batch fails with the reason.
             finish(Done::failed(e, Duration::ZERO, false));
-            return;
+            return None;
         }
     };
-    let work = Work {
+    Some(Work {
         inputs,
         outputs,
         requests: Vec::new(),
@@ -337,17 +493,13 @@ fn dispatch(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
         reply: Reply::Callback(Box::new(finish)),
         pending: None,
         gather,
-    };
-    if let Err((e, work)) = pool.submit(work) {
-        // The pool refused (it is stopping): the batch fails with the reason.
-        work.reply.send(Done::failed(e, Duration::ZERO, false));
-    }
+    })
 }
 
-/// Runs a batch on the next instance as separate requests (a backend that
+/// A batch as separate requests for the instance (a backend that
 /// takes requests apart): each answers through its responder; the
-/// execution's end counts the batch and frees the instance.
-fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shared>) {
+/// execution's end counts the batch.
+fn requests_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Work {
     let sizes: Vec<usize> = batch.iter().map(|r| r.batch).collect();
     let first_enqueued = batch
         .iter()
@@ -391,8 +543,6 @@ fn dispatch_requests(batch: Vec<Request>, pool: &InstancePool, shared: &Arc<Shar
                 .stats
                 .record_execution(ran, (done.input, done.compute, done.output));
         }
-        finish_shared.state.lock().unwrap().free += 1;
-        finish_shared.cv.notify_all();
     };
-    run_list(pool, None, requests, sizes, first_enqueued, finish);
+    list_work(requests, sizes, first_enqueued, finish)
 }

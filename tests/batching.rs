@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::util::{recorded, write_model, Serve, TestServer};
+use crate::util::{recorded, slept, thread_sleeps, write_model, Serve, TestServer};
 
 fn repo(delay_us: u64, preferred: &str, execute_delay_ms: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -808,31 +808,7 @@ dynamic_batching { }
 }
 
 // ---------------------------------------------------------------------------
-// Which threads a request wakes.
-
-/// Voluntary context switches (times it slept) of each thread of process
-/// `pid`, by the thread's name (the kernel keeps 15 bytes of it).
-fn sleeps(pid: u32) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the server's threads");
-    for task in tasks.flatten() {
-        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let count = status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        out.push((name.trim_end().to_string(), count));
-    }
-    out
-}
-
-fn slept(before: &[(String, u64)], after: &[(String, u64)], name: &str) -> u64 {
-    let sum =
-        |v: &[(String, u64)]| -> u64 { v.iter().filter(|(n, _)| n == name).map(|(_, c)| c).sum() };
-    sum(after) - sum(before)
-}
+// Which threads a request wakes (`util::thread_sleeps`).
 
 #[test]
 fn a_request_wakes_the_instance_that_runs_it_and_no_batcher_thread() {
@@ -864,12 +840,12 @@ dynamic_batching { max_queue_delay_microseconds: 200 }
         assert_eq!(out["outputs"][0]["data"], json!([i, i + 1]));
     };
     infer(0);
-    let before = sleeps(s.pid());
+    let before = thread_sleeps(s.pid());
     let n = 40;
     for i in 1..=n {
         infer(i);
     }
-    let after = sleeps(s.pid());
+    let after = thread_sleeps(s.pid());
     let batcher = slept(&before, &after, "trtis:batch:hop");
     assert!(
         batcher < 4,

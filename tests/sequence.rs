@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use trtis::core::repository::ControlMode;
 
-use crate::util::TestServer;
+use crate::util::{slept, thread_sleeps, write_model, Serve, TestServer};
 
 /// An identity model with every control: output i echoes input i (INPUT,
 /// then START, END, READY, CORRID); INPUT's value is extra execution
@@ -551,4 +551,65 @@ fn a_backlogged_sequence_gives_up_after_its_requests_timeout() {
     let mut body = request(0, json!(3), true, true);
     body["parameters"]["timeout"] = json!(1);
     assert_eq!(infer(&s, "seq", body).0, 200);
+}
+
+#[test]
+fn a_request_wakes_the_instance_that_holds_its_sequence_and_no_batcher_thread() {
+    // Two instances with a slot each; sequences one after the other. The
+    // receiving thread wakes the instance that holds the request's
+    // sequence, which forms the batch and runs it on its own thread: the
+    // sequence batcher's thread (it keeps the idle deadlines) does not
+    // wake for a request.
+    let dir = tempfile::tempdir().unwrap();
+    write_model(
+        dir.path(),
+        "seqhops",
+        r#"backend: "identity"
+max_batch_size: 1
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  direct { }
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+"#,
+    );
+    let s = Serve::start(dir.path(), &[], &[]);
+    let infer = |id: u64, i: i32, start: bool| {
+        let (status, out) = s.post(
+            "/v2/models/seqhops/infer",
+            &json!({
+                "parameters": {"sequence_id": id, "sequence_start": start},
+                "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [i]}]
+            })
+            .to_string(),
+        );
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(out["outputs"][0]["data"], json!([i]));
+    };
+    // Two sequences take the two places (one each) and keep them.
+    infer(1, 0, true);
+    infer(2, 0, true);
+    let before = thread_sleeps(s.pid());
+    let n = 20;
+    for i in 1..=n {
+        infer(1, i, false);
+        infer(2, i, false);
+    }
+    let after = thread_sleeps(s.pid());
+    let batcher = slept(&before, &after, "trtis:seq:seqho");
+    assert!(
+        batcher < 4,
+        "the sequence batcher's thread slept {batcher} times for {} requests",
+        2 * n
+    );
+    for instance in ["trtis:seqhops:0", "trtis:seqhops:1"] {
+        let times = slept(&before, &after, instance);
+        assert!(
+            (n as u64..=n as u64 + 4).contains(&times),
+            "{instance} slept {times} times for its sequence's {n} requests"
+        );
+    }
 }

@@ -76,3 +76,29 @@ pub fn onnx_available() -> bool {
     eprintln!("skipped: ONNX Runtime not installed (scripts/setup.sh)");
     false
 }
+
+/// Voluntary context switches (times it slept) of each thread of process
+/// `pid`, by the thread's name (the kernel keeps 15 bytes of it).
+pub fn thread_sleeps(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the server's threads");
+    for task in tasks.flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let count = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        out.push((name.trim_end().to_string(), count));
+    }
+    out
+}
+
+/// How many times the threads named `name` slept between two
+/// `thread_sleeps`.
+pub fn slept(before: &[(String, u64)], after: &[(String, u64)], name: &str) -> u64 {
+    let sum =
+        |v: &[(String, u64)]| -> u64 { v.iter().filter(|(n, _)| n == name).map(|(_, c)| c).sum() };
+    sum(after) - sum(before)
+}

@@ -1,15 +1,15 @@
 //! Requests for a backend that takes a batch's requests apart (the Python
 //! backend hands `execute` a list): where a queued request's answers go,
-//! before and after an instance takes it (`Answer`), and handing a list of
-//! requests to an instance as one execution (`run_list`). The default
-//! scheduler and both batchers use them.
+//! before and after an instance takes it (`Answer`), and a list of
+//! requests as one execution's work (`list_work`). The default scheduler
+//! and both batchers use them.
 
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::Completion;
-use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, Reply, Work};
 use crate::core::responder::{Responder, Sink};
 
 /// Where a queued request's answers go: one answer, or (a decoupled model)
@@ -64,36 +64,12 @@ impl Answer {
     }
 }
 
-/// Hands `requests` to an instance of `pool` as one execution: instance
-/// `to` (its own queue), or the next free one (the shared queue); `finish`
-/// hears how the execution ended, on the instance's thread (each request
-/// answers through its own responder), with the batch size that ran: the
-/// `sizes` of the requests the instance started (one cancelled while it
-/// waited is left out of the execution, and of its count). A refused
-/// execution fails every request and then `finish` with the reason.
-pub(super) fn run_list(
-    pool: &InstancePool,
-    to: Option<usize>,
-    requests: Vec<BackendRequest>,
-    sizes: Vec<usize>,
-    enqueued: Instant,
-    finish: impl FnOnce(Done, usize) + Send + 'static,
-) {
-    let work = list_work(requests, sizes, enqueued, finish);
-    let submitted = match to {
-        Some(instance) => pool.submit_to(instance, work),
-        None => pool.submit(work),
-    };
-    if let Err((e, work)) = submitted {
-        for r in &work.requests {
-            r.respond.fail(e.clone());
-        }
-        work.reply.send(Done::failed(e, Duration::ZERO, false));
-    }
-}
-
-/// `requests` as one execution's work, as `run_list` hands it to an
-/// instance (the dynamic batcher returns it to the instance that takes it).
+/// `requests` as one execution's work, for the instance that takes it from
+/// a batcher; `finish` hears how the execution ended, on the instance's
+/// thread (each request answers through its own responder), with the batch
+/// size that ran: the `sizes` of the requests the instance started (one
+/// cancelled while it waited is left out of the execution, and of its
+/// count).
 pub(super) fn list_work(
     requests: Vec<BackendRequest>,
     sizes: Vec<usize>,

@@ -116,10 +116,9 @@ pub enum Scheduler {
 impl Scheduler {
     /// The scheduler a model's config asks for, in front of its
     /// `instances` instances, which `start_pool` starts: given the
-    /// scheduler they take their work from (the dynamic batcher's), or
-    /// None (they take it from the pool's queue). `sequence` is the
-    /// sequence batcher's settings, when the config has
-    /// `sequence_batching`; the pool then has a queue per instance.
+    /// scheduler they take their work from (either batcher), or None (they
+    /// take it from the pool's queue). `sequence` is the sequence batcher's
+    /// settings, when the config has `sequence_batching`.
     pub fn start(
         config: &ModelConfig,
         instances: usize,
@@ -144,7 +143,6 @@ impl Scheduler {
             )
             .map(Scheduler::Dynamic);
         }
-        let pool = start_pool(None)?;
         if let Some(settings) = sequence {
             // `config::support` refuses this first (validate-config too).
             if answering.lists && !settings.states.is_empty() {
@@ -153,9 +151,12 @@ impl Scheduler {
                     crate::core::config::support::LIST_BACKEND_STATE
                 )));
             }
-            return SequenceBatcher::start(name, settings, answering, pool, stats)
-                .map(Scheduler::Sequence);
+            return SequenceBatcher::start(name, settings, answering, stats, |source| {
+                start_pool(Some(source))
+            })
+            .map(Scheduler::Sequence);
         }
+        let pool = start_pool(None)?;
         Ok(Scheduler::Default(DefaultScheduler::new(
             pool, io, answering, stats,
         )))

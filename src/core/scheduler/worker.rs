@@ -85,14 +85,9 @@ pub(crate) struct Worker<B: Batcher> {
 }
 
 impl<B: Batcher> Worker<B> {
-    /// Starts the thread.
-    pub fn start(batcher: B, state: B::State, context: B::Context) -> Result<Self> {
-        Self::start_with(batcher, state, |_| Ok(context))
-    }
-
     /// Starts the thread once `context` is made from what it shares (the
-    /// dynamic batcher's instances take their work from it); fails, with
-    /// no thread started, when `context` does.
+    /// batchers' instances take their work from it); fails, with no thread
+    /// started, when `context` does.
     pub fn start_with(
         batcher: B,
         state: B::State,
@@ -192,12 +187,24 @@ pub(crate) fn broken<B: Batcher>(shared: &Shared<B>, why: String) {
     shared.batcher.fail_queued(&mut state.state, &error);
 }
 
+/// `precise_timers` for the calling thread, once (the instance threads
+/// that form their batches wait out queue delays too).
+pub(crate) fn precise_timers_once() {
+    thread_local! {
+        static SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if !SET.get() {
+        precise_timers();
+        SET.set(true);
+    }
+}
+
 /// Makes this thread's timed waits end on time: Linux lets a thread's
 /// timers fire up to its "timer slack" late (50 µs by default), which a
 /// batcher waiting out a 100 µs queue delay pays on every batch it waits
 /// for (measured: a model with `max_queue_delay_microseconds: 100` answered
 /// about 50 µs later at concurrency 1). 1 ns is the least the kernel takes.
-pub(crate) fn precise_timers() {
+fn precise_timers() {
     // SAFETY: PR_SET_TIMERSLACK takes a value and changes only the calling
     // thread's timer slack.
     unsafe {
@@ -275,7 +282,7 @@ mod tests {
 
     #[test]
     fn the_batcher_thread_waits_with_no_timer_slack() {
-        let w = Worker::start(Toy, Vec::new(), ()).unwrap();
+        let w = Worker::start_with(Toy, Vec::new(), |_| Ok(())).unwrap();
         // The thread sets it first thing; give it the time to start.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let found = loop {
@@ -294,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_panicking_batcher_answers_its_queued_callers_and_refuses_later_ones() {
-        let w = Worker::start(Toy, Vec::new(), ()).unwrap();
+        let w = Worker::start_with(Toy, Vec::new(), |_| Ok(())).unwrap();
         let queued: Vec<_> = (0..3).map(|_| submit(&w, false).unwrap()).collect();
         let boom = submit(&w, true).unwrap();
         for rx in queued.iter().chain([&boom]) {
@@ -313,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_closed_batcher_refuses_as_unloading_and_its_thread_ends() {
-        let w = Worker::start(Toy, Vec::new(), ()).unwrap();
+        let w = Worker::start_with(Toy, Vec::new(), |_| Ok(())).unwrap();
         w.close();
         let e = submit(&w, false).map(|_| ()).unwrap_err();
         assert_eq!(e.message, "model 'toy' is unloading");

@@ -124,14 +124,8 @@ struct Source(Arc<Shared>);
 impl WorkSource for Source {
     fn take(&self, taker: usize) -> Option<Work> {
         let shared = &self.0;
-        thread_local! {
-            static PRECISE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        }
-        if !PRECISE.get() {
-            // The leading instance waits out the queue delay.
-            worker::precise_timers();
-            PRECISE.set(true);
-        }
+        // The leading instance waits out the queue delay.
+        worker::precise_timers_once();
         let next = || loop {
             let batch = next_batch(shared, taker)?;
             if let Some(work) = batch_work(batch, shared) {

@@ -5,11 +5,18 @@
 //! `settings`), and carries implicit state from one request of a sequence
 //! to the next.
 //!
-//! It runs on its own thread, waiting on one condition variable for new
-//! requests, finished batches, a batch's queue delay and the next idle
-//! deadline. Each instance has its own queue in the pool, and an instance
-//! runs one batch at a time, so a sequence's requests run in order and its
-//! state is stored before its next request is batched.
+//! Each instance forms its own batches, on its own thread: the instance
+//! threads take their work from the batcher (`instance::WorkSource`),
+//! each waiting on its own condition variable for a request of one of its
+//! sequences and out its batch's queue delay. A submitter wakes the
+//! instance that holds the request's sequence, so a request crosses one
+//! thread on its way in and one on its way out. An instance runs one batch
+//! at a time, so a sequence's requests run in order and its state is
+//! stored (when the execution ends, on the instance's thread) before its
+//! next request is batched. The batcher's own thread keeps time: it frees
+//! the places of idle sequences (handing them to the backlog and waking
+//! their instances) and ends backlogged requests whose timeout passed; it
+//! is woken only when such a deadline comes sooner than it would wake.
 //!
 //! A backend that takes a batch's requests apart (the Python backend) gets
 //! the batch as a list: each row one request with its own inputs, its row's
@@ -22,21 +29,22 @@ mod settings;
 mod tensors;
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::lists::Answer;
 use super::worker::{self, Batcher, Worker};
 use super::{pending, Answering, Completion, Submission};
 use crate::core::error::{request_prefix, Error, Result};
-use crate::core::instance::{Done, InstancePool};
+use crate::core::instance::{Done, InstancePool, Work, WorkSource};
 use crate::core::stats::ModelStats;
 use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
 use places::Refusal;
 pub use places::{Next, SeqConfig, Sequences, Strategy};
 pub use settings::{Control, ControlKind, SeqSettings, StateSpec};
-use tensors::{dispatch, shape_key, take_rows};
+use tensors::{batch_work, shape_key, take_rows};
 
 /// A request waiting in the sequence batcher.
 struct SeqRequest {
@@ -66,6 +74,32 @@ struct State {
     seqs: Sequences<SequenceId, SeqRequest>,
     /// Implicit state of each sequence (by serial), per state spec.
     states: HashMap<u64, Vec<Tensor>>,
+    /// When the batcher's thread wakes to keep time (None: only when
+    /// woken).
+    keeper_at: Option<Instant>,
+}
+
+impl State {
+    /// The next deadline the batcher's thread keeps: a sequence that could
+    /// idle out, a backlogged request's timeout.
+    fn next_deadline(&self) -> Option<Instant> {
+        match (self.seqs.next_idle(), self.seqs.next_backlog_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether the batcher's thread must be woken: a deadline comes before
+    /// it would wake. It then counts as set to wake for it.
+    fn keeper_needed(&mut self) -> bool {
+        match self.next_deadline() {
+            Some(at) if self.keeper_at.is_none_or(|k| at < k) => {
+                self.keeper_at = Some(at);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The most sequences that may wait for a place (the backlog) in one model
@@ -86,20 +120,24 @@ struct Seq {
     /// How the instances take a batch: concatenated, or as a list of
     /// requests (and whether each answers once).
     answering: Answering,
+    /// One per instance: instance `i` waits for its next batch on
+    /// `wake[i]`.
+    wake: Vec<Condvar>,
 }
 
 type Shared = worker::Shared<Seq>;
 
 impl Batcher for Seq {
     type State = State;
+    /// Held for the instances, which take their work from the batcher.
     type Context = Arc<InstancePool>;
 
     fn thread_name(&self) -> String {
         format!("trtis:seq:{}", self.label)
     }
 
-    fn run(shared: &Arc<Shared>, pool: &Arc<InstancePool>) {
-        run(shared, pool)
+    fn run(shared: &Arc<Shared>, _: &Arc<InstancePool>) {
+        keep_time(shared)
     }
 
     fn fail_queued(&self, state: &mut State, error: &Error) {
@@ -110,18 +148,71 @@ impl Batcher for Seq {
     }
 }
 
+/// What the instances take their work from.
+struct Source(Arc<Shared>);
+
+impl WorkSource for Source {
+    fn take(&self, taker: usize) -> Option<Work> {
+        let shared = &self.0;
+        worker::precise_timers_once();
+        catch_unwind(AssertUnwindSafe(|| {
+            let (instance, rows) = next_batch(shared, taker)?;
+            Some(batch_work(shared, instance, rows))
+        }))
+        .unwrap_or_else(|_| {
+            // A bug: the model's requests fail, later ones are refused.
+            worker::broken(
+                shared,
+                format!(
+                    "the sequence batcher of model '{}' stopped unexpectedly",
+                    shared.label
+                ),
+            );
+            None
+        })
+    }
+
+    fn close(&self) {
+        close(&self.0);
+    }
+}
+
+/// Stops taking requests; the queued ones are sent without waiting for
+/// fuller batches, and then the instances' threads end.
+fn close(shared: &Shared) {
+    lock(shared).open = false;
+    shared.cv.notify_all();
+    for wake in &shared.wake {
+        wake.notify_all();
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, worker::Locked<State>> {
+    shared.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The sequence batcher of one model version.
 pub struct SequenceBatcher {
     worker: Worker<Seq>,
 }
 
+impl Drop for SequenceBatcher {
+    fn drop(&mut self) {
+        // Before the worker joins its thread, which lets go of the pool:
+        // the instances waiting for work must hear of it.
+        self.close();
+    }
+}
+
 impl SequenceBatcher {
+    /// Starts the batcher and, with `start_pool` given the batcher to take
+    /// work from, its instances.
     pub fn start(
         label: &str,
         settings: SeqSettings,
         answering: Answering,
-        pool: Arc<InstancePool>,
         stats: Arc<ModelStats>,
+        start_pool: impl FnOnce(Arc<dyn WorkSource>) -> Result<Arc<InstancePool>>,
     ) -> Result<Self> {
         let mut seqs = Sequences::new(settings.seq.clone());
         let initial: Vec<&[i64]> = settings
@@ -130,18 +221,21 @@ impl SequenceBatcher {
             .map(|s| s.initial_shape.as_slice())
             .collect();
         seqs.set_start_key(shape_key(&initial));
-        let worker = Worker::start(
+        let instances = seqs.instances();
+        let worker = Worker::start_with(
             Seq {
                 label: label.to_string(),
                 stats,
                 settings,
                 answering,
+                wake: (0..instances.max(1)).map(|_| Condvar::new()).collect(),
             },
             State {
                 seqs,
                 states: HashMap::new(),
+                keeper_at: None,
             },
-            pool,
+            |shared| start_pool(Arc::new(Source(Arc::clone(shared)))),
         )?;
         Ok(SequenceBatcher { worker })
     }
@@ -236,29 +330,38 @@ impl SequenceBatcher {
         }
         let now = Instant::now();
         let timeout = request.timeout_us;
-        match state.seqs.submit(key, start, end, request, now) {
-            Ok(serial) if timeout > 0 => {
-                state
-                    .seqs
-                    .set_backlog_deadline(serial, now + Duration::from_micros(timeout));
-            }
-            Ok(_) => {}
+        let serial = match state.seqs.submit(key, start, end, request, now) {
+            Ok(serial) => serial,
             Err((Refusal::NoStart, r)) => {
                 return Err(Error::invalid_arg(format!(
                     "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
                     r.id, shared.label
                 )))
             }
+        };
+        if timeout > 0 {
+            state
+                .seqs
+                .set_backlog_deadline(serial, now + Duration::from_micros(timeout));
         }
+        // The instance that holds the sequence (none while it waits in
+        // the backlog) batches the request.
+        let instance = state.seqs.instance_of(serial);
+        let keeper = state.keeper_needed();
         drop(state);
-        self.worker.notify();
+        if let Some(wake) = instance.and_then(|i| shared.wake.get(i)) {
+            wake.notify_one();
+        }
+        if keeper {
+            self.worker.notify();
+        }
         Ok(())
     }
 
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
-        self.worker.close();
+        close(self.worker.shared());
     }
 }
 
@@ -281,19 +384,58 @@ fn fail(r: SeqRequest, error: Error, rejected: bool) {
         .send(Done::failed(error, r.enqueued.elapsed(), rejected));
 }
 
-fn run(shared: &Arc<Shared>, pool: &InstancePool) {
-    let mut state = shared.state.lock().unwrap();
+/// The moment a batcher that is closing batches at: far ahead, so queued
+/// requests go without waiting for fuller batches and idle sequences give
+/// their places to the backlog at once (its requests still run).
+fn closing_now() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}
+
+/// Waits, as instance `taker`, for its next batch: its rows, taken out of
+/// the batcher with their states; None once the batcher is closed and
+/// nothing is queued.
+fn next_batch(shared: &Shared, taker: usize) -> Option<(usize, Vec<Option<tensors::RowInfo>>)> {
+    let wake = shared.wake.get(taker)?;
+    let mut state = lock(shared);
     loop {
         let open = state.open;
-        // Shutting down: queued requests go without waiting for fuller
-        // batches, and idle sequences give their places to the backlog at
-        // once (its requests still run).
-        let now = if open {
-            Instant::now()
-        } else {
-            Instant::now() + Duration::from_secs(86_400)
-        };
+        if !open && state.seqs.queued() == 0 {
+            drop(state);
+            for other in &shared.wake {
+                other.notify_all();
+            }
+            return None;
+        }
+        let now = if open { Instant::now() } else { closing_now() };
+        match state.seqs.next(taker, now, compatible) {
+            Next::Run(batch) => {
+                let rows = take_rows(&shared.settings, &mut state, batch.rows);
+                return Some((batch.instance, rows));
+            }
+            Next::WaitUntil(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                state = wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            Next::Nothing => state = wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
+/// The batcher's thread: frees the places of idle sequences (their
+/// instances may have a backlogged sequence to run now) and ends the
+/// backlogged requests whose timeout passed, at each deadline; when
+/// closing, until nothing is queued.
+fn keep_time(shared: &Shared) {
+    let mut state = lock(shared);
+    loop {
+        let open = state.open;
+        let now = if open { Instant::now() } else { closing_now() };
+        let mut freed = false;
         for (serial, id) in state.seqs.reap(now) {
+            freed = true;
             state.states.remove(&serial);
             if open {
                 crate::core::logging::verbose(&format!(
@@ -305,50 +447,35 @@ fn run(shared: &Arc<Shared>, pool: &InstancePool) {
         // Backlogged sequences whose requests' timeout passed give up
         // (Triton's message and code).
         let expired = state.seqs.expire_backlog(Instant::now());
-        if !expired.is_empty() {
+        if freed || !expired.is_empty() {
             drop(state);
+            for wake in &shared.wake {
+                wake.notify_all();
+            }
             for r in expired {
                 let e =
                     Error::unavailable("timeout of the corresponding sequence has been expired");
                 fail(r, e, true);
             }
-            state = shared.state.lock().unwrap();
+            state = lock(shared);
             continue;
         }
         if !open && state.seqs.queued() == 0 {
+            state.keeper_at = None;
             return;
         }
-        let mut wake = match (state.seqs.next_idle(), state.seqs.next_backlog_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        // Batches and the states their rows carry are taken under the lock;
-        // their tensors are built after it is released.
-        let mut batches = Vec::new();
-        for i in 0..state.seqs.instances() {
-            match state.seqs.next(i, now, compatible) {
-                Next::Run(batch) => {
-                    let rows = take_rows(&shared.settings, &mut state, batch.rows);
-                    batches.push((batch.instance, rows));
-                }
-                Next::WaitUntil(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
-                Next::Nothing => {}
-            }
-        }
-        if !batches.is_empty() {
-            drop(state);
-            for (instance, rows) in batches {
-                dispatch(shared, pool, instance, rows);
-            }
-            state = shared.state.lock().unwrap();
-            continue;
-        }
-        state = match wake {
-            Some(at) if open => {
+        let at = if open { state.next_deadline() } else { None };
+        state.keeper_at = at;
+        state = match at {
+            Some(at) => {
                 let wait = at.saturating_duration_since(Instant::now());
-                shared.cv.wait_timeout(state, wait).unwrap().0
+                shared
+                    .cv
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
             }
-            _ => shared.cv.wait(state).unwrap(),
+            None => shared.cv.wait(state).unwrap_or_else(|p| p.into_inner()),
         };
     }
 }

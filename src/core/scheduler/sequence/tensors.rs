@@ -12,9 +12,9 @@ use super::places::Row;
 use super::settings::zeros;
 use super::{Control, ControlKind, SeqRequest, SeqSettings, Shared, State};
 use crate::core::error::{Error, Result};
-use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, Reply, Work};
 use crate::core::responder::Responder;
-use crate::core::scheduler::lists::{run_list, Answer};
+use crate::core::scheduler::lists::{list_work, Answer};
 use crate::core::scheduler::split::split;
 use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
 
@@ -68,22 +68,17 @@ pub(super) fn take_rows(
         .collect()
 }
 
-/// Runs a batch on its instance: concatenated (`build`), or as a list of
-/// requests (`requests`) for a backend that takes them apart.
-pub(super) fn dispatch(
+/// A batch's work for its instance: concatenated (`build`), or as a list
+/// of requests (`requests_work`) for a backend that takes them apart.
+pub(super) fn batch_work(
     shared: &Arc<Shared>,
-    pool: &InstancePool,
     instance: usize,
     rows: Vec<Option<RowInfo>>,
-) {
+) -> Work {
     if shared.answering.lists {
-        return dispatch_requests(shared, pool, instance, rows);
+        return requests_work(shared, instance, rows);
     }
-    let work = build(shared, instance, rows);
-    if let Err((e, work)) = pool.submit_to(instance, work) {
-        work.reply
-            .send(Done::failed(e, std::time::Duration::ZERO, false));
-    }
+    build(shared, instance, rows)
 }
 
 /// One control input's element for a row (`None`: an empty row).
@@ -104,12 +99,7 @@ fn control_value(c: &Control, row: Option<&RowInfo>) -> Vec<u8> {
 /// Triton's null request: the first request's inputs as zeros, READY
 /// false, no correlation id or flags, its answers dropped. The execution's
 /// end counts the batch and hands the instance back.
-fn dispatch_requests(
-    shared: &Arc<Shared>,
-    pool: &InstancePool,
-    instance: usize,
-    rows: Vec<Option<RowInfo>>,
-) {
+fn requests_work(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> Work {
     let settings = &shared.settings;
     let n = rows.len();
     let template = rows.iter().flatten().next().expect("a batch has a request");
@@ -176,14 +166,7 @@ fn dispatch_requests(
         drop(release);
     };
     let sizes = vec![1; requests.len()];
-    run_list(
-        pool,
-        Some(instance),
-        requests,
-        sizes,
-        first_enqueued,
-        finish,
-    );
+    list_work(requests, sizes, first_enqueued, finish)
 }
 
 /// Builds the batch's tensors (inputs, then controls, then states) and the
@@ -319,7 +302,9 @@ pub(super) fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec
 }
 
 /// Hands an instance back to the scheduler when dropped (its batch's
-/// sequences are no longer running).
+/// sequences are no longer running). The instance takes its next batch
+/// itself; the batcher's thread is woken only when it must keep an earlier
+/// time (a sequence's idle deadline) or is closing.
 struct Release {
     shared: Arc<Shared>,
     instance: usize,
@@ -329,12 +314,18 @@ struct Release {
 impl Drop for Release {
     fn drop(&mut self) {
         self.shared.state.clear_poison();
-        if let Ok(mut state) = self.shared.state.lock() {
-            state
-                .seqs
-                .finished(self.instance, &self.serials, Instant::now());
+        let keeper = match self.shared.state.lock() {
+            Ok(mut state) => {
+                state
+                    .seqs
+                    .finished(self.instance, &self.serials, Instant::now());
+                !state.open || state.keeper_needed()
+            }
+            Err(_) => true,
+        };
+        if keeper {
+            self.shared.cv.notify_all();
         }
-        self.shared.cv.notify_all();
     }
 }
 

@@ -200,6 +200,15 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             .and_then(|s| s.place)
     }
 
+    /// The instance holding sequence `serial`'s place (None in the
+    /// backlog or when unknown).
+    pub fn instance_of(&self, serial: u64) -> Option<usize> {
+        self.sequences
+            .get(&serial)
+            .and_then(|s| s.place)
+            .map(|(i, _)| i)
+    }
+
     /// The serial of an active sequence.
     pub fn serial_of(&self, key: &K) -> Option<u64> {
         self.active.get(key).copied()

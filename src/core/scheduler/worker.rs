@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::core::error::{Error, Result};
+use crate::core::instance::{Work, WorkSource};
 
 /// What a batcher brings to the skeleton: its state under the lock, its
 /// thread's loop and how to fail what is queued.
@@ -40,6 +41,51 @@ pub(crate) trait Batcher: Send + Sync + Sized + 'static {
     /// After the loop panicked: takes every queued request out of `state`
     /// and answers it with `error`.
     fn fail_queued(&self, state: &mut Self::State, error: &Error);
+
+    /// The condition variables the instances wait on in `take`, one per
+    /// instance (woken when the batcher closes).
+    fn takers(&self) -> &[Condvar];
+
+    /// The next work for instance `taker`, formed on its thread, waiting
+    /// as long as it takes; None once the batcher is closed and has
+    /// nothing left for it.
+    fn take(shared: &Arc<Shared<Self>>, taker: usize) -> Option<Work>;
+}
+
+/// What a batcher's instances take their work from (`Batcher::take`, on
+/// the instance's thread, with no timer slack; a panic there marks the
+/// batcher broken as one on its own thread does).
+pub(crate) struct Source<B: Batcher>(pub Arc<Shared<B>>);
+
+impl<B: Batcher> WorkSource for Source<B> {
+    fn take(&self, taker: usize) -> Option<Work> {
+        let shared = &self.0;
+        precise_timers_once();
+        catch_unwind(AssertUnwindSafe(|| B::take(shared, taker))).unwrap_or_else(|_| {
+            broken(
+                shared,
+                format!(
+                    "the batcher {} stopped unexpectedly on an instance thread",
+                    shared.batcher.thread_name()
+                ),
+            );
+            None
+        })
+    }
+
+    fn close(&self) {
+        close(&self.0);
+    }
+}
+
+/// Refuses new requests; what is queued is sent without waiting for
+/// fuller batches, then the instances' `take` ends.
+fn close<B: Batcher>(shared: &Shared<B>) {
+    shared.lock().open = false;
+    shared.cv.notify_all();
+    for taker in shared.batcher.takers() {
+        taker.notify_all();
+    }
 }
 
 /// The state under the lock: the batcher's own, and the lifecycle.
@@ -69,6 +115,14 @@ pub(crate) struct Shared<B: Batcher> {
     batcher: B,
     pub state: Mutex<Locked<B::State>>,
     pub cv: Condvar,
+}
+
+impl<B: Batcher> Shared<B> {
+    /// The state, also after a panic poisoned its lock (what it guards
+    /// stays consistent: `broken` cleans up after a panic).
+    pub fn lock(&self) -> MutexGuard<'_, Locked<B::State>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl<B: Batcher> Deref for Shared<B> {
@@ -141,14 +195,9 @@ impl<B: Batcher> Worker<B> {
     }
 
     /// Stops taking requests; the queued ones are sent without waiting for
-    /// fuller batches.
+    /// fuller batches, then the instances' `take` ends.
     pub fn close(&self) {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .open = false;
-        self.shared.cv.notify_all();
+        close(&self.shared);
     }
 }
 
@@ -224,6 +273,14 @@ mod tests {
     impl Batcher for Toy {
         type State = Vec<(bool, mpsc::Sender<Result<()>>)>;
         type Context = ();
+
+        fn takers(&self) -> &[Condvar] {
+            &[]
+        }
+
+        fn take(_: &Arc<Shared<Self>>, _: usize) -> Option<Work> {
+            None
+        }
 
         fn thread_name(&self) -> String {
             "trtis:toy".to_string()

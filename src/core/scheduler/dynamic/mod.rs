@@ -24,8 +24,7 @@
 mod delivery;
 pub mod queue;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
@@ -108,6 +107,20 @@ impl Batcher for Dyn {
         keep_time(shared)
     }
 
+    fn takers(&self) -> &[Condvar] {
+        &self.wake
+    }
+
+    /// The leading instance waits out the queue delay, then takes its batch.
+    fn take(shared: &Arc<Shared>, taker: usize) -> Option<Work> {
+        loop {
+            let batch = next_batch(shared, taker)?;
+            if let Some(work) = batch_work(batch, shared) {
+                return Some(work);
+            }
+        }
+    }
+
     fn fail_queued(&self, state: &mut State, error: &Error) {
         let n = state.queue.len();
         for r in state.queue.pop(n) {
@@ -115,48 +128,6 @@ impl Batcher for Dyn {
             let done = Done::failed(error.clone(), r.enqueued.elapsed(), false);
             self.delivery.deliver(r.seq, Some((r.reply, done)));
         }
-    }
-}
-
-/// What the instances take their work from.
-struct Source(Arc<Shared>);
-
-impl WorkSource for Source {
-    fn take(&self, taker: usize) -> Option<Work> {
-        let shared = &self.0;
-        // The leading instance waits out the queue delay.
-        worker::precise_timers_once();
-        let next = || loop {
-            let batch = next_batch(shared, taker)?;
-            if let Some(work) = batch_work(batch, shared) {
-                return Some(work);
-            }
-        };
-        catch_unwind(AssertUnwindSafe(next)).unwrap_or_else(|_| {
-            // A bug: the model's requests fail, later ones are refused.
-            worker::broken(
-                shared,
-                format!(
-                    "the dynamic batcher of model '{}' stopped unexpectedly",
-                    shared.label
-                ),
-            );
-            None
-        })
-    }
-
-    fn close(&self) {
-        close(&self.0);
-    }
-}
-
-/// Stops taking requests; the queued ones are sent without waiting for
-/// fuller batches, and then the instances' threads end.
-fn close(shared: &Shared) {
-    lock(shared).open = false;
-    shared.cv.notify_all();
-    for wake in &shared.wake {
-        wake.notify_all();
     }
 }
 
@@ -199,7 +170,7 @@ impl DynamicBatcher {
                 wake: (0..instances.max(1)).map(|_| Condvar::new()).collect(),
             },
             state,
-            |shared| start_pool(Arc::new(Source(Arc::clone(shared)))),
+            |shared| start_pool(Arc::new(worker::Source(Arc::clone(shared)))),
         )?;
         Ok(DynamicBatcher { worker })
     }
@@ -269,15 +240,7 @@ impl DynamicBatcher {
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches, and then the instances' threads end.
     pub fn close(&self) {
-        close(self.worker.shared());
-    }
-}
-
-impl Drop for DynamicBatcher {
-    fn drop(&mut self) {
-        // Before the worker joins its thread, which lets go of the pool:
-        // the instances waiting for work must hear of it.
-        self.close();
+        self.worker.close();
     }
 }
 
@@ -299,17 +262,13 @@ fn fail(shared: &Shared, r: Request, error: Error) {
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
 }
 
-fn lock(shared: &Shared) -> MutexGuard<'_, worker::Locked<State>> {
-    shared.state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Waits, as instance `taker`, until it leads and a batch is decided on;
 /// returns the batch's requests, or None once the batcher is closed and
 /// its queue empty.
 fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
     let config = &shared.config;
     let wake = &shared.wake[taker];
-    let mut state = lock(shared);
+    let mut state = shared.lock();
     state.idle.retain(|&t| t != taker);
     state.idle.push(taker);
     loop {
@@ -370,7 +329,7 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
 /// The batcher's thread: while no instance is idle (the leading one keeps
 /// time itself), fails or delays the requests whose queue timeout passes.
 fn keep_time(shared: &Shared) {
-    let mut state = lock(shared);
+    let mut state = shared.lock();
     loop {
         let now = Instant::now();
         sweep_abandoned(shared, &mut state.queue);

@@ -29,9 +29,8 @@ mod settings;
 mod tensors;
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Condvar, MutexGuard};
+use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
 use super::lists::Answer;
@@ -140,6 +139,16 @@ impl Batcher for Seq {
         keep_time(shared)
     }
 
+    fn takers(&self) -> &[Condvar] {
+        &self.wake
+    }
+
+    /// Instance `taker`'s next batch, formed on its thread.
+    fn take(shared: &Arc<Shared>, taker: usize) -> Option<Work> {
+        let (instance, rows) = next_batch(shared, taker)?;
+        Some(batch_work(shared, instance, rows))
+    }
+
     fn fail_queued(&self, state: &mut State, error: &Error) {
         state.states.clear();
         for r in state.seqs.drain() {
@@ -148,60 +157,9 @@ impl Batcher for Seq {
     }
 }
 
-/// What the instances take their work from.
-struct Source(Arc<Shared>);
-
-impl WorkSource for Source {
-    fn take(&self, taker: usize) -> Option<Work> {
-        let shared = &self.0;
-        worker::precise_timers_once();
-        catch_unwind(AssertUnwindSafe(|| {
-            let (instance, rows) = next_batch(shared, taker)?;
-            Some(batch_work(shared, instance, rows))
-        }))
-        .unwrap_or_else(|_| {
-            // A bug: the model's requests fail, later ones are refused.
-            worker::broken(
-                shared,
-                format!(
-                    "the sequence batcher of model '{}' stopped unexpectedly",
-                    shared.label
-                ),
-            );
-            None
-        })
-    }
-
-    fn close(&self) {
-        close(&self.0);
-    }
-}
-
-/// Stops taking requests; the queued ones are sent without waiting for
-/// fuller batches, and then the instances' threads end.
-fn close(shared: &Shared) {
-    lock(shared).open = false;
-    shared.cv.notify_all();
-    for wake in &shared.wake {
-        wake.notify_all();
-    }
-}
-
-fn lock(shared: &Shared) -> MutexGuard<'_, worker::Locked<State>> {
-    shared.state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The sequence batcher of one model version.
 pub struct SequenceBatcher {
     worker: Worker<Seq>,
-}
-
-impl Drop for SequenceBatcher {
-    fn drop(&mut self) {
-        // Before the worker joins its thread, which lets go of the pool:
-        // the instances waiting for work must hear of it.
-        self.close();
-    }
 }
 
 impl SequenceBatcher {
@@ -235,7 +193,7 @@ impl SequenceBatcher {
                 states: HashMap::new(),
                 keeper_at: None,
             },
-            |shared| start_pool(Arc::new(Source(Arc::clone(shared)))),
+            |shared| start_pool(Arc::new(worker::Source(Arc::clone(shared)))),
         )?;
         Ok(SequenceBatcher { worker })
     }
@@ -361,7 +319,7 @@ impl SequenceBatcher {
     /// Stops taking requests; the queued ones are sent without waiting for
     /// fuller batches.
     pub fn close(&self) {
-        close(self.worker.shared());
+        self.worker.close();
     }
 }
 
@@ -396,7 +354,7 @@ fn closing_now() -> Instant {
 /// nothing is queued.
 fn next_batch(shared: &Shared, taker: usize) -> Option<(usize, Vec<Option<tensors::RowInfo>>)> {
     let wake = shared.wake.get(taker)?;
-    let mut state = lock(shared);
+    let mut state = shared.lock();
     loop {
         let open = state.open;
         if !open && state.seqs.queued() == 0 {
@@ -429,7 +387,7 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<(usize, Vec<Option<tensor
 /// backlogged requests whose timeout passed, at each deadline; when
 /// closing, until nothing is queued.
 fn keep_time(shared: &Shared) {
-    let mut state = lock(shared);
+    let mut state = shared.lock();
     loop {
         let open = state.open;
         let now = if open { Instant::now() } else { closing_now() };
@@ -457,7 +415,7 @@ fn keep_time(shared: &Shared) {
                     Error::unavailable("timeout of the corresponding sequence has been expired");
                 fail(r, e, true);
             }
-            state = lock(shared);
+            state = shared.lock();
             continue;
         }
         if !open && state.seqs.queued() == 0 {

@@ -3,8 +3,8 @@
 //!
 //! An `InstancePool` owns one named thread per instance (`trtis:<model>:<n>`)
 //! and either one bounded queue they all take work from (Triton's default
-//! scheduler: FIFO, no batching) or, for the sequence batcher, which routes
-//! each batch to a chosen instance, one queue per instance. A shared queue
+//! scheduler: FIFO, no batching) or a `WorkSource` (either batcher, which
+//! forms a batch on the thread of the instance that takes it). The queue
 //! wakes the instance that went idle last (`instance::work_queue`), so a lightly
 //! loaded model keeps running on one instance whose data is still in the
 //! caches. Backends are loaded on their instance's
@@ -114,26 +114,25 @@ pub trait WorkSource: Send + Sync {
     fn close(&self);
 }
 
-/// The instances of one model version and their queue(s).
+/// The instances of one model version and their queue.
 pub struct InstancePool {
-    /// The shared queue, or one per instance (`dedicated`); closed when
-    /// the pool goes, which lets the threads exit.
-    queues: Vec<Arc<WorkQueue<Work>>>,
+    /// The queue the instances share (unless they take their work from a
+    /// `source`); closed when the pool goes, which lets the threads exit.
+    queue: Arc<WorkQueue<Work>>,
     /// Joined on drop.
     threads: Vec<JoinHandle<()>>,
     label: String,
     /// An instance run on the submitting thread (`submit_direct`).
     inline: Option<std::sync::Mutex<Box<dyn InstanceExec>>>,
-    /// Where the instances take their work, if not from `queues`.
+    /// Where the instances take their work, if not from `queue`.
     source: Option<Arc<dyn WorkSource>>,
 }
 
 impl InstancePool {
     /// Starts one thread per loader and waits until every instance loaded;
-    /// the first load error fails the whole pool.
-    /// With `dedicated`, each instance has its own queue (`submit_to`);
-    /// otherwise all share one (`submit`). With a `source`, the instances
-    /// take their work from it instead (and nothing should be submitted).
+    /// the first load error fails the whole pool. The instances share one
+    /// queue (`submit`), or with a `source` take their work from it
+    /// instead (a batcher's; nothing is submitted then).
     /// `claims` holds, per instance, what the rate limiter must grant
     /// before each execution (none without `--rate-limit`).
     pub fn start(
@@ -141,27 +140,16 @@ impl InstancePool {
         loaders: Vec<Loader>,
         claims: Vec<Option<Claim>>,
         queue_capacity: usize,
-        dedicated: bool,
         source: Option<Arc<dyn WorkSource>>,
     ) -> Result<Self> {
-        let queues: Vec<Arc<WorkQueue<Work>>> = if dedicated {
-            (0..loaders.len())
-                .map(|_| Arc::new(WorkQueue::new(queue_capacity, 1)))
-                .collect()
-        } else {
-            vec![Arc::new(WorkQueue::new(queue_capacity, loaders.len()))]
-        };
+        let queue = Arc::new(WorkQueue::new(queue_capacity, loaders.len()));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
         let mut claims = claims.into_iter();
         for (i, loader) in loaders.into_iter().enumerate() {
             let claim = claims.next().flatten();
-            let (queue, taker) = if dedicated {
-                (Arc::clone(&queues[i]), 0)
-            } else {
-                (Arc::clone(&queues[0]), i)
-            };
+            let queue = Arc::clone(&queue);
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
             let from_source = source.clone();
@@ -170,7 +158,7 @@ impl InstancePool {
                 .spawn(move || {
                     let from = match &from_source {
                         Some(source) => TakeFrom::Source(source.as_ref(), i),
-                        None => TakeFrom::Queue(&queue, taker),
+                        None => TakeFrom::Queue(&queue, i),
                     };
                     run_instance(loader, claim, from, ready)
                 })
@@ -179,7 +167,7 @@ impl InstancePool {
         }
         drop(ready_tx);
         let pool = InstancePool {
-            queues,
+            queue,
             threads,
             label: label.to_string(),
             inline: None,
@@ -242,17 +230,8 @@ impl InstancePool {
     /// with the reason.
     #[allow(clippy::result_large_err)] // the work comes back whole, by design
     pub fn submit(&self, work: Work) -> std::result::Result<(), (Error, Work)> {
-        self.submit_to(0, work)
-    }
-
-    /// Queues work for instance `i` (a pool with a queue per instance).
-    #[allow(clippy::result_large_err)]
-    pub fn submit_to(&self, i: usize, work: Work) -> std::result::Result<(), (Error, Work)> {
         let unloading = || Error::unavailable(format!("model '{}' is unloading", self.label));
-        let Some(queue) = self.queues.get(i) else {
-            return Err((unloading(), work));
-        };
-        queue.push(work).map_err(|e| match e {
+        self.queue.push(work).map_err(|e| match e {
             Refused::Full(work) => (
                 Error::unavailable(format!(
                     "inference request queue of model '{}' is full",
@@ -268,9 +247,7 @@ impl InstancePool {
 impl Drop for InstancePool {
     fn drop(&mut self) {
         // Closing the queue ends each thread after the work already queued.
-        for queue in &self.queues {
-            queue.close();
-        }
+        self.queue.close();
         if let Some(source) = &self.source {
             source.close();
         }
@@ -676,7 +653,7 @@ mod tests {
         let on_pool = Arc::clone(&threads);
         let loader: Loader =
             Box::new(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
-        let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, false, None).unwrap();
+        let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         // Without an inline instance: the instance thread runs it.
         let (tx, mut rx) = oneshot::channel();
@@ -705,7 +682,7 @@ mod tests {
         let recorder = Arc::clone(&seen);
         let loader: Loader =
             Box::new(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
-        let pool = InstancePool::start("m", vec![loader], vec![None], 4, false, None).unwrap();
+        let pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         let (live, cancelled) = (CancelToken::new(), CancelToken::new());
         cancelled.cancel();

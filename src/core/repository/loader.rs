@@ -214,17 +214,9 @@ pub(super) fn load_version(
         )));
     }
     let stats: Arc<ModelStats> = Arc::default();
-    let dedicated = sequencing.is_some();
     let instances = loaders.len();
     let start_pool = |source| {
-        let pool = InstancePool::start(
-            name,
-            loaders,
-            claims,
-            opts.queue_capacity,
-            dedicated,
-            source,
-        );
+        let pool = InstancePool::start(name, loaders, claims, opts.queue_capacity, source);
         release_freed_memory();
         let mut pool = pool?;
         // Without the rate limiter (whose permits the instance threads take),

@@ -66,7 +66,8 @@ impl State {
     /// is idle to do it, and a queue timeout comes before it would wake.
     /// It then counts as set to wake for that timeout.
     fn keeper_needed(&mut self) -> bool {
-        if !self.idle.is_empty() {
+        // (`times_out` first: without queue timeouts, no scan of the queue.)
+        if !self.idle.is_empty() || !self.queue.times_out() {
             return false;
         }
         match self.queue.next_timeout() {

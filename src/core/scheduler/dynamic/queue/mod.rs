@@ -330,6 +330,14 @@ impl<R: Caller> Queue<R> {
         gone
     }
 
+    /// Whether a request can time out here at all (a level's policy has a
+    /// timeout: a request cannot set one where the policy has none).
+    pub fn times_out(&self) -> bool {
+        self.levels
+            .iter()
+            .any(|l| !l.policy.default_timeout.is_zero())
+    }
+
     /// The earliest queue timeout still to come.
     pub fn next_timeout(&self) -> Option<Instant> {
         self.levels

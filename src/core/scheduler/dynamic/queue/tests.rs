@@ -246,6 +246,8 @@ fn timeouts_reject_or_delay() {
             prio(1, 4, now + Duration::from_micros(50), 2, 0),
         ],
     );
+    assert!(q.times_out());
+    assert!(!queue(&config(8, &[], 0), []).times_out());
     assert_eq!(q.next_timeout(), Some(now + Duration::from_micros(100)));
     assert!(q.expire(now + Duration::from_micros(99)).is_empty());
     let rejected = q.expire(now + Duration::from_micros(100));

@@ -229,12 +229,7 @@ impl DynamicBatcher {
         let leader = state.idle.last().copied();
         let keeper = state.keeper_needed();
         drop(state);
-        if let Some(leader) = leader {
-            shared.wake[leader].notify_one();
-        }
-        if keeper {
-            self.worker.notify();
-        }
+        wake_after(shared, leader, keeper);
         Ok(())
     }
 
@@ -256,6 +251,27 @@ fn sweep_abandoned(shared: &Shared, queue: &mut Queue) -> usize {
     gone.len()
 }
 
+/// Drops the requests whose callers went away and fails (or delays) the
+/// ones whose queue timeout passed by `now`.
+fn sweep_and_expire(shared: &Shared, queue: &mut Queue, now: Instant) {
+    sweep_abandoned(shared, queue);
+    for r in queue.expire(now) {
+        fail(shared, r, Error::unavailable("Request timeout expired"));
+    }
+}
+
+/// After the lock is let go: wakes the instance that leads now, and the
+/// batcher's thread when it must keep an earlier timeout
+/// (`State::keeper_needed`).
+fn wake_after(shared: &Shared, leader: Option<usize>, keeper: bool) {
+    if let Some(leader) = leader {
+        shared.wake[leader].notify_one();
+    }
+    if keeper {
+        shared.cv.notify_one();
+    }
+}
+
 /// Fails a request that never reached an instance.
 fn fail(shared: &Shared, r: Request, error: Error) {
     r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -274,10 +290,7 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
     state.idle.push(taker);
     loop {
         let now = Instant::now();
-        sweep_abandoned(shared, &mut state.queue);
-        for r in state.queue.expire(now) {
-            fail(shared, r, Error::unavailable("Request timeout expired"));
-        }
+        sweep_and_expire(shared, &mut state.queue, now);
         if state.queue.is_empty() && !state.open {
             state.idle.retain(|&t| t != taker);
             return None;
@@ -307,12 +320,7 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
             };
             let keeper = state.keeper_needed();
             drop(state);
-            if let Some(next) = next {
-                shared.wake[next].notify_one();
-            }
-            if keeper {
-                shared.cv.notify_one();
-            }
+            wake_after(shared, next, keeper);
             return Some(batch);
         }
         state = match until {
@@ -333,10 +341,7 @@ fn keep_time(shared: &Shared) {
     let mut state = shared.lock();
     loop {
         let now = Instant::now();
-        sweep_abandoned(shared, &mut state.queue);
-        for r in state.queue.expire(now) {
-            fail(shared, r, Error::unavailable("Request timeout expired"));
-        }
+        sweep_and_expire(shared, &mut state.queue, now);
         if !state.open {
             // The instances send what is queued, at once.
             state.keeper_at = None;

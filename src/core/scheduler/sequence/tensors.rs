@@ -313,15 +313,12 @@ struct Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.shared.state.clear_poison();
-        let keeper = match self.shared.state.lock() {
-            Ok(mut state) => {
-                state
-                    .seqs
-                    .finished(self.instance, &self.serials, Instant::now());
-                !state.open || state.keeper_needed()
-            }
-            Err(_) => true,
+        let keeper = {
+            let mut state = self.shared.lock();
+            state
+                .seqs
+                .finished(self.instance, &self.serials, Instant::now());
+            !state.open || state.keeper_needed()
         };
         if keeper {
             self.shared.cv.notify_all();

@@ -218,3 +218,68 @@ fn metrics_count_requests_in_tritons_names() {
     server.interrupt();
     assert_eq!(server.wait(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn onnx_runtime_threads_spin_during_a_run_by_default_and_sleep_when_told() {
+    // An ONNX model's instance with every core's intra-op threads: by
+    // default they spin between the operators of a run (and stop when it
+    // ends), so a request costs its threads a sleep or two; with
+    // `allow_spinning: "0"` a worker thread sleeps after every operator it
+    // helped with (about 50 on the classifier). ONNX Runtime's threads
+    // carry the instance thread's name.
+    if !crate::util::onnx_available() {
+        return;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: one core, so no intra-op worker threads");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("spins", ""),
+        (
+            "sleeps",
+            "parameters { key: \"allow_spinning\" value: { string_value: \"0\" } }\n",
+        ),
+    ] {
+        crate::util::write_model(
+            repo.path(),
+            name,
+            &format!(
+                "platform: \"onnxruntime_onnx\"\nmax_batch_size: 1\n\
+                 input [ {{ name: \"input\" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]\n\
+                 output [ {{ name: \"output\" data_type: TYPE_FP32 dims: [ 1000 ] }} ]\n{extra}"
+            ),
+        );
+        std::fs::copy(
+            root.join("examples/model_repository/efficientnet_lite0/1/model.onnx"),
+            repo.path().join(name).join("1/model.onnx"),
+        )
+        .unwrap();
+    }
+    let s = Serve::start(repo.path(), &[], &[]);
+    let body = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32",
+        "shape": [1, 3, 224, 224], "data": vec![0.5f32; 3 * 224 * 224]}]})
+    .to_string();
+    let n = 8;
+    let per_request = |model: &str| {
+        let infer = || {
+            let (status, out) = s.post(&format!("/v2/models/{model}/infer"), &body);
+            assert_eq!(status, 200, "{out}");
+        };
+        infer();
+        let before = crate::util::thread_sleeps(s.pid());
+        for _ in 0..n {
+            infer();
+        }
+        let after = crate::util::thread_sleeps(s.pid());
+        crate::util::slept(&before, &after, &format!("trtis:{model}:0")) as f64 / n as f64
+    };
+    let spins = per_request("spins");
+    let sleeps = per_request("sleeps");
+    assert!(
+        spins < 10.0 && spins * 3.0 < sleeps,
+        "the instance's threads slept {spins} times per request by default, {sleeps} with allow_spinning 0"
+    );
+}

@@ -8,15 +8,18 @@ the default (one CPU instance using every core; Triton gives an onnxruntime
 model two, which the run also measures). In
 one run on this machine it measures:
   - the reference: ONNX Runtime called directly from Python with the same
-    thread settings as a trtis instance (intra-op threads, no spinning):
-    latency at batch 1 and throughput at batch 16;
+    thread settings as a trtis instance (intra-op threads, spinning while a
+    run is on): latency at batch 1 and throughput at batch 16;
   - trtis serve driven by perf_analyzer over gRPC at concurrency 1, 2, 4, 8,
     16 and 32: throughput, p50 and p99 latency, server CPU per inference, and
     the batch sizes that formed (from the statistics extension);
   - the same with one intra-op thread per instance (`intra_op_thread_count:
     1`, trtis's default before issue 22, the better setting under full load)
     against the default (every core for each instance, as Triton's default
-    amounts to, less its spinning), so the trade shows in the same run;
+    amounts to), so the trade shows in the same run;
+  - the default (threads that spin while a run is on) against threads that
+    always sleep (`allow_spinning: "0"`, trtis's default before), at every
+    concurrency;
   - the model without dynamic batching at concurrency 1, 4 and 16;
   - the default (one instance) against Triton's default of two
     (`count: 2`), dynamic batching, at every concurrency: two instances of
@@ -52,6 +55,9 @@ CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # (shared/reference/measuring.md and issue 22): concurrency -> infer/s range.
 TRITON = {("mlp_dyn", 1): (1090, 1111), ("mlp_dyn", 4): (2646, 2972), ("mlp_dyn", 16): (4232, 4807),
           ("mlp_nobatch", 4): (1485, 2284)}
+# Direct ONNX Runtime on Triton's machine, batch 16, 2 threads (measuring.md):
+# what its figures are scaled by.
+TRITON_DIRECT = 12000
 
 
 def direct_ort(model_path, batch, threads, seconds=3.0):
@@ -61,7 +67,8 @@ def direct_ort(model_path, batch, threads, seconds=3.0):
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((batch, 1024), dtype=np.float32)
     n, elapsed, _ = time_session(sess, {"INPUT0": x}, seconds)
@@ -131,16 +138,18 @@ def main():
     batching = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
     cores = len(os.sched_getaffinity(0))
     threads = 'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{}" }} }}\n'
+    nospin = 'parameters { key: "allow_spinning" value: { string_value: "0" } }\n'
     models = {"mlp_dyn": batching, "mlp_dyn_1thread": batching + threads.format(1), "mlp_nobatch": "",
+              "mlp_dyn_nospin": batching + nospin,
               "mlp_dyn_2instances": batching + "instance_group [ { count: 2 kind: KIND_CPU } ]\n",
               "mlp_1instance": "instance_group [ { count: 1 kind: KIND_CPU } ]\n",
               "mlp_2instances": "instance_group [ { count: 2 kind: KIND_CPU } ]\n"}
     repo, model_path = mlp_repository("trtis-compute-", models, 16)
 
     lines = ["# Compute-bound model at every concurrency", "",
-             f"Model: 8 x (MatMul 1024 + Relu) FP32 (benches/drivers/make_mlp.py); {cores} CPUs; two CPU "
-             "instances (the default). Reference: ONNX Runtime called directly from Python, same run, the "
-             "instance's intra-op threads, no spinning.", "",
+             f"Model: 8 x (MatMul 1024 + Relu) FP32 (benches/drivers/make_mlp.py); {cores} CPUs; one CPU "
+             "instance (the default). Reference: ONNX Runtime called directly from Python, same run, the "
+             "instance's intra-op threads, spinning while a run is on (trtis's default).", "",
              "| direct ONNX Runtime | intra-op threads | batch 1: µs per run | batch 16: infer/s |",
              "| --- | --- | --- | --- |"]
     ref = {}
@@ -176,13 +185,16 @@ def main():
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     server = Server(repo, 18700, args=["--model-control-mode", "explicit", "--load-model", "mlp_dyn",
                                        "--load-model", "mlp_dyn_1thread", "--load-model", "mlp_nobatch",
-                                       "--load-model", "mlp_dyn_2instances"])
-    runs = [(model, c) for model in ("mlp_dyn", "mlp_dyn_1thread", "mlp_dyn_2instances") for c in CONCURRENCY]
+                                       "--load-model", "mlp_dyn_2instances", "--load-model", "mlp_dyn_nospin"])
+    runs = [(model, c) for c in CONCURRENCY for model in ("mlp_dyn", "mlp_dyn_nospin")]
+    runs += [(model, c) for model in ("mlp_dyn_1thread", "mlp_dyn_2instances") for c in CONCURRENCY]
     runs += [("mlp_nobatch", c) for c in (1, 4, 16)]
     results = {}
     for model, c in runs:
         threads = 1 if model.endswith("1thread") else cores
         label = f"{threads} (default)" if threads == cores and not model.endswith("1thread") else str(threads)
+        if model.endswith("nospin"):
+            label = f"{threads}, always sleep"
         r = perf(server, model, c)
         results[(model, c)] = r
         triton = TRITON.get((model, c))
@@ -205,6 +217,24 @@ def main():
             ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f}")
     lines.append(f"The default ({cores} intra-op threads per instance) over one thread per instance, "
                  "throughput, same run: " + ", ".join(ratios) + ".")
+    ratios = []
+    for c in CONCURRENCY:
+        a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_nospin", c), {})
+        if "throughput" in a and "throughput" in b:
+            ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f} (p99 {a['p99_ms'] / b['p99_ms']:.2f}, "
+                          f"CPU/inf {a['server_cpu_us'] / b['server_cpu_us']:.2f})")
+    lines.append("The default (threads spin while a run is on) over threads that always sleep (`allow_spinning: "
+                 "\"0\"`), alternating in the same run, throughput (p99, server CPU per inference): "
+                 + ", ".join(ratios) + ".")
+    ratios = []
+    for (model, c), (lo, hi) in TRITON.items():
+        r = results.get((model, c), {})
+        if "throughput" in r:
+            share = r["throughput"] / ref[cores][1]
+            ratios.append(f"{model} c={c}: trtis {share:.3f}, Triton {lo / TRITON_DIRECT:.3f}–"
+                          f"{hi / TRITON_DIRECT:.3f} ({share * TRITON_DIRECT / hi:.2f}–{share * TRITON_DIRECT / lo:.2f}x)")
+    lines.append(f"Against Triton, each rate as a share of its own machine's direct batch-16 rate (here "
+                 f"{ref[cores][1]:.0f}, Triton's machine {TRITON_DIRECT}): " + "; ".join(ratios) + ".")
     ratios = []
     for c in CONCURRENCY:
         a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_2instances", c), {})

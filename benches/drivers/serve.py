@@ -159,11 +159,12 @@ def raw_ort(model_path, seconds=8.0):
     import numpy as np
     import onnxruntime as ort
     # The instance's settings: every core's intra-op threads (trtis's
-    # default), idle threads not spinning.
+    # default), spinning while a run is on and stopping when it ends.
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = len(os.sched_getaffinity(0))
     opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
     n, elapsed, _ = time_session(sess, {"input": x}, seconds)

@@ -24,7 +24,7 @@ use crate::core::error::{Error, Result};
 use crate::core::types::element::{decode, encode, Element};
 use crate::core::types::{element_count, DataType, Tensor};
 
-use super::onnx_settings::{GraphLevel, OrtSettings};
+use super::onnx_settings::{GraphLevel, OrtSettings, Spinning};
 use super::LoadContext;
 
 /// What to install when the library cannot be found.
@@ -200,11 +200,17 @@ fn open_with(path: &Path, s: &OrtSettings, device: Device) -> Result<Session> {
         let mut builder = Session::builder(env)?
             .with_intra_threads(s.intra_threads)?
             .with_inter_threads(s.inter_threads)?
-            .with_intra_op_spinning(s.spinning)?
+            .with_intra_op_spinning(s.spinning != Spinning::Off)?
             .with_parallel_execution(s.parallel)?
             .with_memory_pattern(s.mem_pattern)?
             .with_optimization_level(level)?
             .with_execution_providers(providers)?;
+        // The threads stop spinning when a run ends, unless the config
+        // says otherwise with the entry itself.
+        let stop = "session.force_spinning_stop";
+        if s.spinning == Spinning::DuringRuns && !s.session_entries.iter().any(|(k, _)| k == stop) {
+            builder = builder.with_config_entry(stop, "1")?;
+        }
         for (key, value) in &s.session_entries {
             builder = builder.with_config_entry(key, value)?;
         }

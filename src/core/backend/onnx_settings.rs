@@ -57,10 +57,13 @@ pub struct OrtSettings {
 /// model's instances times their intra-op threads fit the cores this process
 /// may use, else [`Spinning::Off`]. Measured on 2 cores, one instance with
 /// every core's threads, same run, against threads that always sleep
-/// (`scripts/bench.sh compute` and the classifier by hand): the MLP with
-/// dynamic batching +8-22% throughput at concurrency 1 and +3-28% at 4 with
-/// 7-25% less server CPU per inference (a sleeping thread is woken for every
-/// operator), -4-7% at 16 and 32; the classifier +13-15% at concurrency 1.
+/// (`scripts/bench.sh compute`, and the classifier by hand): the MLP with
+/// dynamic batching +11-12% throughput at concurrency 1, 2 and 4 with 9-16%
+/// less server CPU per inference (a sleeping thread is woken for every
+/// operator), 7-12% less at 8 to 32 with p99 1.5x; the classifier +13-15%
+/// at concurrency 1. Against Triton's figures (scaled by each machine's
+/// direct ONNX Runtime rate) spinning keeps concurrency 1 and 4 at or above
+/// them, where sleeping threads fell below.
 /// Spinning between runs too (ONNX Runtime's own default, Triton's) cost
 /// 6-10% at 32 and doubled p99 at 4 and 8: the spinning threads hold the
 /// cores the network threads need. Threads that do not fit the cores (two

@@ -11,8 +11,13 @@
 //! `scripts/bench.sh serve` sets trtis against it: CPU per inference at
 //! concurrency 1 for small tensors, throughput for 16 MB ones.
 //!
+//! With `--blocking`, it serves HTTP only, on a thread per connection that
+//! blocks in `read`: two system calls and one sleep per request, no event
+//! loop. That is the kernel's own floor for a request over loopback TCP,
+//! which no server can go below without spinning.
+//!
 //! ```text
-//! cargo run --release --example echo_floor -- HTTP_PORT GRPC_PORT METADATA.json CONFIG.json
+//! cargo run --release --example echo_floor -- HTTP_PORT GRPC_PORT METADATA.json CONFIG.json [--blocking]
 //! ```
 
 use std::net::SocketAddr;
@@ -52,8 +57,9 @@ fn read_json(path: &str) -> Value {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 5 {
-        eprintln!("usage: echo_floor HTTP_PORT GRPC_PORT METADATA.json CONFIG.json");
+    let blocking = args.len() == 6 && args[5] == "--blocking";
+    if args.len() != 5 && !blocking {
+        eprintln!("usage: echo_floor HTTP_PORT GRPC_PORT METADATA.json CONFIG.json [--blocking]");
         std::process::exit(2);
     }
     let metadata = read_json(&args[3]);
@@ -70,6 +76,9 @@ fn main() {
         config,
         output,
     });
+    if blocking {
+        blocking_http(&args[1], model);
+    }
     // As trtis serve: a multi-threaded runtime with a worker per core.
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async move {
@@ -101,6 +110,130 @@ fn main() {
             r = grpc_server => r.expect("the gRPC server"),
         }
     });
+}
+
+/// `--blocking`: HTTP/1.1 on a thread per connection. The headers are
+/// scanned by hand rather than parsed by a crate: the floor does the least
+/// that answers perf_analyzer (request line, `content-length` and
+/// `inference-header-content-length`), and one `write` per response.
+fn blocking_http(port: &str, model: Arc<Model>) -> ! {
+    let listener = std::net::TcpListener::bind(format!("0.0.0.0:{port}")).expect("the HTTP port");
+    eprintln!("echo_floor: HTTP 0.0.0.0:{port}, a blocking thread per connection");
+    for stream in listener.incoming().flatten() {
+        let model = Arc::clone(&model);
+        std::thread::spawn(move || blocking_connection(stream, &model));
+    }
+    unreachable!("incoming() never ends")
+}
+
+fn blocking_connection(mut stream: std::net::TcpStream, model: &Model) {
+    use std::io::{Read, Write};
+    stream.set_nodelay(true).ok();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut have, mut out) = (0, Vec::new());
+    fn fill(stream: &mut std::net::TcpStream, buf: &mut Vec<u8>, have: &mut usize) -> bool {
+        if *have == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match stream.read(&mut buf[*have..]) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                *have += n;
+                true
+            }
+        }
+    }
+    loop {
+        let end = loop {
+            if let Some(p) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if !fill(&mut stream, &mut buf, &mut have) {
+                return;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let field = |name: &str| {
+            head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().parse::<usize>().ok())?
+            })
+        };
+        let body_len = field("content-length").unwrap_or(0);
+        while have < end + body_len {
+            if !fill(&mut stream, &mut buf, &mut have) {
+                return;
+            }
+        }
+        let mut request_line = head.split_whitespace();
+        let (method, path) = (
+            request_line.next().unwrap_or(""),
+            request_line.next().unwrap_or(""),
+        );
+        let body = &buf[end..end + body_len];
+        out.clear();
+        let json_len = field("inference-header-content-length").filter(|&n| n <= body_len);
+        match (method, json_len) {
+            ("POST", Some(json_len)) => {
+                let request: Value =
+                    serde_json::from_slice(&body[..json_len]).unwrap_or(Value::Null);
+                let data = &body[json_len..];
+                let header = serde_json::to_vec(&json!({
+                    "model_name": request.get("model_name").cloned().unwrap_or(Value::Null),
+                    "outputs": [{
+                        "name": model.output,
+                        "datatype": request["inputs"][0]["datatype"],
+                        "shape": request["inputs"][0]["shape"],
+                        "parameters": {"binary_data_size": data.len()},
+                    }],
+                }))
+                .expect("JSON");
+                model
+                    .count
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n\
+                     inference-header-content-length: {}\r\ncontent-length: {}\r\n\r\n",
+                    header.len(),
+                    header.len() + data.len()
+                );
+                out.extend_from_slice(&header);
+                out.extend_from_slice(data);
+            }
+            _ => {
+                let count = model.count.load(std::sync::atomic::Ordering::Relaxed);
+                let json = match path {
+                    "/v2" => json!({"name": "echo_floor", "version": "0", "extensions": []}),
+                    p if p.ends_with("/config") => model.config_json.clone(),
+                    p if p.ends_with("/stats") => {
+                        json!({"model_stats": [{"inference_count": count}]})
+                    }
+                    p if p.starts_with("/v2/models/") && !p.ends_with("/ready") => {
+                        model.metadata.clone()
+                    }
+                    _ => Value::Null,
+                };
+                let text = if json.is_null() {
+                    String::new()
+                } else {
+                    json.to_string()
+                };
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        }
+        if stream.write_all(&out).is_err() {
+            return;
+        }
+        buf.copy_within(end + body_len..have, 0);
+        have -= end + body_len;
+    }
 }
 
 async fn server_metadata() -> Response {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes NVIDIA Triton Inference Server 2.51 runnable here, CPU only, with its
-# Python backend, as a same-run reference for the benchmarks (bench python):
+# Python backend and trtis's minimal identity backend, as a same-run reference
+# for the benchmarks (bench python, bench serve):
 #   - target/bench/triton-venv: its own venv (the project's Python) with the
 #     nvidia-pytriton==0.7.0 wheel, which ships tritonserver, the Python
 #     backend and its stubs, plus numpy (same version as .venv's when < 2).
@@ -9,7 +10,8 @@
 #   - target/bench/triton/backends: the backend directory, made as pytriton
 #     makes its own: libtriton_python.so + triton_python_backend_utils.py and
 #     the stub built for this Python version (triton_python_backend_stub),
-#     with numpy and numpy.libs linked in beside them. The stub embeds
+#     with numpy and numpy.libs linked in beside them; and identity/, built
+#     from benches/triton_identity.c (gcc). The stub embeds
 #     libpython without the venv's site-packages; <backend dir>/python is on
 #     its sys.path, so that is where numpy has to be.
 #   - LD_LIBRARY_PATH: the wheel's nvidia_pytriton.libs (the copied backend
@@ -108,6 +110,18 @@ if [ "$(cat "$BSTAMP" 2>/dev/null)" != "$REQ $STUB" ]; then
   echo "$REQ $STUB" >"$BSTAMP"
 else
   say "$BACKENDS/python already prepared"
+fi
+
+# trtis's own minimal identity backend for Triton (benches/triton_identity.c),
+# rebuilt when its source changes: the serve bench runs Triton's server on
+# the identity model with it.
+IDENTITY=$BACKENDS/identity/libtriton_identity.so
+if [ ! -f "$IDENTITY" ] || [ benches/triton_identity.c -nt "$IDENTITY" ]; then
+  command -v gcc >/dev/null || die "gcc is needed to build $IDENTITY (apt-get install gcc)"
+  mkdir -p "$BACKENDS/identity"
+  gcc -O2 -shared -fPIC -fvisibility=hidden -o "$IDENTITY" benches/triton_identity.c ||
+    die "could not build $IDENTITY from benches/triton_identity.c"
+  say "built $IDENTITY"
 fi
 
 # Every shared library must resolve with that LD_LIBRARY_PATH.

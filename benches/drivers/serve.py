@@ -15,7 +15,15 @@ Measures, in one run on this machine:
     (examples/echo_floor.rs: axum and tonic, no repository, scheduler or
     instance thread), for the identity model at concurrency 1 (server CPU
     per inference: trtis's over the floor's) and the 16 MB tensors
-    (throughput: trtis's over the floor's).
+    (throughput: trtis's over the floor's); and over HTTP at concurrency 1,
+    the same floor on a blocking thread per connection (`--blocking`: two
+    system calls and a sleep per request, the kernel's own floor);
+  - Triton 2.51 beside trtis on the identity model (tritonserver from the
+    nvidia-pytriton wheel set up by scripts/setup-triton.sh, with trtis's
+    minimal identity backend for it, benches/triton_identity.c), HTTP and
+    gRPC at concurrency 1 and 4, alternating, two takes each: server CPU
+    per inference and throughput, trtis over Triton. TRTIS_BENCH_NO_TRITON=1
+    skips it.
 
 Run it with scripts/bench.sh serve (which sets up perf_analyzer).
 """
@@ -97,9 +105,11 @@ class Server:
 
 class Floor:
     """examples/echo_floor answering for `model` as `server` (a running
-    trtis) describes it; perf() measures it as it measures trtis."""
+    trtis) describes it; perf() measures it as it measures trtis.
+    `blocking`: HTTP only, a blocking thread per connection (the kernel's
+    floor) rather than axum and tonic."""
 
-    def __init__(self, server, model, port):
+    def __init__(self, server, model, port, blocking=False):
         self.port, self.grpc_port = port, port + 1
         files = []
         for suffix in ("", "/config"):
@@ -107,7 +117,7 @@ class Floor:
             path = os.path.join(OUT, f"floor-{model}{suffix.replace('/', '-')}.json")
             open(path, "wb").write(body)
             files.append(path)
-        self.proc = subprocess.Popen([FLOOR, str(port), str(port + 1), *files],
+        self.proc = subprocess.Popen([FLOOR, str(port), str(port + 1), *files, *(["--blocking"] if blocking else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while get(self.url("/v2/health/ready"))[0] != 200:
             if self.proc.poll() is not None:
@@ -169,6 +179,52 @@ def raw_ort(model_path, seconds=8.0):
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
     n, elapsed, _ = time_session(sess, {"input": x}, seconds)
     return n / elapsed
+
+
+def triton_identity(server, repo, blocking_floor):
+    """Triton 2.51 (tritonserver from the nvidia-pytriton wheel, with trtis's
+    minimal identity backend for it, benches/triton_identity.c) on the same
+    identity model, alternating with trtis, two takes each: lines of the
+    report."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from triton import Triton, TritonUnavailable, triton_settings  # noqa: E402 (triton imports serve)
+    try:
+        triton = Triton(triton_settings(), repo, 18130, ("identity_fp32",), os.path.join(OUT, "serve-triton.log"))
+    except TritonUnavailable as e:
+        return [f"Triton reference: not available ({e})"]
+    lines = ["Against Triton 2.51 in the same run (tritonserver from the nvidia-pytriton==0.7.0 wheel; its identity "
+             "backend is trtis's minimal one, benches/triton_identity.c, which does less than Triton's own), "
+             "identity FP32 [16], server CPU µs per inference, two takes each, alternating:", "",
+             "| protocol | concurrency | trtis | Triton | trtis/Triton | throughput trtis/Triton |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    http_c1 = None
+    try:
+        for protocol, c in (("http", 1), ("grpc", 1), ("http", 4), ("grpc", 4)):
+            ours, theirs = [], []
+            for _ in range(2):
+                ours.append(perf(server, "identity_fp32", c, protocol=protocol))
+                theirs.append(perf(triton, "identity_fp32", c, protocol=protocol))
+            bad = [r["error"] for r in ours + theirs if "error" in r]
+            if bad:
+                lines.append(f"| {protocol} | {c} | perf_analyzer: {bad[0]} | | | |")
+            else:
+                cpu = lambda rs: (min(r["cpu_us"] for r in rs), max(r["cpu_us"] for r in rs))  # noqa: E731
+                rate = lambda rs: (min(r["throughput"] for r in rs), max(r["throughput"] for r in rs))  # noqa: E731
+                (a, b), (x, y) = cpu(ours), cpu(theirs)
+                (ra, rb), (rx, ry) = rate(ours), rate(theirs)
+                lines.append(f"| {protocol} | {c} | {a:.1f}–{b:.1f} | {x:.1f}–{y:.1f} | {a / y:.2f}–{b / x:.2f} | "
+                             f"{ra / ry:.2f}–{rb / rx:.2f} |")
+                if (protocol, c) == ("http", 1):
+                    http_c1 = (x, y)
+            print(lines[-1], flush=True)
+    finally:
+        triton.stop()
+    if http_c1 and "cpu_us" in blocking_floor:
+        (x, y), floor = http_c1, blocking_floor["cpu_us"]
+        lines += ["", f"The HTTP c=1 target (half Triton's CPU per inference) is {x / 2:.1f}–{y / 2:.1f} µs here; "
+                  f"the blocking floor, a server that only reads and writes, costs {floor:.1f} µs "
+                  f"({floor / y:.2f}–{floor / x:.2f}x Triton)."]
+    return lines
 
 
 def main():
@@ -248,6 +304,20 @@ def main():
                 lines.append(f"| {protocol} | {case} | {t[key]:.1f} | {f[key]:.1f} | {t[key] / f[key]:.2f} |")
             print(lines[-1], flush=True)
         floor.stop()
+    floor = Floor(server, "identity_fp32", 18120, blocking=True)
+    f = perf(floor, "identity_fp32", 1, protocol="http")
+    floor.stop()
+    t = small["http"]
+    if "error" in t or "error" in f:
+        lines.append(f"| http | blocking floor, identity c=1, server CPU µs/inf | {t.get('error', '')} | "
+                     f"{f.get('error', '')} | |")
+    else:
+        lines.append(f"| http | blocking floor (a thread per connection, no event loop), identity c=1, server CPU "
+                     f"µs/inf | {t['cpu_us']:.1f} | {f['cpu_us']:.1f} | {t['cpu_us'] / f['cpu_us']:.2f} |")
+    print(lines[-1], flush=True)
+    blocking_floor = f
+
+    lines += ["", *triton_identity(server, repo, blocking_floor)]
 
     # One instance: concurrency 1 shows the latency, concurrency 2 keeps the
     # instance busy (the next request crosses the network while one computes),
@@ -268,7 +338,10 @@ def main():
 
     example = Server(os.path.join(ROOT, "examples/model_repository"), 18101)
     time.sleep(1.0)
-    lines.append(f"example repository (3 models, 2 ONNX): start to ready {example.ready_s:.3f} s, "
+    examples = os.path.join(ROOT, "examples/model_repository")
+    count = sum(os.path.isdir(os.path.join(examples, d)) for d in os.listdir(examples))
+    lines.append(f"example repository ({count} models: ONNX, PyTorch, Python, ensembles): start to ready "
+                 f"{example.ready_s:.3f} s, "
                  f"idle RSS {rss_mib(example.proc.pid):.0f} MiB")
     example.stop()
     shutil.rmtree(repo)

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # NAME, then what it measures. Results: target/bench/NAME-bench.md (perf:
 # perf-compare.md; validate prints them).
 benches=(
-  "serve     perf_analyzer on trtis serve (identity, simple, the classifier vs ONNX Runtime)"
+  "serve     perf_analyzer on trtis serve (identity, simple, the classifier vs ONNX Runtime; Triton 2.51 beside it on identity)"
   "batching  the dynamic batcher on a compute-bound MLP vs ONNX Runtime called directly"
   "compute   a compute-bound MLP at concurrency 1 to 32 vs ONNX Runtime with the same threads (Triton's figures beside)"
   "perf      trtis perf vs perf_analyzer: same server and flags, throughput and client CPU"

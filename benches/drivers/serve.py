@@ -195,8 +195,8 @@ def triton_identity(server, repo, blocking_floor):
     lines = ["Against Triton 2.51 in the same run (tritonserver from the nvidia-pytriton==0.7.0 wheel; its identity "
              "backend is trtis's minimal one, benches/triton_identity.c, which does less than Triton's own), "
              "identity FP32 [16], server CPU µs per inference, two takes each, alternating:", "",
-             "| protocol | concurrency | trtis | Triton | trtis/Triton | throughput trtis/Triton |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| protocol | concurrency | trtis | Triton | trtis/Triton | throughput trtis/Triton | p99 trtis/Triton |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     http_c1 = None
     try:
         for protocol, c in (("http", 1), ("grpc", 1), ("http", 4), ("grpc", 4)):
@@ -206,14 +206,15 @@ def triton_identity(server, repo, blocking_floor):
                 theirs.append(perf(triton, "identity_fp32", c, protocol=protocol))
             bad = [r["error"] for r in ours + theirs if "error" in r]
             if bad:
-                lines.append(f"| {protocol} | {c} | perf_analyzer: {bad[0]} | | | |")
+                lines.append(f"| {protocol} | {c} | perf_analyzer: {bad[0]} | | | | |")
             else:
-                cpu = lambda rs: (min(r["cpu_us"] for r in rs), max(r["cpu_us"] for r in rs))  # noqa: E731
-                rate = lambda rs: (min(r["throughput"] for r in rs), max(r["throughput"] for r in rs))  # noqa: E731
-                (a, b), (x, y) = cpu(ours), cpu(theirs)
-                (ra, rb), (rx, ry) = rate(ours), rate(theirs)
+                def span(rs, key):
+                    return min(r[key] for r in rs), max(r[key] for r in rs)
+                (a, b), (x, y) = span(ours, "cpu_us"), span(theirs, "cpu_us")
+                (ra, rb), (rx, ry) = span(ours, "throughput"), span(theirs, "throughput")
+                (pa, pb), (px, py) = span(ours, "p99_ms"), span(theirs, "p99_ms")
                 lines.append(f"| {protocol} | {c} | {a:.1f}–{b:.1f} | {x:.1f}–{y:.1f} | {a / y:.2f}–{b / x:.2f} | "
-                             f"{ra / ry:.2f}–{rb / rx:.2f} |")
+                             f"{ra / ry:.2f}–{rb / rx:.2f} | {pa / py:.2f}–{pb / px:.2f} |")
                 if (protocol, c) == ("http", 1):
                     http_c1 = (x, y)
             print(lines[-1], flush=True)

@@ -3,7 +3,6 @@ makes tritonserver (from the nvidia-pytriton wheel) runnable here with its
 Python backend and trtis's own minimal identity backend
 (benches/triton_identity.c); Triton runs a repository of those models.
 """
-import json
 import os
 import shlex
 import signal
@@ -12,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, ROOT, get  # noqa: E402
+from serve import OUT, ROOT, Server, get  # noqa: E402
 
 
 class TritonUnavailable(Exception):
@@ -92,12 +91,8 @@ class Triton:
         errors = [line for line in lines if line.startswith("E") or "error" in line.lower()]
         return (load or errors or lines or ["no output"])[-1][:300] + f" (log: {os.path.relpath(self.log_path, ROOT)})"
 
-    def url(self, path):
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def inferences(self, model):
-        status, body = get(self.url(f"/v2/models/{model}/stats"))
-        return sum(s["inference_count"] for s in json.loads(body)["model_stats"])
+    url = Server.url
+    inferences = Server.inferences
 
     def children(self):
         """{pid: command name} of tritonserver's live children (its stubs)."""

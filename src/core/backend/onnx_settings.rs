@@ -65,7 +65,7 @@ pub struct OrtSettings {
 /// direct ONNX Runtime rate) spinning keeps concurrency 1 and 4 at or above
 /// them, where sleeping threads fell below.
 /// Spinning between runs too (ONNX Runtime's own default, Triton's) cost
-/// 6-10% at 32 and doubled p99 at 4 and 8: the spinning threads hold the
+/// 7-11% at 32 and raised p99 1.6-1.8x at 4 and 8: the spinning threads hold the
 /// cores the network threads need. Threads that do not fit the cores (two
 /// instances of every core's threads) spin against each other, which cut
 /// throughput at concurrency 1 to under 40%.

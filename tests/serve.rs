@@ -1,7 +1,8 @@
 //! `trtis serve` as a process: start on an ephemeral port, environment
 //! variables for flags, graceful shutdown with a request in flight, exit on
-//! a model that fails to load, and a disconnected client's queued request
-//! being dropped rather than computed.
+//! a model that fails to load, a disconnected client's queued request
+//! being dropped rather than computed, and ONNX Runtime's threads spinning
+//! through a run (their sleeps per request, from `/proc`).
 
 use std::io::Write;
 use std::net::TcpStream;

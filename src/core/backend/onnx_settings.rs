@@ -57,11 +57,13 @@ pub struct OrtSettings {
 /// model's instances times their intra-op threads fit the cores this process
 /// may use, else [`Spinning::Off`]. Measured on 2 cores, one instance with
 /// every core's threads, same run, against threads that always sleep
-/// (`scripts/bench.sh compute`, and the classifier by hand): the MLP with
-/// dynamic batching +11-12% throughput at concurrency 1, 2 and 4 with 9-16%
-/// less server CPU per inference (a sleeping thread is woken for every
-/// operator), 7-12% less at 8 to 32 with p99 1.5x; the classifier +13-15%
-/// at concurrency 1. Against Triton's figures (scaled by each machine's
+/// (`scripts/bench.sh compute`, two runs, and the classifier by hand): the
+/// MLP with dynamic batching +11-25% throughput at concurrency 1, 2 and 4
+/// with 9-26% less server CPU per inference (a sleeping thread is woken for
+/// every operator), 0.93-1.08x at 8, 6-12% less at 16 and 32 with p99
+/// 1.4-1.5x (the spinning threads keep the network threads off the cores
+/// while a batch runs, so the next batch is smaller); the classifier
+/// +13-15% at concurrency 1. Against Triton's figures (scaled by each machine's
 /// direct ONNX Runtime rate) spinning keeps concurrency 1 and 4 at or above
 /// them, where sleeping threads fell below.
 /// Spinning between runs too (ONNX Runtime's own default, Triton's) cost

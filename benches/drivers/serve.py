@@ -181,6 +181,11 @@ def raw_ort(model_path, seconds=8.0):
     return n / elapsed
 
 
+def span(rows, key):
+    """(lowest, highest) of `key` over perf() results."""
+    return min(r[key] for r in rows), max(r[key] for r in rows)
+
+
 def triton_identity(server, repo, blocking_floor):
     """Triton 2.51 (tritonserver from the nvidia-pytriton wheel, with trtis's
     minimal identity backend for it, benches/triton_identity.c) on the same
@@ -208,8 +213,6 @@ def triton_identity(server, repo, blocking_floor):
             if bad:
                 lines.append(f"| {protocol} | {c} | perf_analyzer: {bad[0]} | | | | |")
             else:
-                def span(rs, key):
-                    return min(r[key] for r in rs), max(r[key] for r in rs)
                 (a, b), (x, y) = span(ours, "cpu_us"), span(theirs, "cpu_us")
                 (ra, rb), (rx, ry) = span(ours, "throughput"), span(theirs, "throughput")
                 (pa, pb), (px, py) = span(ours, "p99_ms"), span(theirs, "p99_ms")

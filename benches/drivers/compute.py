@@ -134,6 +134,18 @@ def memory(repo):
         server.stop()
 
 
+def over(results, other, *also):
+    """mlp_dyn over `other` at every concurrency both ran: "c=1 1.12 (p99
+    0.92, ...)", the throughput ratio, then each (label, key) of `also`."""
+    out = []
+    for c in CONCURRENCY:
+        a, b = results.get(("mlp_dyn", c), {}), results.get((other, c), {})
+        if "throughput" in a and "throughput" in b:
+            extra = ", ".join(f"{label} {a[key] / b[key]:.2f}" for label, key in also)
+            out.append(f"c={c} {a['throughput'] / b['throughput']:.2f}" + (f" ({extra})" if extra else ""))
+    return ", ".join(out)
+
+
 def main():
     batching = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
     cores = len(os.sched_getaffinity(0))
@@ -210,22 +222,11 @@ def main():
     server.stop()
     shutil.rmtree(repo)
     lines.append("")
-    ratios = []
-    for c in CONCURRENCY:
-        a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_1thread", c), {})
-        if "throughput" in a and "throughput" in b:
-            ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f}")
     lines.append(f"The default ({cores} intra-op threads per instance) over one thread per instance, "
-                 "throughput, same run: " + ", ".join(ratios) + ".")
-    ratios = []
-    for c in CONCURRENCY:
-        a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_nospin", c), {})
-        if "throughput" in a and "throughput" in b:
-            ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f} (p99 {a['p99_ms'] / b['p99_ms']:.2f}, "
-                          f"CPU/inf {a['server_cpu_us'] / b['server_cpu_us']:.2f})")
+                 "throughput, same run: " + over(results, "mlp_dyn_1thread") + ".")
     lines.append("The default (threads spin while a run is on) over threads that always sleep (`allow_spinning: "
                  "\"0\"`), alternating in the same run, throughput (p99, server CPU per inference): "
-                 + ", ".join(ratios) + ".")
+                 + over(results, "mlp_dyn_nospin", ("p99", "p99_ms"), ("CPU/inf", "server_cpu_us")) + ".")
     ratios = []
     for (model, c), (lo, hi) in TRITON.items():
         r = results.get((model, c), {})
@@ -235,13 +236,9 @@ def main():
                           f"{hi / TRITON_DIRECT:.3f} ({share * TRITON_DIRECT / hi:.2f}–{share * TRITON_DIRECT / lo:.2f}x)")
     lines.append(f"Against Triton, each rate as a share of its own machine's direct batch-16 rate (here "
                  f"{ref[cores][1]:.0f}, Triton's machine {TRITON_DIRECT}): " + "; ".join(ratios) + ".")
-    ratios = []
-    for c in CONCURRENCY:
-        a, b = results.get(("mlp_dyn", c), {}), results.get(("mlp_dyn_2instances", c), {})
-        if "throughput" in a and "throughput" in b:
-            ratios.append(f"c={c} {a['throughput'] / b['throughput']:.2f} (p99 {a['p99_ms'] / b['p99_ms']:.2f})")
     lines.append("The default (one instance) over Triton's default of two (`count: 2`) for an ONNX model on the "
-                 "CPU, both with the default threads, throughput (p99) same run: " + ", ".join(ratios) + ".")
+                 "CPU, both with the default threads, throughput (p99) same run: "
+                 + over(results, "mlp_dyn_2instances", ("p99", "p99_ms")) + ".")
     lines += [
               "", "Triton 2.51's figures are from another machine of this class (2026-11-23): compare the ratios "
               "to the direct ONNX Runtime reference, not absolute rates, across runs."]

@@ -336,11 +336,12 @@ impl OrtSettings {
             .map(|(k, v)| (k.clone(), v.string_value.clone()))
             .collect();
         session_entries.sort();
+        let intra_threads = number("intra_op_thread_count", default_intra_threads())?;
         Ok(OrtSettings {
-            intra_threads: number("intra_op_thread_count", default_intra_threads())?,
+            intra_threads,
             inter_threads: number("inter_op_thread_count", 1)?,
             spinning: match param("allow_spinning") {
-                None => default_spinning(config, number("intra_op_thread_count", 0)?),
+                None => default_spinning(config, intra_threads),
                 Some(_) if flag("allow_spinning", false)? => Spinning::Always,
                 Some(_) => Spinning::Off,
             },

@@ -269,13 +269,17 @@ def test_bls_sync(client):
     prints it)."""
     a, b = random_pair()
     outputs = requested("OUTPUT0", "OUTPUT1")
+    # As the client script sends it: an object array of the name as bytes;
+    # the model passes the element it gets (bytes) to InferenceRequest.
     for target in ("add_sub", "pytorch"):
-        inputs = http_inputs(INPUT0=a, INPUT1=b, MODEL_NAME=np.array([target], dtype=np.object_))
+        name = np.array([target.encode("utf-8")], dtype=np.object_)
+        inputs = http_inputs(INPUT0=a, INPUT1=b, MODEL_NAME=name)
         result = client.infer("bls_sync", inputs, request_id="1", outputs=outputs)
         assert np.allclose(a + b, result.as_numpy("OUTPUT0")), target
         assert np.allclose(a - b, result.as_numpy("OUTPUT1")), target
 
-    inputs = http_inputs(INPUT0=a, INPUT1=b, MODEL_NAME=np.array(["undefined_model"], dtype=np.object_))
+    name = np.array(["undefined_model".encode("utf-8")], dtype=np.object_)
+    inputs = http_inputs(INPUT0=a, INPUT1=b, MODEL_NAME=name)
     with pytest.raises(InferenceServerException) as exc:
         client.infer("bls_sync", inputs, request_id="1", outputs=outputs)
     assert exc.value.status() == "500", exc.value

@@ -1295,3 +1295,115 @@ def test_a_frame_claiming_an_impossible_body_ends_the_worker_cleanly(ready, body
     header = json.dumps({"kind": "execute", "requests": []}).encode()
     worker.sock.sendall(struct.pack("<IQ", len(header), body_length) + header + b"x" * 4096)
     assert worker.wait() == 2
+
+
+# -- names and strings: every kind Triton's binding takes ----------------------
+
+# What a name or string argument may be in Triton's pb_utils (pybind11's
+# std::string): str and bytes, numpy's str_ and bytes_ scalars (the items of
+# a BYTES tensor's as_numpy() are bytes) and bytearray.
+STRING_KINDS = [
+    pytest.param(lambda s: s, id="str"),
+    pytest.param(lambda s: s.encode(), id="bytes"),
+    pytest.param(lambda s: bytearray(s.encode()), id="bytearray"),
+    pytest.param(lambda s: np.str_(s), id="numpy.str_"),
+    pytest.param(lambda s: np.bytes_(s.encode()), id="numpy.bytes_"),
+    pytest.param(lambda s: np.array([s.encode()], dtype=object)[0], id="BYTES item"),
+]
+
+
+def plain(value, text):
+    """`value` is the plain str `text` (not a subclass, not bytes)."""
+    return type(value) is str and value == text
+
+
+@pytest.mark.parametrize("kind", STRING_KINDS)
+def test_pb_utils_takes_every_string_kind_for_names(kind):
+    key = kind("key")
+    key = bytes(key) if isinstance(key, bytearray) else key  # a dict key is hashable
+    request = pb_utils.InferenceRequest(
+        model_name=kind("add_sub"),
+        inputs=[pb_utils.Tensor(kind("INPUT0"), np.float32([1]))],
+        requested_output_names=[kind("OUTPUT0"), "OUTPUT1"],
+        request_id=kind("id-1"),
+        correlation_id=kind("seq"),
+        parameters={key: kind("value"), "n": 1},
+    )
+    assert plain(request._model_name, "add_sub")
+    assert plain(request.inputs()[0].name(), "INPUT0")
+    assert request.requested_output_names() == {"OUTPUT0", "OUTPUT1"}
+    assert all(type(n) is str for n in request._outputs)
+    assert plain(request.request_id(), "id-1")
+    assert plain(request.correlation_id(), "seq")
+    assert json.loads(request.parameters()) == {"key": "value", "n": 1}
+    assert pb_utils.get_input_tensor_by_name(request, kind("INPUT0")) is request.inputs()[0]
+    response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.int32([1]))])
+    assert pb_utils.get_output_tensor_by_name(response, kind("OUTPUT0")) is not None
+    config = {"input": [{"name": "INPUT0"}], "output": [{"name": "OUTPUT0"}]}
+    assert pb_utils.get_input_config_by_name(config, kind("INPUT0")) == {"name": "INPUT0"}
+    assert pb_utils.get_output_config_by_name(config, kind("OUTPUT0")) == {"name": "OUTPUT0"}
+    assert plain(pb_utils.TritonError(kind("bad")).message(), "bad")
+
+
+def test_pb_utils_refuses_what_is_not_a_string():
+    tensor = pb_utils.Tensor("IN", np.int32([1]))
+    for bad in (3, 1.5, ["add_sub"], object()):
+        with pytest.raises(TypeError, match="model_name must be a str or bytes"):
+            pb_utils.InferenceRequest(
+                model_name=bad, inputs=[tensor], requested_output_names=["OUT"]
+            )
+        with pytest.raises(TypeError, match="Tensor name must be a str or bytes"):
+            pb_utils.Tensor(bad, np.int32([1]))
+    with pytest.raises(TypeError, match="requested output name must be a str or bytes"):
+        pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[1])
+    with pytest.raises(TypeError, match="a list of names"):
+        pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names="OUT")
+    # Integers of any kind remain correlation ids; a lookup by a name that
+    # is not a string finds nothing (as in Triton).
+    request = pb_utils.InferenceRequest(
+        model_name="m", inputs=[tensor], requested_output_names=[], correlation_id=np.uint64(7)
+    )
+    assert request.correlation_id() == 7 and type(request.correlation_id()) is int
+    assert pb_utils.get_input_tensor_by_name(request, 3) is None
+
+
+def test_logger_decodes_bytes_messages(capsys):
+    pb_utils.Logger.log_info(b"caf\xc3\xa9")
+    pb_utils.Logger.log_warn(np.bytes_(b"plain"))
+    err = capsys.readouterr().err
+    assert "] café\n" in err and "] plain\n" in err, err
+
+
+def test_a_model_may_pass_bytes_names_everywhere(ready):
+    """Names taken from a BYTES input, passed on undecoded (as Triton's
+    examples pass `as_numpy()[0]`): the response's tensors carry the names
+    as text, in both modes (the native core answers these)."""
+    worker = ready(
+        HEADER
+        + """
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            names = pb_utils.get_input_tensor_by_name(request, b"NAMES").as_numpy()
+            pb_utils.Logger.log_info(names[1])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor(names[0], np.int32([1])),
+                pb_utils.Tensor(np.bytes_(b"OUT2"), np.int32([2])),
+                pb_utils.Tensor(np.str_("OUT3"), np.int32([3])),
+            ]))
+        return responses
+"""
+    )
+    names = np.array([b"OUT1", "logged é".encode()], dtype=object)
+    worker.execute({"rid": 1, "inputs": {"NAMES": names}, "outputs": ["OUT1", "OUT2", "OUT3"]})
+    header, _ = worker.recv()
+    assert header["kind"] == "log" and header["message"] == "logged é", header
+    header, body = worker.recv()
+    assert header["kind"] == "response" and header["error"] is None, header
+    assert {k: v.tolist() for k, v in tensors_of(header, body).items()} == {
+        "OUT1": [1],
+        "OUT2": [2],
+        "OUT3": [3],
+    }
+    worker.recv_header("executed")

@@ -1,9 +1,10 @@
 """bls_sync: forwards its inputs to another model of the same server.
 
 MODEL_NAME (a one-element BYTES tensor) names the model to call, "add_sub"
-or "pytorch"; INPUT0 and INPUT1 go to it unchanged through a blocking BLS
-call (InferenceRequest.exec()), and its OUTPUT0 and OUTPUT1 are this
-model's answer. BLS calls never raise: a failure comes back as a response
+or "pytorch"; its element (bytes) goes to InferenceRequest as it is.
+INPUT0 and INPUT1 go to that model unchanged through a blocking BLS call
+(InferenceRequest.exec()), and its OUTPUT0 and OUTPUT1 are this model's
+answer. BLS calls never raise: a failure comes back as a response
 with has_error(), and this model turns it into an exception, so the client
 sees the server's text, e.g. for an unknown model "... Model
 'undefined_model' is not ready."
@@ -19,12 +20,12 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            target = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()
-            target = target.reshape(-1)[0]
-            if isinstance(target, bytes):
-                target = target.decode("utf-8")
+            # The name as the client sent it: a bytes item of the BYTES
+            # tensor, passed on undecoded (pb_utils takes bytes or str
+            # wherever it takes a name, as Triton's does).
+            target = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
             call = pb_utils.InferenceRequest(
-                model_name=str(target),
+                model_name=target,
                 inputs=[
                     pb_utils.get_input_tensor_by_name(request, "INPUT0"),
                     pb_utils.get_input_tensor_by_name(request, "INPUT1"),

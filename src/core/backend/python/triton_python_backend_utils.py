@@ -36,6 +36,7 @@ attributes `InferenceRequest._received`, `_tensors_from_wire` and
 
 import asyncio
 import json
+import operator
 import os
 import struct
 import sys
@@ -119,6 +120,38 @@ def _datatype_of(dtype):
     return None
 
 
+# What a name or string argument may be (see _text).
+_TEXT_TYPES = (str, bytes, bytearray)
+
+
+def _text(value, what):
+    """A name or string argument as a `str`. Taken as Triton's binding takes
+    a string: a str (numpy.str_ included) or bytes (bytearray and
+    numpy.bytes_ included, decoded as UTF-8), e.g. `tensor.as_numpy()[0]`
+    of a BYTES tensor; anything else is a TypeError."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    raise TypeError("{} must be a str or bytes, not {}".format(what, type(value).__name__))
+
+
+def _lookup_name(name):
+    """A name to look up: a string of any kind (see _text) as a `str`;
+    anything else as it is (it matches nothing, as in Triton)."""
+    return _text(name, "name") if isinstance(name, _TEXT_TYPES) else name
+
+
+def _message(value):
+    """A message (log line, error text) as a `str`: bytes decoded as UTF-8
+    (undecodable bytes escaped), anything else through str()."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return str(value)
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
@@ -154,7 +187,7 @@ class TritonError:
     def __init__(self, message, code=INTERNAL):
         if code not in range(len(self._NAMES)):
             raise ValueError("invalid TritonError code: {!r}".format(code))
-        self._message = str(message)
+        self._message = _message(message)
         self._code = code
 
     def message(self):
@@ -283,8 +316,7 @@ class Tensor:
     """A named tensor: a request input, a response output, or a BLS input."""
 
     def __init__(self, name, array):
-        if not isinstance(name, str):
-            raise TypeError("Tensor name must be a str, not {}".format(type(name)))
+        name = _text(name, "Tensor name")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = np.asarray(array)
@@ -693,17 +725,22 @@ class InferenceRequest:
         ):
             if value is None:
                 raise TypeError("InferenceRequest() missing required argument '{}'".format(arg))
-        if not isinstance(model_name, str):
-            raise TypeError("model_name must be a str")
-        if not isinstance(correlation_id, (int, str)):
+        model_name = _text(model_name, "model_name")
+        if isinstance(correlation_id, _TEXT_TYPES):
+            correlation_id = _text(correlation_id, "correlation_id")
+        elif not hasattr(correlation_id, "__index__"):
             raise TypeError("correlation_id must be an int or a str")
+        else:
+            correlation_id = operator.index(correlation_id)
         inputs = list(inputs)
         for tensor in inputs:
             if not isinstance(tensor, Tensor):
                 raise TypeError(
                     "inputs must hold pb_utils.Tensor objects, found {}".format(type(tensor))
                 )
-        outputs = [str(name) for name in requested_output_names]
+        if isinstance(requested_output_names, _TEXT_TYPES):
+            raise TypeError("requested_output_names must be a list of names, not one name")
+        outputs = [_text(name, "a requested output name") for name in requested_output_names]
         if "" in outputs:
             raise TritonModelException(
                 "Requested output name for request with id '{}' and model name '{}' "
@@ -712,12 +749,23 @@ class InferenceRequest:
         if parameters is None:
             parameters = {}
         if not isinstance(parameters, dict) or not all(
-            isinstance(k, str) and isinstance(v, (bool, int, str)) for k, v in parameters.items()
+            isinstance(k, _TEXT_TYPES) and isinstance(v, (bool, int) + _TEXT_TYPES)
+            for k, v in parameters.items()
         ):
             raise TritonModelException(
                 "Expected a dict of str keys and bool, int or str values for 'parameters'."
             )
-        self._request_id = str(request_id)
+        parameters = {
+            _text(k, "a parameter name"): (
+                _text(v, "a parameter value") if isinstance(v, _TEXT_TYPES) else v
+            )
+            for k, v in parameters.items()
+        }
+        self._request_id = (
+            _text(request_id, "request_id")
+            if isinstance(request_id, _TEXT_TYPES)
+            else str(request_id)
+        )
         self._correlation_id = correlation_id
         self._inputs = inputs
         self._outputs = outputs
@@ -829,6 +877,7 @@ class InferenceRequest:
 
 
 def get_input_tensor_by_name(inference_request, name):
+    name = _lookup_name(name)
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor
@@ -836,6 +885,7 @@ def get_input_tensor_by_name(inference_request, name):
 
 
 def get_output_tensor_by_name(inference_response, name):
+    name = _lookup_name(name)
     for tensor in inference_response.output_tensors():
         if tensor.name() == name:
             return tensor
@@ -843,6 +893,7 @@ def get_output_tensor_by_name(inference_response, name):
 
 
 def get_input_config_by_name(model_config, name):
+    name = _lookup_name(name)
     for config in model_config.get("input", []):
         if config["name"] == name:
             return config
@@ -850,6 +901,7 @@ def get_input_config_by_name(model_config, name):
 
 
 def get_output_config_by_name(model_config, name):
+    name = _lookup_name(name)
     for config in model_config.get("output", []):
         if config["name"] == name:
             return config
@@ -993,8 +1045,10 @@ class MetricFamily:
             raise TritonModelException(
                 "MetricFamily kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM."
             )
-        if not isinstance(name, str) or not isinstance(description, str):
+        if not isinstance(name, _TEXT_TYPES) or not isinstance(description, _TEXT_TYPES):
             raise TritonModelException("MetricFamily name and description must be strings.")
+        name = _text(name, "MetricFamily name")
+        description = _text(description, "MetricFamily description")
         self._name = name
         self._kind = kind
         self._id = _metric_call({"op": "family", "name": name, "description": description,
@@ -1016,9 +1070,10 @@ class Metric:
             raise TritonModelException("Metric needs a MetricFamily.")
         labels = {} if labels is None else labels
         if not isinstance(labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+            isinstance(k, _TEXT_TYPES) and isinstance(v, _TEXT_TYPES) for k, v in labels.items()
         ):
             raise TritonModelException("Metric labels must be a dict of str to str.")
+        labels = {_text(k, "a label name"): _text(v, "a label value") for k, v in labels.items()}
         if family._kind == MetricFamily.HISTOGRAM:
             if buckets is None:
                 raise TritonModelException("A histogram metric needs buckets.")
@@ -1124,10 +1179,11 @@ class Logger:
             "level": Logger._LETTERS[level],
             "file": os.path.basename(caller.f_code.co_filename),
             "line": caller.f_lineno,
-            "message": str(message),
+            "message": _message(message),
         }
         if _runtime is None:
             # Imported outside a trtis worker (e.g. a model's own unit test).
-            sys.stderr.write("{}:{}] {}\n".format(header["file"], header["line"], message))
+            line = "{}:{}] {}\n".format(header["file"], header["line"], header["message"])
+            sys.stderr.write(line)
         else:
             _runtime.send_frame(header, [])

@@ -25,7 +25,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -68,6 +68,8 @@ pub(super) struct Link {
     /// How far the reader thread got: see `wait_routed`.
     routed: Mutex<Routed>,
     routed_changed: Condvar,
+    /// The last lines the worker wrote to its standard error.
+    stderr: Arc<StderrTail>,
 }
 
 /// The bytes of the write socket the reader thread has routed, whether it
@@ -209,6 +211,9 @@ pub(super) enum Outgoing {
 pub(super) struct Worker {
     child: Child,
     pub link: Arc<Link>,
+    /// The interpreter and environment it runs in, for messages.
+    python: PathBuf,
+    env_dir: Option<PathBuf>,
     /// Frames for the instance thread; closed when the worker is gone.
     pub control: mpsc::Receiver<Frame>,
     /// The answer socket, read by the instance thread (`answer`).
@@ -283,6 +288,141 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
+/// The last lines a worker wrote to its standard error, kept for the error
+/// that says why it died (the lines themselves go on to the server's
+/// standard error, as they always did).
+#[derive(Default)]
+pub(super) struct StderrTail {
+    state: Mutex<TailState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct TailState {
+    lines: std::collections::VecDeque<String>,
+    /// The pipe reached its end (every process holding it exited).
+    ended: bool,
+}
+
+/// How many of the worker's last standard error lines are kept, and how
+/// many of them (the last, not empty) an error message quotes.
+const TAIL_KEPT: usize = 40;
+const TAIL_QUOTED: usize = 3;
+
+impl StderrTail {
+    /// Starts the thread that copies `pipe` to our standard error line by
+    /// line, keeping the last lines.
+    fn follow(pipe: std::process::ChildStderr) -> std::io::Result<Arc<StderrTail>> {
+        let tail = Arc::new(StderrTail::default());
+        let ours = Arc::clone(&tail);
+        std::thread::Builder::new()
+            .name("trtis:py-stderr".to_string())
+            .spawn(move || {
+                use std::io::{BufRead, Write};
+                let mut pipe = BufReader::new(pipe);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match pipe.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    let _ = std::io::stderr().lock().write_all(&line);
+                    let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                    let mut state = ours.state.lock().unwrap_or_else(|p| p.into_inner());
+                    if state.lines.len() == TAIL_KEPT {
+                        state.lines.pop_front();
+                    }
+                    state.lines.push_back(text);
+                }
+                let mut state = ours.state.lock().unwrap_or_else(|p| p.into_inner());
+                state.ended = true;
+                ours.changed.notify_all();
+            })?;
+        Ok(tail)
+    }
+
+    /// The kept lines, once the pipe ended or `wait` passed (a process the
+    /// worker forked may hold it open).
+    fn lines(&self, wait: Duration) -> Vec<String> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, wait, |s| !s.ended)
+            .unwrap_or_else(|p| p.into_inner());
+        state.lines.iter().cloned().collect()
+    }
+}
+
+/// What a worker's standard error says about why it ended: the fix when
+/// the interpreter could not import what the backend needs (numpy), else
+/// its last lines quoted; None when it wrote nothing.
+fn diagnose(lines: &[String], python: &Path, env_dir: Option<&Path>) -> Option<String> {
+    let quoted: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim_end())
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if quoted.is_empty() {
+        return None;
+    }
+    // The exception the output ends with (a traceback's last line), when
+    // it is an import failure.
+    let last = quoted[quoted.len() - 1];
+    if last.starts_with("ModuleNotFoundError:") || last.starts_with("ImportError:") {
+        let error = clip(last, 300);
+        let (what, module) = if error.contains("No module named 'numpy'") {
+            ("has no numpy", "numpy")
+        } else if error.contains("numpy") {
+            ("cannot import numpy", "numpy")
+        } else {
+            ("cannot import a module", "the missing module")
+        };
+        let fix = match env_dir {
+            Some(env) => format!(
+                "install {module} in the model's EXECUTION_ENV_PATH environment '{}', or make EXECUTION_ENV_PATH name one that has it",
+                env.display()
+            ),
+            None => format!(
+                "install {module} for that interpreter, or point trtis at one that has it with --python PATH (or TRTIS_PYTHON, or the model's EXECUTION_ENV_PATH parameter)"
+            ),
+        };
+        return Some(format!(
+            "the Python interpreter {} {what} ({error}), which the Python backend needs: {fix}",
+            shown_interpreter(python)
+        ));
+    }
+    let last = &quoted[quoted.len().saturating_sub(TAIL_QUOTED)..];
+    Some(format!("its last output: {}", clip(&last.join("\n"), 1000)))
+}
+
+/// The interpreter as the user can find it: quoted, with the file a bare
+/// name resolves to on PATH.
+fn shown_interpreter(python: &Path) -> String {
+    if python.components().count() == 1 {
+        if let Some(found) = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(python))
+                .find(|p| p.is_file())
+        }) {
+            return format!("'{}' ({})", python.display(), found.display());
+        }
+    }
+    format!("'{}'", python.display())
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 /// How to start a worker.
 pub(super) struct Launch<'a> {
     pub python: &'a Path,
@@ -294,6 +434,11 @@ pub(super) struct Launch<'a> {
 }
 
 impl Worker {
+    /// The worker process's id (for its memory in the statistics).
+    pub fn pid(&self) -> u32 {
+        self.link.pid as u32
+    }
+
     pub fn start(launch: &Launch) -> Result<Worker> {
         let dir = scripts_dir()?;
         // One socket pair per direction: a Unix socket wakes whoever waits
@@ -369,7 +514,10 @@ impl Worker {
                 Ok(())
             });
         }
-        let child = command.spawn().map_err(|e| {
+        // Its standard error goes on to ours, through a thread that keeps
+        // the last lines: they say why a worker that died did.
+        command.stderr(Stdio::piped());
+        let mut child = command.spawn().map_err(|e| {
             Error::internal(format!(
                 "failed to start the Python interpreter '{}' for model instance '{}': {e} (choose one with --python or TRTIS_PYTHON)",
                 launch.python.display(),
@@ -380,6 +528,19 @@ impl Worker {
         drop(theirs_out);
         drop(theirs_answers);
         let pid = child.id() as i32;
+        let stderr = match child.stderr.take().map(StderrTail::follow) {
+            Some(Ok(tail)) => tail,
+            Some(Err(e)) => {
+                // SAFETY: as in `Worker::kill`.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::internal(format!("failed to start a thread: {e}")));
+            }
+            None => Arc::new(StderrTail::default()),
+        };
         let (tx, control) = mpsc::channel();
         // From here the worker is killed and reaped on every error path.
         let mut worker = Worker {
@@ -397,7 +558,10 @@ impl Worker {
                 metrics: Mutex::new(HashMap::new()),
                 routed: Mutex::new(Routed::default()),
                 routed_changed: Condvar::new(),
+                stderr,
             }),
+            python: launch.python.to_path_buf(),
+            env_dir: launch.env_dir.clone(),
             control,
             answers: BufReader::with_capacity(
                 1 << 16,
@@ -434,7 +598,14 @@ impl Worker {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Some(())),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if !self.alive() {
-                        break Err(Some(()));
+                        // A worker may write its answer and exit at once
+                        // (auto-complete's does): the reader thread routes
+                        // what it wrote, then ends. Under load that can
+                        // come after the process is gone.
+                        break self
+                            .control
+                            .recv_timeout(Duration::from_secs(2))
+                            .map_err(|_| Some(()));
                     }
                     if std::time::Instant::now() >= deadline {
                         break Err(None);
@@ -541,23 +712,37 @@ impl Worker {
         }
     }
 
-    /// Why the worker is gone, from its exit status.
+    /// Why the worker is gone: its exit status and what its standard error
+    /// ended with (what to do when its interpreter lacks numpy).
     pub fn died(&mut self) -> Error {
-        let status = self
-            .child
-            .try_wait()
-            .ok()
-            .flatten()
-            .or_else(|| {
-                std::thread::sleep(Duration::from_millis(50));
-                self.child.try_wait().ok().flatten()
-            })
+        let status = self.child.try_wait().ok().flatten().or_else(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            self.child.try_wait().ok().flatten()
+        });
+        let lines = self.link.stderr.lines(if status.is_some() {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_millis(50)
+        });
+        let status = status
             .map(|s| s.to_string())
             .unwrap_or_else(|| "its socket closed".to_string());
-        Error::internal(format!(
-            "the Python worker of model instance '{}' exited unexpectedly ({status})",
-            self.link.instance
-        ))
+        let why = diagnose(&lines, &self.python, self.env_dir.as_deref());
+        Error::internal(match why {
+            Some(why) => format!(
+                "the Python worker of model instance '{}' exited unexpectedly ({status}): {why}",
+                self.link.instance
+            ),
+            None => format!(
+                "the Python worker of model instance '{}' exited unexpectedly ({status})",
+                self.link.instance
+            ),
+        })
+    }
+
+    /// Sends a frame; a worker that is gone answers why it died.
+    pub fn send(&mut self, frame: &Frame) -> Result<()> {
+        self.link.send(frame).map_err(|_| self.died())
     }
 
     /// Whether the process still runs and its socket is still read.
@@ -985,4 +1170,63 @@ fn scripts_dir() -> Result<PathBuf> {
     })
     .clone()
     .map_err(Error::internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_missing_numpy_says_what_to_do() {
+        let out = lines(
+            "Traceback (most recent call last):\n  File \"worker.py\", line 52, in <module>\n    import numpy as np\nModuleNotFoundError: No module named 'numpy'\n",
+        );
+        let why = diagnose(&out, Path::new("/opt/py/bin/python3"), None).unwrap();
+        assert!(
+            why.starts_with("the Python interpreter '/opt/py/bin/python3' has no numpy (ModuleNotFoundError: No module named 'numpy')"),
+            "{why}"
+        );
+        assert!(why.contains("--python PATH"), "{why}");
+        assert!(why.contains("TRTIS_PYTHON"), "{why}");
+        let why = diagnose(&out, Path::new("/e/bin/python3"), Some(Path::new("/e"))).unwrap();
+        assert!(
+            why.contains("install numpy in the model's EXECUTION_ENV_PATH environment '/e'"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn another_import_failure_is_named() {
+        let out = lines("ImportError: cannot import name 'x' from 'y'");
+        let why = diagnose(&out, Path::new("/p"), None).unwrap();
+        assert!(
+            why.contains("cannot import a module (ImportError: cannot import name 'x' from 'y')"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn other_deaths_quote_the_last_lines() {
+        let out = lines("a\nb\n\nc\nd\n");
+        assert_eq!(
+            diagnose(&out, Path::new("/p"), None).unwrap(),
+            "its last output: b\nc\nd"
+        );
+        assert_eq!(diagnose(&lines("\n \n"), Path::new("/p"), None), None);
+        // An import failure followed by more output is not the cause.
+        let out = lines("ModuleNotFoundError: No module named 'numpy'\nSegmentation fault");
+        assert!(diagnose(&out, Path::new("/p"), None)
+            .unwrap()
+            .starts_with("its last output:"));
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("aé", 2), "a...");
+    }
 }

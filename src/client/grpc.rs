@@ -171,6 +171,7 @@ impl GrpcClient {
                         cache_miss: pair(st.cache_miss),
                         batches: Vec::new(),
                         request_batches: Vec::new(),
+                        memory_usage: Vec::new(),
                     },
                 }
             })

@@ -147,6 +147,7 @@ impl From<ModelStatsJson> for ModelStats {
                 cache_miss: st.cache_miss.into(),
                 batches: Vec::new(),
                 request_batches: Vec::new(),
+                memory_usage: Vec::new(),
             },
         }
     }

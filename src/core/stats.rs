@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use crate::core::memory::MemoryUsage;
+
 /// Compute input, infer and output durations of one execution.
 pub type Times = (Duration, Duration, Duration);
 
@@ -103,6 +105,15 @@ pub struct ModelStats {
     /// lock, not a fixed array, because a request's batch size has no
     /// bound below `max_batch_size`; uncontended, it costs tens of ns.
     pub by_request_batch: std::sync::Mutex<std::collections::BTreeMap<u32, RequestBatch>>,
+    /// The summaries and first-response histogram that `--metrics-config`
+    /// asks for; None (one branch per request) when it asks for neither.
+    pub latency: Option<Box<crate::core::latency_metrics::LatencyMetrics>>,
+    /// How long the version took to load (its backend model and
+    /// instances), for `nv_model_load_duration_secs`; 0 for an ensemble.
+    pub load_duration_ns: AtomicU64,
+    /// The memory the version's load took, as the statistics'
+    /// `memory_usage` reports it (an estimate; set at load).
+    pub memory_usage: std::sync::Mutex<Vec<MemoryUsage>>,
 }
 
 /// The successful requests of one batch size: end to end, in the backend
@@ -130,10 +141,48 @@ impl Default for BatchStats {
 }
 
 impl ModelStats {
+    /// Statistics that also keep `latency` (see [`ModelStats::latency`]).
+    pub fn with_latency(latency: Option<crate::core::latency_metrics::LatencyMetrics>) -> Self {
+        ModelStats {
+            latency: latency.map(Box::new),
+            ..Default::default()
+        }
+    }
+
     /// Records a successful request of `batch` elements; `execution` is
     /// the executed batch size when this request counts the execution (the
     /// first request of a dynamic batch, or any request run alone).
     pub fn record_success(
+        &self,
+        batch: usize,
+        execution: Option<usize>,
+        total: Duration,
+        queue: Duration,
+        times: Times,
+    ) {
+        if let Some(l) = &self.latency {
+            l.success(total, queue, times, total);
+        }
+        self.record_success_counts(batch, execution, total, queue, times);
+    }
+
+    /// A decoupled model's successful request, whose first response went
+    /// `first` after it began (None: it sent none).
+    pub fn record_decoupled_success(
+        &self,
+        batch: usize,
+        total: Duration,
+        first: Option<Duration>,
+        queue: Duration,
+        times: Times,
+    ) {
+        if let Some(l) = &self.latency {
+            l.success(total, queue, times, first.unwrap_or(total));
+        }
+        self.record_success_counts(batch, None, total, queue, times);
+    }
+
+    fn record_success_counts(
         &self,
         batch: usize,
         execution: Option<usize>,
@@ -184,11 +233,23 @@ impl ModelStats {
     /// A request answered from the response cache: a success that ran no
     /// model (not in the inference or execution counts), `lookup` long.
     pub fn record_cache_hit(&self, total: Duration, lookup: Duration) {
+        if let Some(l) = &self.latency {
+            l.cache_hit(total, lookup);
+        }
         self.success.add(total);
         self.request_histogram.observe(total);
         self.queue.add(Duration::ZERO);
         self.cache_hit.add(lookup);
         self.touch();
+    }
+
+    /// A response cache lookup that found nothing and the insertion of the
+    /// answer, `d` long together.
+    pub fn record_cache_miss(&self, d: Duration) {
+        if let Some(l) = &self.latency {
+            l.cache_miss(d);
+        }
+        self.cache_miss.add(d);
     }
 
     pub fn record_failure(&self, total: Duration) {
@@ -242,6 +303,8 @@ pub struct Snapshot {
     pub batches: Vec<(u64, u64, u64, u64, u64)>,
     /// Successful requests by their batch size.
     pub request_batches: Vec<(u32, RequestBatch)>,
+    /// What the version's load took (the statistics' `memory_usage`).
+    pub memory_usage: Vec<MemoryUsage>,
 }
 
 impl ModelStats {
@@ -275,6 +338,11 @@ impl ModelStats {
                 .iter()
                 .map(|(&size, &b)| (size, b))
                 .collect(),
+            memory_usage: self
+                .memory_usage
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 }

@@ -65,6 +65,13 @@ pub trait InstanceExec: Send {
     fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
         None
     }
+
+    /// Memory the instance holds outside the server process (a Python
+    /// worker's resident set), read once it has loaded, for the
+    /// statistics' `memory_usage`; empty where there is none to tell.
+    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+        Vec::new()
+    }
 }
 
 /// A backend that runs batches of requests one after the other in a

@@ -123,6 +123,10 @@ impl InstanceExec for Reshaped {
     fn timing(&self) -> (std::time::Duration, std::time::Duration) {
         self.inner.timing()
     }
+
+    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+        self.inner.memory_usage()
+    }
 }
 
 fn mismatch(what: &str, t: &Tensor, expected: &[i64]) -> Error {

@@ -450,16 +450,28 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "repository agents are not supported",
         );
     }
-    if config
+    // The first-response histogram's buckets are applied (see
+    // latency_metrics); Triton only warns about any other family.
+    for (i, control) in config
         .model_metrics
-        .as_ref()
-        .is_some_and(|m| !m.metric_control.is_empty())
+        .iter()
+        .flat_map(|m| &m.metric_control)
+        .enumerate()
     {
-        hint(
-            &mut out,
-            "model_metrics.metric_control".into(),
-            "per-model metric options are not applied; the histograms keep their buckets",
-        );
+        let family = control
+            .metric_identifier
+            .as_ref()
+            .map(|m| m.family.as_str())
+            .unwrap_or("");
+        if !family.is_empty() && family != "nv_inference_first_response_histogram_ms" {
+            hint(
+                &mut out,
+                format!("model_metrics.metric_control[{i}].metric_identifier.family"),
+                &format!(
+                    "Metric family '{family}' in 'metric_identifier' is not a customizable metric in Triton core."
+                ),
+            );
+        }
     }
     out
 }

@@ -144,7 +144,7 @@ impl Engine {
                 if let Some((cache, key, lookup)) = miss {
                     let insert = Instant::now();
                     cache.insert(key, t);
-                    stats.cache_miss.add(lookup + insert.elapsed());
+                    stats.record_cache_miss(lookup + insert.elapsed());
                 }
             })
             .and_then(|t| self.write_shm_outputs(&outputs, t))
@@ -261,7 +261,10 @@ impl Engine {
         let batching = model.config.max_batch_size > 0;
         let mut last = None;
         let mut failed = false;
+        // When the first response went (nv_inference_first_response_histogram_ms).
+        let mut first = None;
         while let Some(done) = completion.next().await {
+            first.get_or_insert_with(|| start.elapsed());
             let timing = (done.queue, (done.input, done.compute, done.output));
             let rejected = done.rejected;
             let tensors = done
@@ -293,7 +296,7 @@ impl Engine {
             stats.record_backend_failure(start.elapsed());
         } else {
             let (queue, compute) = last.unwrap_or_default();
-            stats.record_success(batch, None, start.elapsed(), queue, compute);
+            stats.record_decoupled_success(batch, start.elapsed(), first, queue, compute);
         }
     }
 }

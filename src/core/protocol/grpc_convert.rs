@@ -14,7 +14,7 @@ use crate::core::types::{
 use super::pb::inference::{
     infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
     model_metadata_response, InferBatchStatistics, InferParameter, InferStatistics,
-    InferTensorContents, ModelInferRequest, ModelInferResponse, ModelMetadataResponse,
+    InferTensorContents, MemoryUsage, ModelInferRequest, ModelInferResponse, ModelMetadataResponse,
     ModelStatistics, StatisticDuration,
 };
 
@@ -404,7 +404,15 @@ pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
                 },
             )
             .collect(),
-        memory_usage: Vec::new(),
+        memory_usage: st
+            .memory_usage
+            .iter()
+            .map(|u| MemoryUsage {
+                r#type: u.kind.to_string(),
+                id: u.id,
+                byte_size: u.byte_size,
+            })
+            .collect(),
         response_stats: Default::default(),
     }
 }

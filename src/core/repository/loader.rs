@@ -116,6 +116,7 @@ pub(super) fn auto_complete(
     let vctx = ValidateContext {
         gpus: opts.gpus,
         missing_gpu: Severity::Error,
+        min_compute_capability: crate::core::device::min_compute_capability_value(),
     };
     if let Some(issue) = validate(&config, &vctx)
         .into_iter()
@@ -134,8 +135,9 @@ pub(super) fn load_version(
     config: &ModelConfig,
     labels: &BTreeMap<String, Vec<String>>,
 ) -> Result<LoadedModel> {
+    let latency = crate::core::latency_metrics::LatencyMetrics::for_model(&opts.metrics, config);
+    let stats = Arc::new(ModelStats::with_latency(latency));
     if config.platform == ENSEMBLE_PLATFORM {
-        let stats: Arc<ModelStats> = Arc::default();
         return Ok(LoadedModel {
             generation: next_generation(),
             name: name.to_string(),
@@ -150,6 +152,13 @@ pub(super) fn load_version(
             batch_io: Default::default(),
         });
     }
+    // nv_model_load_duration_secs: the backend model and its instances
+    // (Triton times TritonModel::Create; warmup is part of it here).
+    let load_start = std::time::Instant::now();
+    // memory_usage: the server's growth across the load (an estimate: a
+    // model loading beside this one adds to it too), and what each
+    // instance holds outside the server (a Python worker).
+    let rss_before = crate::core::memory::process_rss(std::process::id());
     let version_dir = model_dir.join(version.to_string());
     let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
     // Each group's instances, on the devices its kind and `gpus` name.
@@ -188,6 +197,7 @@ pub(super) fn load_version(
         let sequence = sequencing.clone();
         let io = io.clone();
         let options = opts.backend.clone();
+        let stats = Arc::clone(&stats);
         loaders.push(Box::new(move || {
             let mut instance = load_instance(&LoadContext {
                 config: &ctx_config,
@@ -205,6 +215,11 @@ pub(super) fn load_version(
                 sequence.as_ref(),
                 &io,
             )?;
+            stats
+                .memory_usage
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(instance.memory_usage());
             Ok(instance)
         }));
     }
@@ -213,7 +228,6 @@ pub(super) fn load_version(
             "model '{name}' has no instances"
         )));
     }
-    let stats: Arc<ModelStats> = Arc::default();
     let instances = loaders.len();
     let start_pool = |source| {
         let pool = InstancePool::start(name, loaders, claims, opts.queue_capacity, source);
@@ -237,6 +251,29 @@ pub(super) fn load_version(
         opts.queue_capacity,
         Arc::clone(&stats),
     )?;
+    stats.load_duration_ns.store(
+        load_start.elapsed().as_nanos() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    {
+        let grown = match (
+            rss_before,
+            crate::core::memory::process_rss(std::process::id()),
+        ) {
+            (Some(before), Some(after)) => after.saturating_sub(before),
+            _ => 0,
+        };
+        let mut usage = stats.memory_usage.lock().unwrap_or_else(|e| e.into_inner());
+        let instances = std::mem::take(&mut *usage);
+        *usage = crate::core::memory::MemoryUsage::summed(
+            std::iter::once(crate::core::memory::MemoryUsage {
+                kind: "CPU",
+                id: 0,
+                byte_size: grown,
+            })
+            .chain(instances),
+        );
+    }
     Ok(LoadedModel {
         generation: next_generation(),
         name: name.to_string(),

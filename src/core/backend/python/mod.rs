@@ -125,7 +125,7 @@ impl PythonInstance {
             instance: &self.name,
             host: self.host.clone(),
         })?;
-        worker.link.send(&self.init)?;
+        worker.send(&self.init)?;
         let answer = worker.control(self.timeout)?;
         match answer.kind() {
             "ready" => {
@@ -194,7 +194,7 @@ pub fn auto_complete(
         instance: &config.name,
         host: None,
     })?;
-    worker.link.send(&Frame::new(json!({
+    worker.send(&Frame::new(json!({
         "kind": "auto_complete",
         "config": crate::core::config::json::to_json(config)?,
         "model_file": model_file.display().to_string(),
@@ -240,6 +240,21 @@ impl InstanceExec for PythonInstance {
 
     fn pipeline(&mut self) -> Option<&mut dyn super::Pipeline> {
         Some(self)
+    }
+
+    /// The worker process's resident set (what unloading the instance
+    /// gives back to the machine), on CPU 0.
+    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+        self.worker
+            .as_ref()
+            .and_then(|w| crate::core::memory::process_rss(w.pid()))
+            .map(|byte_size| crate::core::memory::MemoryUsage {
+                kind: "CPU",
+                id: 0,
+                byte_size,
+            })
+            .into_iter()
+            .collect()
     }
 }
 

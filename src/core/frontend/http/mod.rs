@@ -14,6 +14,7 @@ use axum::Router;
 use serde_json::{json, Value};
 
 mod admin;
+mod encoding;
 pub mod v1;
 
 use crate::core::engine::{Engine, TensorMetadata};
@@ -69,13 +70,20 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The metrics service (`/metrics` on `--metrics-port`).
+/// The metrics service (`/metrics` on `--metrics-port`): the machine's
+/// readings are taken every `--metrics-interval-ms` on a thread that lives
+/// as long as the router.
 pub fn metrics_router(engine: Engine) -> Router {
+    let sampler = crate::core::metrics::Sampler::start(&engine.config().metrics);
     Router::new()
         .route(
             "/metrics",
             get(|State(engine): State<Engine>| async move {
-                let body = crate::core::metrics::render(&engine.loaded_models());
+                let body = crate::core::metrics::render_with(
+                    &engine.loaded_models(),
+                    &engine.config().metrics,
+                    &sampler.readings(),
+                );
                 (
                     [(
                         header::CONTENT_TYPE,
@@ -192,18 +200,35 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 
 /// A request body, read up to `--http-max-input-size`: refused at once when
 /// its Content-Length says more (before any of it is read), or as soon as a
-/// chunked body passes the limit; always with a JSON error.
+/// chunked body passes the limit; always with a JSON error. A compressed
+/// body (`Content-Encoding: gzip|deflate`) is decompressed, its output held
+/// to the same limit; another coding is refused (415).
 struct ApiBody(Bytes);
 
 impl FromRequest<AppState> for ApiBody {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
-    async fn from_request(req: Request, s: &AppState) -> Result<Self, ApiError> {
-        declared_length(req.headers(), s.max_input_size)?;
-        axum::body::to_bytes(req.into_body(), s.max_input_size)
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, Response> {
+        let coding =
+            encoding::request_coding(req.headers()).map_err(IntoResponse::into_response)?;
+        let declared = declared_length(req.headers(), s.max_input_size)
+            .map_err(IntoResponse::into_response)?;
+        match coding {
+            None => axum::body::to_bytes(req.into_body(), s.max_input_size)
+                .await
+                .map(ApiBody)
+                .map_err(|_| too_large(None, s.max_input_size).into_response()),
+            Some(_) => read_parts(
+                req.into_body(),
+                usize::MAX,
+                declared,
+                s.max_input_size,
+                coding,
+            )
             .await
-            .map(ApiBody)
-            .map_err(|_| too_large(None, s.max_input_size))
+            .map(|(body, _)| ApiBody(Bytes::from(body)))
+            .map_err(IntoResponse::into_response),
+        }
     }
 }
 
@@ -238,19 +263,36 @@ fn declared_length(headers: &HeaderMap, max: usize) -> Result<Option<usize>, Api
 /// as it is (reading the body whole and copying the tensors out of it cost
 /// a second copy of every byte: measured 37 against 65 infer/s for the bare
 /// echo floor with a 16 MB input). Refused as `ApiBody` is past `max`.
+///
+/// A compressed body (`coding`) is decompressed as it arrives and the split
+/// applies to the decompressed bytes (Inference-Header-Content-Length
+/// counts them, as tritonclient computes it before compressing); both the
+/// body as sent and its decompressed bytes are held to `max`.
 async fn read_parts(
     body: Body,
     split: usize,
     declared: Option<usize>,
     max: usize,
+    coding: Option<encoding::Coding>,
 ) -> Result<(Vec<u8>, Vec<u8>), ApiError> {
     use futures_util::StreamExt;
     // Room for what Content-Length says (at most `max`, checked before):
     // reserved, not touched, so a client that declares more than it sends
-    // costs address space, not memory.
-    let expected = declared.unwrap_or(0).min(max);
-    let mut head = Vec::with_capacity(split.min(expected));
-    let mut tail = Vec::with_capacity(expected.saturating_sub(split));
+    // costs address space, not memory. A compressed body's decompressed
+    // size is not known: its buffers grow.
+    let expected = if coding.is_none() {
+        declared.unwrap_or(0).min(max)
+    } else {
+        0
+    };
+    let mut parts = BodyParts {
+        head: Vec::with_capacity(split.min(expected)),
+        tail: Vec::with_capacity(expected.saturating_sub(split)),
+        split,
+        max,
+        inflated: coding.is_some(),
+    };
+    let mut inflater = coding.map(encoding::Inflater::new);
     let mut total = 0usize;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
@@ -263,15 +305,47 @@ async fn read_parts(
         if total > max {
             return Err(too_large(None, max));
         }
-        let mut rest = &chunk[..];
-        if head.len() < split {
-            let n = (split - head.len()).min(rest.len());
-            head.extend_from_slice(&rest[..n]);
+        match &mut inflater {
+            None => parts.push(&chunk)?,
+            Some(inflater) => inflater.feed(&chunk, &mut |out| parts.push(out))?,
+        }
+    }
+    if let Some(inflater) = &inflater {
+        inflater.finish()?;
+    }
+    Ok((parts.head, parts.tail))
+}
+
+/// Where `read_parts` puts a body: its first `split` bytes in `head`, the
+/// rest in `tail`, at most `max` in all (`inflated`: decompressed bytes).
+struct BodyParts {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    split: usize,
+    max: usize,
+    inflated: bool,
+}
+
+impl BodyParts {
+    fn push(&mut self, mut rest: &[u8]) -> Result<(), ApiError> {
+        if self.head.len() + self.tail.len() + rest.len() > self.max {
+            return Err(if self.inflated {
+                ApiError(Error::invalid_arg(format!(
+                    "Decompressed request body size exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
+                    self.max
+                )))
+            } else {
+                too_large(None, self.max)
+            });
+        }
+        if self.head.len() < self.split {
+            let n = (self.split - self.head.len()).min(rest.len());
+            self.head.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
         }
-        tail.extend_from_slice(rest);
+        self.tail.extend_from_slice(rest);
+        Ok(())
     }
-    Ok((head, tail))
 }
 
 fn model_and_version(p: &HashMap<String, String>) -> (String, String) {
@@ -400,7 +474,11 @@ fn stats_json(m: &LoadedModel) -> Value {
             "cache_miss": duration(st.cache_miss),
         },
         "batch_stats": batch_stats,
-        "memory_usage": [],
+        "memory_usage": st
+            .memory_usage
+            .iter()
+            .map(|u| json!({ "type": u.kind, "id": u.id, "byte_size": u.byte_size }))
+            .collect::<Vec<Value>>(),
     })
 }
 
@@ -425,12 +503,21 @@ async fn all_stats(State(s): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "model_stats": stats }))
 }
 
+/// The largest response compressed on an async worker; a larger one is
+/// compressed on the blocking pool.
+const COMPRESS_INLINE: usize = 64 * 1024;
+
 async fn infer(
     State(s): State<AppState>,
     Params(p): Params,
     headers: HeaderMap,
+    forward: Option<axum::Extension<std::sync::Arc<super::forward::HeaderForward>>>,
     body: Body,
 ) -> ApiResult<Response> {
+    let coding = match encoding::request_coding(&headers) {
+        Ok(coding) => coding,
+        Err(refusal) => return Ok(refusal.into_response()),
+    };
     let declared = declared_length(&headers, s.max_input_size)?;
     let (name, version) = model_and_version(&p);
     let header_length = match headers.get(HEADER_LENGTH) {
@@ -452,13 +539,14 @@ async fn infer(
             "HTTP end point doesn't support models with decoupled transaction policy",
         )));
     }
-    let (request, format) = match header_length {
+    let (mut request, format) = match header_length {
         Some(0) => {
-            let (_, body) = read_parts(body, 0, declared, s.max_input_size).await?;
+            let (_, body) = read_parts(body, 0, declared, s.max_input_size, coding).await?;
             kserve_json::parse_raw_request(body, &model.config)?
         }
         Some(split) => {
-            let (head, binary) = read_parts(body, split, declared, s.max_input_size).await?;
+            let (head, binary) =
+                read_parts(body, split, declared, s.max_input_size, coding).await?;
             if head.len() < split {
                 // parse_request words it.
                 kserve_json::parse_request(&head, Some(split), &model.config)?
@@ -467,15 +555,38 @@ async fn infer(
             }
         }
         None => {
-            let (body, _) = read_parts(body, usize::MAX, declared, s.max_input_size).await?;
+            let (body, _) =
+                read_parts(body, usize::MAX, declared, s.max_input_size, coding).await?;
             kserve_json::parse_request(&body, None, &model.config)?
         }
     };
+    // --http-header-forward-pattern: matching headers become parameters.
+    if let Some(axum::Extension(forward)) = forward {
+        forward.apply(
+            headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+            &mut request.parameters,
+        );
+    }
     s.engine.admit(&request)?;
     let response = s.engine.infer_on(model, request).await?;
     let (pieces, json_len) = kserve_json::build_response(response, &format)?;
-    let length: usize = pieces.iter().map(|p| p.len()).sum();
-    let body = if pieces.len() == 1 {
+    let mut length: usize = pieces.iter().map(|p| p.len()).sum();
+    let answer_in = encoding::response_coding(&headers);
+    let body = if let Some(coding) = answer_in {
+        // Compressed as Accept-Encoding asks, as Triton does; a large body
+        // off the async workers. Inference-Header-Content-Length still
+        // counts the JSON part of the decompressed body.
+        let packed = if length > COMPRESS_INLINE {
+            tokio::task::spawn_blocking(move || encoding::compress(&pieces, coding))
+                .await
+                .map_err(|e| ApiError(Error::internal(format!("compressing the response: {e}"))))?
+        } else {
+            encoding::compress(&pieces, coding)
+        }
+        .map_err(|e| ApiError(Error::internal(format!("compressing the response: {e}"))))?;
+        length = packed.len();
+        Body::from(packed)
+    } else if pieces.len() == 1 {
         Body::from(pieces.into_iter().next().unwrap_or_default())
     } else {
         // The pieces go out one after the other (a binary output is sent
@@ -487,6 +598,13 @@ async fn infer(
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    if let Some(coding) = answer_in {
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(coding.name()),
+        );
+        h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
     match json_len {
         Some(len) => {
             h.insert(

@@ -2806,6 +2806,7 @@ fn validate_reshape_with_overflowing_variable_chunks() {
     let ctx = ValidateContext {
         gpus: &[],
         missing_gpu: Severity::Error,
+        min_compute_capability: 6.0,
     };
     let issues = validate(&config, &ctx);
     assert!(

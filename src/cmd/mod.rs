@@ -28,7 +28,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve a Triton model repository over KServe v2 HTTP/REST and gRPC (and
-    /// Prometheus metrics).
+    /// Prometheus metrics). Takes every `tritonserver` flag (Triton's
+    /// spellings, unambiguous prefixes included).
+    #[command(infer_long_args = true, args_override_self = true)]
     Serve(Box<serve::Args>),
     /// Run one inference against a Triton-protocol server (HTTP or gRPC).
     Infer(infer::Args),

@@ -24,6 +24,11 @@ pub struct Args {
     /// Treat warnings as errors (exit 1 when there are any).
     #[arg(long)]
     deny_warnings: bool,
+
+    /// Check each model's `configs/<NAME>.pbtxt` where it has one, as
+    /// `serve --model-config-name` loads it.
+    #[arg(long, value_name = "NAME")]
+    model_config_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -33,6 +38,14 @@ enum Format {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    match args.model_config_name.as_deref() {
+        Some("") => {
+            eprintln!("error: empty argument for --model-config-name");
+            return ExitCode::from(2);
+        }
+        Some(name) => layout::set_config_name(name),
+        None => {}
+    }
     let opts = CheckOptions {
         gpus: device::visible_gpus(),
         gpu_backends: trtis::core::backend::gpu_backends(device::visible_gpus()),

@@ -151,12 +151,21 @@ impl Serve {
         let deadline = Instant::now() + ready;
         // Both listeners announce themselves (gRPC first); take what comes.
         let (mut port, mut grpc_port, mut metrics_port) = (None, None, None);
+        let mut seen: Vec<String> = Vec::new();
         while port.is_none()
             || (grpc_port.is_none() && !args.contains(&"--allow-grpc=false"))
             || (metrics_port.is_none() && !args.contains(&"--allow-metrics=false"))
         {
-            assert!(Instant::now() < deadline, "no 'Started HTTPService' line");
-            let line = lines.next().expect("serve exited before starting").unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "no 'Started HTTPService' line:\n{}",
+                seen.join("\n")
+            );
+            let Some(line) = lines.next() else {
+                panic!("serve exited before starting:\n{}", seen.join("\n"));
+            };
+            let line = line.unwrap();
+            seen.push(line.clone());
             let port_of = |addr: &str| {
                 addr.rsplit(':')
                     .next()

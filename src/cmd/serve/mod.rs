@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use trtis::core::frontend::forward::HeaderForward;
 use trtis::core::frontend::grpc::GrpcService;
 use trtis::core::frontend::http::{router, AppState};
 use trtis::core::frontend::restrict::{GrpcRestrictLayer, Restrictions};
@@ -14,321 +15,9 @@ use trtis::core::frontend::tls::{TlsFiles, TlsListener};
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Mode {
-    /// Load every model at start; no load/unload API.
-    None,
-    /// Load every model at start, then rescan the repository every
-    /// --repository-poll-secs: new, changed and removed models.
-    Poll,
-    /// Load only --load-model models at start; the API loads and unloads.
-    Explicit,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The model repository to serve (Triton's --model-repository): a
-    /// directory, or s3://, gs://, as:// object storage. Repeatable: the
-    /// repositories are served together; a model name may be in only one.
-    #[arg(
-        long = "model-store",
-        visible_alias = "model-repository",
-        env = "TRTIS_MODEL_STORE",
-        value_name = "DIR|URL",
-        required = true
-    )]
-    model_store: Vec<PathBuf>,
-
-    /// Serve HTTP/REST.
-    #[arg(long, env = "TRTIS_ALLOW_HTTP", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    allow_http: bool,
-
-    /// Address of the HTTP service.
-    #[arg(long, env = "TRTIS_HTTP_ADDRESS", default_value = "0.0.0.0")]
-    http_address: String,
-
-    /// Port of the HTTP service (0: any free port, printed at start).
-    #[arg(long, env = "TRTIS_HTTP_PORT", default_value_t = 8000)]
-    http_port: u16,
-
-    /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
-    #[arg(long, env = "TRTIS_ALLOW_GRPC", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    allow_grpc: bool,
-
-    /// Address of the gRPC service.
-    #[arg(long, env = "TRTIS_GRPC_ADDRESS", default_value = "0.0.0.0")]
-    grpc_address: String,
-
-    /// Port of the gRPC service (0: any free port, printed at start).
-    #[arg(long, env = "TRTIS_GRPC_PORT", default_value_t = 8001)]
-    grpc_port: u16,
-
-    /// gRPC over TLS (Triton's flag): needs --grpc-server-cert and
-    /// --grpc-server-key.
-    #[arg(long, env = "TRTIS_GRPC_USE_SSL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    grpc_use_ssl: bool,
-
-    /// gRPC over mutual TLS: clients must present a certificate that
-    /// chains to --grpc-root-cert (implies --grpc-use-ssl).
-    #[arg(long, env = "TRTIS_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    grpc_use_ssl_mutual: bool,
-
-    /// The gRPC server's certificate chain (PEM).
-    #[arg(long, env = "TRTIS_GRPC_SERVER_CERT", value_name = "FILE")]
-    grpc_server_cert: Option<PathBuf>,
-
-    /// The gRPC server's private key (PEM).
-    #[arg(long, env = "TRTIS_GRPC_SERVER_KEY", value_name = "FILE")]
-    grpc_server_key: Option<PathBuf>,
-
-    /// The root certificate(s) client certificates must chain to (PEM;
-    /// with --grpc-use-ssl-mutual).
-    #[arg(long, env = "TRTIS_GRPC_ROOT_CERT", value_name = "FILE")]
-    grpc_root_cert: Option<PathBuf>,
-
-    /// Restrict gRPC API groups to clients sending the metadata
-    /// `triton-grpc-protocol-<key>: <value>` (Triton's flag; repeatable):
-    /// <apis>:<key>=<value>, apis among health, metadata, inference,
-    /// shared-memory, model-config, model-repository, statistics, trace,
-    /// logging (comma-separated).
-    #[arg(long = "grpc-restricted-protocol", value_name = "APIS:KEY=VALUE")]
-    grpc_restricted_protocol: Vec<String>,
-
-    /// HTTPS on the HTTP port (our equivalent of Triton's gRPC flags; the
-    /// metrics port stays plain HTTP): needs --http-server-cert and
-    /// --http-server-key.
-    #[arg(long, env = "TRTIS_HTTP_USE_SSL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    http_use_ssl: bool,
-
-    /// HTTPS with client certificates that chain to --http-root-cert
-    /// (implies --http-use-ssl).
-    #[arg(long, env = "TRTIS_HTTP_USE_SSL_MUTUAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    http_use_ssl_mutual: bool,
-
-    /// The HTTPS server's certificate chain (PEM).
-    #[arg(long, env = "TRTIS_HTTP_SERVER_CERT", value_name = "FILE")]
-    http_server_cert: Option<PathBuf>,
-
-    /// The HTTPS server's private key (PEM).
-    #[arg(long, env = "TRTIS_HTTP_SERVER_KEY", value_name = "FILE")]
-    http_server_key: Option<PathBuf>,
-
-    /// The root certificate(s) HTTPS client certificates must chain to
-    /// (PEM; with --http-use-ssl-mutual).
-    #[arg(long, env = "TRTIS_HTTP_ROOT_CERT", value_name = "FILE")]
-    http_root_cert: Option<PathBuf>,
-
-    /// Restrict HTTP API groups to requests with the header `<key>: <value>`
-    /// (Triton's flag; repeatable): <apis>:<key>=<value>, apis as for
-    /// --grpc-restricted-protocol.
-    #[arg(long = "http-restricted-api", value_name = "APIS:KEY=VALUE")]
-    http_restricted_api: Vec<String>,
-
-    /// Serve Prometheus metrics (`/metrics`).
-    #[arg(long, env = "TRTIS_ALLOW_METRICS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    allow_metrics: bool,
-
-    /// Address of the metrics service (default: the HTTP address).
-    #[arg(long, env = "TRTIS_METRICS_ADDRESS")]
-    metrics_address: Option<String>,
-
-    /// Port of the metrics service (0: any free port, printed at start).
-    #[arg(long, env = "TRTIS_METRICS_PORT", default_value_t = 8002)]
-    metrics_port: u16,
-
-    /// Threads serving HTTP (the async runtime's workers). Default: half the
-    /// cores, at least 1; the other half runs model instances. On 2 cores one
-    /// thread measured fastest and leanest (scripts/bench.sh serve).
-    #[arg(long, env = "TRTIS_HTTP_THREAD_COUNT")]
-    http_thread_count: Option<usize>,
-
-    /// The largest HTTP request body, in bytes.
-    #[arg(long, env = "TRTIS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
-    http_max_input_size: usize,
-
-    /// The largest gRPC request message, in bytes: a message that declares
-    /// more is refused (OUT_OF_RANGE) before it is read.
-    #[arg(long, env = "TRTIS_GRPC_MAX_INPUT_SIZE", default_value_t = trtis::core::frontend::grpc::DEFAULT_MAX_INPUT_SIZE)]
-    grpc_max_input_size: usize,
-
-    /// none: load everything at start; poll: and rescan the repository;
-    /// explicit: only --load-model, then the repository API loads and
-    /// unloads.
-    #[arg(long, env = "TRTIS_MODEL_CONTROL_MODE", value_enum, default_value_t = Mode::None)]
-    model_control_mode: Mode,
-
-    /// Seconds between repository scans in poll mode.
-    #[arg(long, env = "TRTIS_REPOSITORY_POLL_SECS", default_value_t = 15)]
-    repository_poll_secs: u64,
-
-    /// A model to load at start in explicit mode (repeatable; `*` = all).
-    #[arg(long = "load-model", env = "TRTIS_LOAD_MODEL", value_delimiter = ',')]
-    load_model: Vec<String>,
-
-    /// Ready only when every model is ready (false: ready when the server is).
-    #[arg(long, env = "TRTIS_STRICT_READINESS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    strict_readiness: bool,
-
-    /// Exit when a model fails to load at start.
-    #[arg(long, env = "TRTIS_EXIT_ON_ERROR", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    exit_on_error: bool,
-
-    /// On SIGINT/SIGTERM, how long requests in flight may take to finish.
-    #[arg(long, env = "TRTIS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
-    exit_timeout_secs: u64,
-
-    /// The Python interpreter that runs Python models (`backend: "python"`;
-    /// it needs numpy). Default: the project's .venv/bin/python3 when there
-    /// is one, else python3 on PATH. A model's EXECUTION_ENV_PATH wins.
-    #[arg(long, env = "TRTIS_PYTHON")]
-    python: Option<PathBuf>,
-
-    /// A backend setting, as Triton's --backend-config=BACKEND,KEY=VALUE:
-    /// python,stub-timeout-seconds=N (how long a Python worker may take to
-    /// start; 30 by default) is read; Triton's python shm-* and
-    /// thread-pool-size settings are accepted and have nothing to tune here.
-    #[arg(long = "backend-config", value_name = "BACKEND,KEY=VALUE")]
-    backend_config: Vec<String>,
-
-    /// Use config.pbtxt files exactly as written: no completion of inputs,
-    /// outputs or batching from the model file.
-    #[arg(long, env = "TRTIS_DISABLE_AUTO_COMPLETE_CONFIG")]
-    disable_auto_complete_config: bool,
-
-    /// Deprecated alias: --strict-model-config=true is
-    /// --disable-auto-complete-config.
-    #[arg(long, env = "TRTIS_STRICT_MODEL_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    strict_model_config: bool,
-
-    /// Let clients register system shared memory regions (Triton's
-    /// --allow-client-shm; off by default, as in Triton).
-    #[arg(long, env = "TRTIS_ALLOW_CLIENT_SHM", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    allow_client_shm: bool,
-
-    /// The server id reported by server metadata.
-    #[arg(long, env = "TRTIS_ID", default_value = "triton")]
-    id: String,
-
-    /// The GPUs KIND_GPU instances may be placed on: `all` (every GPU the
-    /// CUDA driver shows, after CUDA_VISIBLE_DEVICES, of compute capability
-    /// 6.0 or more), `none`, or CUDA ids such as `0,1` (not renumbered).
-    #[arg(
-        long,
-        env = "TRTIS_GPUS",
-        default_value = "all",
-        value_name = "all|none|IDS"
-    )]
-    gpus: trtis::core::device::GpuSelection,
-
-    /// Verbose logging level (0: off; 1 and up print `V` lines).
-    #[arg(long, env = "TRTIS_LOG_VERBOSE", default_value_t = 0)]
-    log_verbose: u32,
-
-    /// Print INFO (`I`) log lines.
-    #[arg(long, env = "TRTIS_LOG_INFO", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    log_info: bool,
-
-    /// Print WARNING (`W`) log lines.
-    #[arg(long, env = "TRTIS_LOG_WARNING", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    log_warning: bool,
-
-    /// Print ERROR (`E`) log lines.
-    #[arg(long, env = "TRTIS_LOG_ERROR", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    log_error: bool,
-
-    /// Log line format: default (`I1123 20:14:05.123456 <pid> file:line]
-    /// message`) or ISO8601 (`2024-11-23T20:14:05Z I <pid> file:line]
-    /// message`); times in UTC.
-    #[arg(long, env = "TRTIS_LOG_FORMAT", default_value = "default", value_parser = ["default", "ISO8601"])]
-    log_format: String,
-
-    /// Append log lines to this file (created if missing) instead of
-    /// printing them on stderr. Only settable here: the logging API refuses
-    /// to change it.
-    #[arg(long, env = "TRTIS_LOG_FILE", value_name = "FILE")]
-    log_file: Option<String>,
-
-    /// Tracing, as Triton's `[<mode>,]<setting>=<value>` (repeatable):
-    /// `triton,file=FILE`, `level=OFF|TIMESTAMPS|TENSORS`, `rate=N`,
-    /// `count=N`, `log-frequency=N`. The trace file can only be set here:
-    /// the trace API refuses to change it.
-    #[arg(
-        long = "trace-config",
-        env = "TRTIS_TRACE_CONFIG",
-        value_name = "SETTING",
-        value_delimiter = ';'
-    )]
-    trace_config: Vec<String>,
-
-    /// The response cache, as Triton's `<cache>,<key>=<value>`: `local,size=BYTES`
-    /// (repeatable). Models with `response_cache { enable: true }` answer
-    /// repeated requests from it.
-    #[arg(
-        long = "cache-config",
-        env = "TRTIS_CACHE_CONFIG",
-        value_name = "CACHE,KEY=VALUE"
-    )]
-    cache_config: Vec<String>,
-
-    /// Rate limiting: `off` (Triton's default: instance groups'
-    /// `rate_limiter` settings are not applied) or `execution_count` (an
-    /// instance runs only when its resources are free).
-    #[arg(
-        long,
-        env = "TRTIS_RATE_LIMIT",
-        default_value = "off",
-        value_name = "MODE"
-    )]
-    rate_limit: String,
-
-    /// A rate limiter resource's count, `NAME:COUNT[:DEVICE]` (repeatable;
-    /// default: the largest count any instance asks for).
-    #[arg(long, value_name = "NAME:COUNT[:DEVICE]")]
-    rate_limit_resource: Vec<String>,
-
-    /// Deprecated: --cache-config local,size=BYTES.
-    #[arg(long, value_name = "BYTES")]
-    response_cache_byte_size: Option<u64>,
-
-    /// Deprecated: --trace-config triton,file=FILE.
-    #[arg(long, value_name = "FILE")]
-    trace_file: Option<String>,
-
-    /// Deprecated: --trace-config level=LEVEL (repeatable).
-    #[arg(long, value_name = "LEVEL")]
-    trace_level: Vec<String>,
-
-    /// Deprecated: --trace-config rate=N.
-    #[arg(long, value_name = "N")]
-    trace_rate: Option<String>,
-
-    /// Deprecated: --trace-config count=N.
-    #[arg(long, value_name = "N")]
-    trace_count: Option<String>,
-
-    /// Deprecated: --trace-config log-frequency=N.
-    #[arg(long, value_name = "N")]
-    trace_log_frequency: Option<String>,
-}
-
-impl Args {
-    /// Every trace setting given, the deprecated flags first (as
-    /// `--trace-config` values), so `--trace-config` wins.
-    fn trace_settings(&self) -> Vec<String> {
-        let mut values: Vec<String> = Vec::new();
-        values.extend(self.trace_file.iter().map(|v| format!("file={v}")));
-        values.extend(self.trace_level.iter().map(|v| format!("level={v}")));
-        values.extend(self.trace_rate.iter().map(|v| format!("rate={v}")));
-        values.extend(self.trace_count.iter().map(|v| format!("count={v}")));
-        values.extend(
-            self.trace_log_frequency
-                .iter()
-                .map(|v| format!("log-frequency={v}")),
-        );
-        values.extend(self.trace_config.iter().cloned());
-        values
-    }
-}
+mod flags;
+pub use flags::Args;
+use flags::Mode;
 
 use trtis::core::logging::log;
 
@@ -376,19 +65,49 @@ pub fn run(args: Args) -> ExitCode {
         log('E', &e.message);
         return ExitCode::from(2);
     }
+    if let Err(why) = args.check() {
+        log('E', &why);
+        return ExitCode::from(2);
+    }
+    if let Some(name) = &args.model_config_name {
+        trtis::core::repository::layout::set_config_name(name);
+    }
+    if let Some(cc) = args.min_supported_compute_capability {
+        trtis::core::device::set_min_compute_capability(cc);
+    }
     // The GPUs, before anything places a model.
     match trtis::core::device::restrict_gpus(&args.gpus) {
+        Ok(ids) if !ids.is_empty() && !args.model_load_gpu_limit.is_empty() => {
+            log(
+                'E',
+                "--model-load-gpu-limit: trtis does not hold model loads to a GPU memory limit yet; leave the flag out (loads fail with the backend's out-of-memory error instead)",
+            );
+            return ExitCode::from(2);
+        }
         Ok(ids) => log_gpus(ids),
         Err(e) => {
             log('E', &format!("error: creating server: {e}"));
             return ExitCode::from(2);
         }
     }
+    for note in args.notes() {
+        log('I', &note);
+    }
     // A repository in object storage is mirrored into a local directory
     // first, and served from there.
     let mut remote = Vec::new();
     let mut stores = Vec::new();
-    for location in &args.model_store {
+    // A repository or model named twice is one (Triton keeps sets).
+    let unique = |list: &[PathBuf]| -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for p in list {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
+    };
+    for location in &unique(&args.model_store) {
         match super::remote_repo::mirror(location) {
             Ok(Some(r)) => {
                 stores.push(r.local_dir().to_path_buf());
@@ -421,10 +140,17 @@ pub fn run(args: Args) -> ExitCode {
         log('E', "--load-model=* must be the only --load-model");
         return ExitCode::from(2);
     }
-    config.load_models = args.load_model.clone();
+    config.load_models = Vec::new();
+    for m in &args.load_model {
+        if !config.load_models.contains(m) {
+            config.load_models.push(m.clone());
+        }
+    }
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
     config.allow_client_shm = args.allow_client_shm;
+    config.load_threads = args.model_load_thread_count as usize;
+    config.load_retries = args.model_load_retry_count;
     config.auto_complete = !(args.disable_auto_complete_config || args.strict_model_config);
     let mut cache_flags: Vec<String> = args
         .response_cache_byte_size
@@ -440,18 +166,24 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     config.python = args.python.clone();
+    let mut max_batch_size = None;
+    // Later settings win, as in Triton.
     for setting in &args.backend_config {
         match backend_setting(setting) {
-            Ok(Some(timeout)) => config.stub_timeout = Some(timeout),
-            Ok(None) => {}
+            Ok(BackendSetting::StubTimeout(timeout)) => config.stub_timeout = Some(timeout),
+            Ok(BackendSetting::DefaultMaxBatchSize(n)) => max_batch_size = Some(n),
+            Ok(BackendSetting::Note(note)) => log('I', &note),
             Err(why) => {
-                log('E', &format!("--backend-config={setting}: {why}"));
+                log('E', &why);
                 return ExitCode::from(2);
             }
         }
     }
+    if let Some(n) = max_batch_size {
+        trtis::core::config::autocomplete::set_default_max_batch_size(n);
+    }
     config.rate_limit = match trtis::core::rate_limit::RateLimitSettings::from_flags(
-        &args.rate_limit,
+        &args.rate_limit.to_ascii_lowercase(),
         &args.rate_limit_resource,
     ) {
         Ok(r) => r,
@@ -462,6 +194,20 @@ pub fn run(args: Args) -> ExitCode {
     };
     config.trace = match trtis::core::trace::TraceSettings::from_config(&args.trace_settings()) {
         Ok(trace) => trace,
+        Err(e) => {
+            log('E', &e.message);
+            return ExitCode::from(2);
+        }
+    };
+    // GPU and CPU metrics are off whenever metrics are (as Triton).
+    config.metrics = match trtis::core::metrics_settings::MetricsSettings::from_flags(
+        &args.metrics_config,
+        args.allow_metrics && args.allow_cpu_metrics,
+        args.allow_metrics && args.allow_gpu_metrics,
+        args.metrics_interval_ms,
+    ) {
+        Ok(metrics) if args.allow_metrics => metrics,
+        Ok(metrics) => metrics.unserved(),
         Err(e) => {
             log('E', &e.message);
             return ExitCode::from(2);
@@ -489,13 +235,23 @@ pub fn run(args: Args) -> ExitCode {
         if args.log_verbose > 0 || !entry.reason.is_empty() {
             log(
                 'I',
-                &format!(
-                    "model '{}' version {}: {} {}",
-                    entry.name,
-                    entry.version,
-                    entry.state.name(),
-                    entry.reason
-                ),
+                &if entry.version.is_empty() {
+                    // The model as a whole failed (its config, its worker).
+                    format!(
+                        "model '{}': {} {}",
+                        entry.name,
+                        entry.state.name(),
+                        entry.reason
+                    )
+                } else {
+                    format!(
+                        "model '{}' version {}: {} {}",
+                        entry.name,
+                        entry.version,
+                        entry.state.name(),
+                        entry.reason
+                    )
+                },
             );
         }
     }
@@ -537,6 +293,8 @@ struct Frontends {
     grpc_tls: Option<tonic::transport::ServerTlsConfig>,
     http_rules: Restrictions,
     grpc_rules: Restrictions,
+    http_forward: Option<HeaderForward>,
+    grpc_forward: Option<HeaderForward>,
 }
 
 impl Frontends {
@@ -620,7 +378,21 @@ impl Frontends {
                 Some(tls)
             }
         };
+        let forward = |pattern: &Option<String>, flag: &str| {
+            pattern
+                .as_deref()
+                .map(|p| HeaderForward::new(p, flag))
+                .transpose()
+        };
         Ok(Frontends {
+            http_forward: forward(
+                &args.http_header_forward_pattern,
+                "--http-header-forward-pattern",
+            )?,
+            grpc_forward: forward(
+                &args.grpc_header_forward_pattern,
+                "--grpc-header-forward-pattern",
+            )?,
             http_tls,
             grpc_tls,
             http_rules: Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?,
@@ -632,9 +404,14 @@ impl Frontends {
     }
 }
 
-async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpListener, ExitCode> {
+async fn bind(
+    what: &str,
+    address: &str,
+    port: u16,
+    reuse_port: bool,
+) -> Result<tokio::net::TcpListener, ExitCode> {
     let addr = format!("{address}:{port}");
-    match tokio::net::TcpListener::bind(&addr).await {
+    match listen(&addr, reuse_port).await {
         Ok(listener) => {
             let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
             log('I', &format!("Started {what} at {local}"));
@@ -645,6 +422,56 @@ async fn bind(what: &str, address: &str, port: u16) -> Result<tokio::net::TcpLis
             Err(ExitCode::from(1))
         }
     }
+}
+
+/// A listener on `addr` (`host:port`) with a backlog of 1024 connections
+/// not yet accepted (a burst of clients is queued, not dropped), and
+/// SO_REUSEPORT when asked (`--reuse-http-port`, `--reuse-grpc-port`): the
+/// first address the host resolves to that binds.
+async fn listen(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        if reuse_port {
+            socket.set_reuseport(true)?;
+        }
+        match socket.bind(a).and_then(|()| socket.listen(1024)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the address resolves to nothing",
+        )
+    }))
+}
+
+/// tonic's server with Triton's gRPC connection settings: keepalive pings
+/// every --grpc-keepalive-time ms (0: none), unanswered after
+/// --grpc-keepalive-timeout ms the connection closes; a connection older
+/// than --grpc-max-connection-age ms is shut down gracefully (tonic), and
+/// closed --grpc-max-connection-age-grace ms later.
+fn grpc_connections(args: &Args) -> tonic::transport::Server {
+    let ms = Duration::from_millis;
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(
+            (args.grpc_keepalive_time > 0).then(|| ms(args.grpc_keepalive_time)),
+        )
+        .http2_keepalive_timeout(Some(ms(args.grpc_keepalive_timeout)));
+    if args.grpc_max_connection_age > 0 {
+        builder = builder.max_connection_age(ms(args.grpc_max_connection_age));
+        if args.grpc_max_connection_age_grace > 0 {
+            builder = builder.max_connection_age_grace(ms(args.grpc_max_connection_age_grace));
+        }
+    }
+    builder
 }
 
 async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) -> ExitCode {
@@ -670,19 +497,29 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
     };
     let mut services = Vec::new();
     if args.allow_grpc {
-        let listener = match bind("GRPCInferenceService", &args.grpc_address, args.grpc_port).await
+        let listener = match bind(
+            "GRPCInferenceService",
+            &args.grpc_address,
+            args.grpc_port,
+            args.reuse_grpc_port,
+        )
+        .await
         {
             Ok(l) => l,
             Err(code) => return code,
         };
-        let service =
-            GrpcService::new(engine.clone()).with_max_input_size(args.grpc_max_input_size);
+        let service = GrpcService::new(engine.clone())
+            .with_max_input_size(args.grpc_max_input_size)
+            .with_response_compression(
+                args.grpc_infer_response_compression_level != flags::Compression::None,
+            )
+            .with_header_forward(front.grpc_forward.clone());
         let v1 = trtis::core::frontend::grpc_v1::GrpcV1Service::new(
             engine.clone(),
             args.grpc_max_input_size,
         );
         let shutdown = stopped(stop_rx.clone());
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = grpc_connections(args);
         if let Some(tls) = front.grpc_tls.clone() {
             builder = match builder.tls_config(tls) {
                 Ok(b) => b,
@@ -717,14 +554,24 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
         }));
     }
     if args.allow_http {
-        let listener = match bind("HTTPService", &args.http_address, args.http_port).await {
+        let listener = match bind(
+            "HTTPService",
+            &args.http_address,
+            args.http_port,
+            args.reuse_http_port,
+        )
+        .await
+        {
             Ok(l) => l,
             Err(code) => return code,
         };
         let mut app = router(AppState {
             engine: engine.clone(),
-            max_input_size: args.http_max_input_size,
+            max_input_size: args.http_max_input_size as usize,
         });
+        if let Some(forward) = front.http_forward.clone() {
+            app = app.layer(axum::Extension(std::sync::Arc::new(forward)));
+        }
         if !front.http_rules.is_empty() {
             app = app.layer(axum::middleware::from_fn_with_state(
                 std::sync::Arc::new(front.http_rules.clone()),
@@ -732,6 +579,12 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             ));
         }
         let shutdown = stopped(stop_rx.clone());
+        // Slowloris bounds: a header must arrive in time, an idle
+        // connection is closed (core::frontend::http_conn).
+        let limits = trtis::core::frontend::http_conn::ConnLimits::from_secs(
+            args.http_header_timeout_secs,
+            args.http_idle_timeout_secs,
+        );
         match front.http_tls.clone() {
             Some(tls) => {
                 let listener = match TlsListener::new(listener, tls) {
@@ -742,10 +595,8 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                     }
                 };
                 services.push(tokio::spawn(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                        .map_err(|e| format!("HTTP service failed: {e}"))
+                    trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown).await;
+                    Ok(())
                 }));
             }
             None => {
@@ -753,10 +604,8 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                     let _ = tcp.set_nodelay(true);
                 });
                 services.push(tokio::spawn(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                        .map_err(|e| format!("HTTP service failed: {e}"))
+                    trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown).await;
+                    Ok(())
                 }));
             }
         }
@@ -766,7 +615,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             .metrics_address
             .clone()
             .unwrap_or_else(|| args.http_address.clone());
-        let listener = match bind("Metrics Service", &address, args.metrics_port).await {
+        let listener = match bind("Metrics Service", &address, args.metrics_port, false).await {
             Ok(l) => l,
             Err(code) => return code,
         };
@@ -800,7 +649,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
     }
     signal.await;
     log('I', "shutting down: waiting for requests in flight");
-    let deadline = Instant::now() + Duration::from_secs(args.exit_timeout_secs);
+    let deadline = Instant::now() + Duration::from_secs(args.exit_timeout_secs.max(0) as u64);
     // The drain. The listeners stay open throughout, so every request
     // already sent (even one still in a socket buffer or the accept backlog)
     // is read and answered rather than reset.
@@ -818,7 +667,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             &format!(
                 "{} requests still in flight after {} s; exiting",
                 engine.inflight(),
-                args.exit_timeout_secs
+                args.exit_timeout_secs.max(0)
             ),
         );
     }
@@ -895,20 +744,58 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// One `--backend-config=BACKEND,KEY=VALUE`: the Python worker's start-up
-/// timeout, or a setting with nothing to tune here (logged), or an error.
-fn backend_setting(setting: &str) -> Result<Option<Duration>, String> {
-    let (backend, rest) = setting
-        .split_once(',')
-        .ok_or("expected BACKEND,KEY=VALUE")?;
-    let (key, value) = rest.split_once('=').ok_or("expected BACKEND,KEY=VALUE")?;
-    match (backend, key) {
-        ("python", "stub-timeout-seconds") => value
-            .parse::<u64>()
-            .ok()
-            .filter(|&s| s > 0)
-            .map(|s| Some(Duration::from_secs(s)))
-            .ok_or_else(|| format!("'{value}' is not a positive number of seconds")),
+/// What one `--backend-config` does.
+#[derive(Debug, PartialEq)]
+enum BackendSetting {
+    /// python,stub-timeout-seconds=N: how long a Python worker may take to
+    /// start.
+    StubTimeout(Duration),
+    /// [onnxruntime,]default-max-batch-size=N: the max_batch_size
+    /// auto-complete gives a model that batches.
+    DefaultMaxBatchSize(i32),
+    /// A setting with nothing to tune here: the line that says why.
+    Note(String),
+}
+
+/// One `--backend-config=[BACKEND,]KEY=VALUE`, as Triton reads it: a
+/// setting trtis honours, one with nothing to tune here (a note), or an
+/// error in Triton's words.
+fn backend_setting(setting: &str) -> Result<BackendSetting, String> {
+    let shape = || {
+        format!(
+            "--backend-config option format is '<backend name>,<setting>=<value>'. Got {setting}"
+        )
+    };
+    if setting.starts_with(',') {
+        return Err(format!(
+            "No backend specified. --backend-config option format is '<backend name>,<setting>=<value>'. Got {setting}"
+        ));
+    }
+    // A global setting's value may hold commas: only a name before the
+    // first '=' is a backend's.
+    let (backend, rest) = match setting.split_once(',') {
+        Some((b, rest)) if !b.contains('=') => (b, rest),
+        _ => ("", setting),
+    };
+    let (key, value) = rest.split_once('=').ok_or_else(shape)?;
+    if key.is_empty() || value.is_empty() {
+        return Err(shape());
+    }
+    let positive = |what: &str| -> Result<u64, String> {
+        value.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            format!("--backend-config={setting}: '{value}' is not a positive {what}")
+        })
+    };
+    Ok(match (backend, key) {
+        ("python", "stub-timeout-seconds") => {
+            BackendSetting::StubTimeout(Duration::from_secs(positive("number of seconds")?))
+        }
+        ("" | "onnxruntime", "default-max-batch-size") => {
+            let n = positive("batch size")?;
+            BackendSetting::DefaultMaxBatchSize(i32::try_from(n).map_err(|_| {
+                format!("--backend-config={setting}: '{value}' is too large")
+            })?)
+        }
         (
             "python",
             "shm-default-byte-size"
@@ -916,15 +803,14 @@ fn backend_setting(setting: &str) -> Result<Option<Duration>, String> {
             | "shm-region-prefix-name"
             | "shm_message_queue_size"
             | "thread-pool-size",
-        ) => {
-            log(
-                'I',
-                &format!(
-                    "--backend-config={setting}: trtis's Python workers exchange tensors over a socket and run BLS calls on the server's runtime, so there is nothing to tune"
-                ),
-            );
-            Ok(None)
-        }
-        _ => Err("not supported by trtis (it reads python,stub-timeout-seconds)".to_string()),
-    }
+        ) => BackendSetting::Note(format!(
+            "--backend-config={setting}: trtis's Python workers exchange tensors over a socket and run BLS calls on the server's runtime, so there is nothing to tune"
+        )),
+        ("", _) => BackendSetting::Note(format!(
+            "--backend-config={setting}: trtis reads no global backend setting '{key}' (it reads default-max-batch-size); not applied"
+        )),
+        (_, _) => BackendSetting::Note(format!(
+            "--backend-config={setting}: trtis's {backend} backend reads no setting '{key}' (trtis reads python,stub-timeout-seconds and default-max-batch-size; model settings go in the model's config.pbtxt parameters); not applied"
+        )),
+    })
 }

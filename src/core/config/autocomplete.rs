@@ -11,6 +11,20 @@ use crate::core::types::DataType;
 /// Triton's `default-max-batch-size` backend setting.
 pub const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
+static MAX_BATCH_SIZE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+
+/// The max_batch_size auto-complete gives a model that batches:
+/// [`DEFAULT_MAX_BATCH_SIZE`], or `--backend-config=default-max-batch-size=N`.
+pub fn default_max_batch_size() -> i32 {
+    *MAX_BATCH_SIZE.get().unwrap_or(&DEFAULT_MAX_BATCH_SIZE)
+}
+
+/// Sets [`default_max_batch_size`] once per process (the command line);
+/// a later call changes nothing.
+pub fn set_default_max_batch_size(n: i32) {
+    let _ = MAX_BATCH_SIZE.set(n);
+}
+
 /// A tensor the model file declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelTensor {
@@ -34,7 +48,7 @@ pub fn complete(
     let all: Vec<&ModelTensor> = inputs.iter().chain(outputs).collect();
     let batchable = !all.is_empty() && all.iter().all(|t| t.shape.first() == Some(&-1));
     if choose_batching && batchable {
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+        config.max_batch_size = default_max_batch_size();
         if config.scheduling_choice.is_none() {
             config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
                 ModelDynamicBatching::default(),

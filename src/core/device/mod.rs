@@ -26,12 +26,35 @@ impl Gpu {
     /// Triton places instances only on GPUs of compute capability 6.0 or
     /// more; the others are found but not used.
     pub fn usable(&self) -> bool {
-        self.compute_capability >= MIN_COMPUTE_CAPABILITY
+        self.compute_capability >= min_compute_capability()
     }
 }
 
 /// Triton 2.51's minimum CUDA compute capability.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (6, 0);
+
+static MIN_CC: OnceLock<(i32, i32)> = OnceLock::new();
+
+/// The least compute capability a GPU needs to be used: 6.0, or
+/// `--min-supported-compute-capability`.
+pub fn min_compute_capability() -> (i32, i32) {
+    *MIN_CC.get().unwrap_or(&MIN_COMPUTE_CAPABILITY)
+}
+
+/// [`min_compute_capability`] as Triton prints it (6.000000).
+pub fn min_compute_capability_value() -> f64 {
+    let (major, minor) = min_compute_capability();
+    major as f64 + minor as f64 / 10.0
+}
+
+/// Sets [`min_compute_capability`] (`X.Y`, as Triton's flag); call before
+/// anything asks which GPUs are usable. A later call changes nothing.
+pub fn set_min_compute_capability(cc: f64) {
+    let major = cc.trunc() as i32;
+    // 7.5 is (7, 5); 8.65 rounds to (8, 7)... capabilities have one digit.
+    let minor = ((cc - cc.trunc()) * 10.0).round() as i32;
+    let _ = MIN_CC.set((major, minor.min(9)));
+}
 
 /// What discovery found: the GPUs, and when there are none, why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -221,8 +244,8 @@ pub fn select(found: &Discovery, selection: &GpuSelection) -> Result<Vec<i32>, S
                             g.name,
                             g.compute_capability.0,
                             g.compute_capability.1,
-                            MIN_COMPUTE_CAPABILITY.0,
-                            MIN_COMPUTE_CAPABILITY.1
+                            min_compute_capability().0,
+                            min_compute_capability().1
                         ))
                     }
                     Some(_) if !out.contains(&id) => out.push(id),
@@ -389,9 +412,10 @@ pub fn place(
                     ids.sort();
                     // Validation's words for the same (rule 28).
                     return Err(format!(
-                        "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: {}",
+                        "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at least the minimum required CUDA compute compatibility of {:.6} are: {}",
                         group.name,
                         config.name,
+                        min_compute_capability_value(),
                         ids.join(", ")
                     ));
                 }

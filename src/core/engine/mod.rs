@@ -66,6 +66,14 @@ pub struct ServerConfig {
     /// How long a Python worker may take to start
     /// (`--backend-config=python,stub-timeout-seconds=N`).
     pub stub_timeout: Option<std::time::Duration>,
+    /// How many models load at once (`--model-load-thread-count`).
+    pub load_threads: usize,
+    /// How many times a failed model version load is tried again
+    /// (`--model-load-retry-count`).
+    pub load_retries: u32,
+    /// The metrics settings (`--metrics-config`, `--allow-cpu-metrics`,
+    /// `--allow-gpu-metrics`, `--metrics-interval-ms`).
+    pub metrics: crate::core::metrics_settings::MetricsSettings,
 }
 
 impl ServerConfig {
@@ -95,6 +103,9 @@ impl ServerConfig {
             rate_limit: None,
             python: None,
             stub_timeout: None,
+            load_threads: 4,
+            load_retries: 0,
+            metrics: Default::default(),
         }
     }
 }
@@ -169,8 +180,11 @@ impl Engine {
                 gpu_backends: config.gpu_backends,
                 queue_capacity: config.queue_capacity,
                 auto_complete: config.auto_complete,
+                load_retries: config.load_retries,
+                load_threads: config.load_threads,
                 rate_limiter: config.rate_limit.as_ref().map(RateLimiter::new),
                 backend,
+                metrics: config.metrics.clone(),
             });
             Inner {
                 started: std::time::Instant::now(),
@@ -196,16 +210,16 @@ impl Engine {
         // In explicit mode an ensemble named by --load-model brings its
         // composing models (in the other modes every model loads anyway).
         let explicit = engine.inner.config.control_mode == ControlMode::Explicit;
-        let errors = names
-            .iter()
-            .filter_map(|n| {
-                if explicit {
-                    engine.load_blocking(n, None).err()
-                } else {
-                    engine.inner.manager.load(n).err()
-                }
-            })
-            .collect();
+        let errors = crate::core::repository::in_parallel(&names, config.load_threads, |n| {
+            if explicit {
+                engine.load_blocking(n, None)
+            } else {
+                engine.inner.manager.load(n)
+            }
+        })
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
         for name in engine.inner.manager.repository_models().unwrap_or_default() {
             engine.warn_unapplied(&name);
         }
@@ -514,37 +528,55 @@ impl Engine {
         let manager = &self.inner.manager;
         manager.load_with(name, over)?;
         self.warn_unapplied(name);
-        let mut todo = vec![name.to_string()];
+        // The composing models not loaded yet, a level at a time, each
+        // level's models at once (--model-load-thread-count).
+        let mut level = vec![name.to_string()];
         let mut seen = vec![name.to_string()];
-        while let Some(next) = todo.pop() {
-            let Ok(model) = manager.get(&next, None) else {
-                continue;
-            };
-            let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice
-            else {
-                continue;
-            };
-            for step in &e.step {
-                let composing = &step.model_name;
-                if seen.contains(composing) {
+        while !level.is_empty() {
+            let mut next: Vec<String> = Vec::new();
+            for parent in &level {
+                let Ok(model) = manager.get(parent, None) else {
                     continue;
-                }
-                seen.push(composing.clone());
-                if manager.ready_versions(composing).is_empty() {
-                    if let Err(err) = manager.load(composing) {
-                        let _ = manager.unload_with(name, true);
-                        return Err(Error::new(
-                            err.kind,
-                            format!(
-                                "failed to load '{name}': composing model '{composing}': {}",
-                                err.message
-                            ),
-                        ));
+                };
+                let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice
+                else {
+                    continue;
+                };
+                for step in &e.step {
+                    if !seen.contains(&step.model_name) {
+                        seen.push(step.model_name.clone());
+                        next.push(step.model_name.clone());
                     }
-                    manager.mark_implicit(composing);
                 }
-                todo.push(composing.clone());
             }
+            let todo: Vec<String> = next
+                .iter()
+                .filter(|c| manager.ready_versions(c).is_empty())
+                .cloned()
+                .collect();
+            let results =
+                crate::core::repository::in_parallel(&todo, self.inner.config.load_threads, |c| {
+                    manager.load(c)
+                });
+            // The first failure in step order, as one at a time would give.
+            if let Some((composing, err)) = todo
+                .iter()
+                .zip(results)
+                .find_map(|(c, r)| r.err().map(|e| (c, e)))
+            {
+                let _ = manager.unload_with(name, true);
+                return Err(Error::new(
+                    err.kind,
+                    format!(
+                        "failed to load '{name}': composing model '{composing}': {}",
+                        err.message
+                    ),
+                ));
+            }
+            for composing in &todo {
+                manager.mark_implicit(composing);
+            }
+            level = next;
         }
         Ok(())
     }

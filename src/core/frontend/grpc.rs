@@ -82,6 +82,8 @@ pub const DEFAULT_MAX_INPUT_SIZE: usize = 64 * 1024 * 1024;
 pub struct GrpcService {
     engine: Engine,
     max_input_size: usize,
+    compress_responses: bool,
+    forward: Option<std::sync::Arc<super::forward::HeaderForward>>,
 }
 
 impl GrpcService {
@@ -89,7 +91,24 @@ impl GrpcService {
         GrpcService {
             engine,
             max_input_size: DEFAULT_MAX_INPUT_SIZE,
+            compress_responses: false,
+            forward: None,
         }
+    }
+
+    /// Forwards the metadata whose names match to the model as request
+    /// parameters (`--grpc-header-forward-pattern`).
+    pub fn with_header_forward(mut self, forward: Option<super::forward::HeaderForward>) -> Self {
+        self.forward = forward.map(std::sync::Arc::new);
+        self
+    }
+
+    /// Compresses responses with gzip for clients that accept it
+    /// (`--grpc-infer-response-compression-level` other than none).
+    /// Compressed requests (gzip, deflate) are read either way.
+    pub fn with_response_compression(mut self, on: bool) -> Self {
+        self.compress_responses = on;
+        self
     }
 
     /// Bounds the size of one request message: a message that declares more
@@ -102,9 +121,17 @@ impl GrpcService {
 
     /// The inference service, ready to add to a tonic server.
     pub fn inference(&self) -> GrpcInferenceServiceServer<GrpcService> {
-        GrpcInferenceServiceServer::new(self.clone())
+        use tonic::codec::CompressionEncoding::{Deflate, Gzip};
+        let server = GrpcInferenceServiceServer::new(self.clone())
             .max_decoding_message_size(self.max_input_size)
             .max_encoding_message_size(usize::MAX)
+            .accept_compressed(Gzip)
+            .accept_compressed(Deflate);
+        if self.compress_responses {
+            server.send_compressed(Gzip)
+        } else {
+            server
+        }
     }
 
     /// The `grpc.health.v1.Health` service.
@@ -257,6 +284,9 @@ struct StreamCall {
     held: std::collections::BTreeMap<u64, ModelStreamInferResponse>,
     /// Responses due now, in order.
     due: std::collections::VecDeque<ModelStreamInferResponse>,
+    /// Request parameters from the call's metadata
+    /// (`--grpc-header-forward-pattern`), added to each request.
+    forwarded: std::collections::HashMap<String, InferParameter>,
 }
 
 impl StreamCall {
@@ -271,12 +301,19 @@ impl StreamCall {
             next_write: 0,
             held: Default::default(),
             due: Default::default(),
+            forwarded: Default::default(),
         }
     }
 
     /// Starts one request (it runs when `running` is polled, in the order
     /// started).
-    fn start(&mut self, request: ModelInferRequest) {
+    fn start(&mut self, mut request: ModelInferRequest) {
+        for (name, value) in &self.forwarded {
+            request
+                .parameters
+                .entry(name.clone())
+                .or_insert_with(|| value.clone());
+        }
         let engine = self.engine.clone();
         let running: Running = match engine.model(&request.model_name, &request.model_version) {
             Ok(model) if model.decoupled() => {
@@ -427,7 +464,11 @@ impl GrpcInferenceService for GrpcService {
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(grpc_timeout);
-        let infer = Self::infer(&self.engine, req.into_inner());
+        let (metadata, _, mut request) = req.into_parts();
+        if let Some(forward) = &self.forward {
+            forward.apply_grpc(&metadata, &mut request.parameters);
+        }
+        let infer = Self::infer(&self.engine, request);
         let answer = match deadline {
             // A request past the client's deadline ends as Triton's
             // (gRPC core's) DEADLINE_EXCEEDED, a moment before tonic's own
@@ -447,7 +488,13 @@ impl GrpcInferenceService for GrpcService {
         &self,
         req: Request<Streaming<ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
-        let responses = StreamCall::new(self.engine.clone(), req.into_inner());
+        // The call's metadata, forwarded into each of its requests.
+        let mut forwarded = std::collections::HashMap::new();
+        if let Some(forward) = &self.forward {
+            forward.apply_grpc(req.metadata(), &mut forwarded);
+        }
+        let mut responses = StreamCall::new(self.engine.clone(), req.into_inner());
+        responses.forwarded = forwarded;
         Ok(Response::new(Box::pin(responses)))
     }
 

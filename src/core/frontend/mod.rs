@@ -5,9 +5,11 @@
 //! are what both listeners may put in front: TLS, and Triton's restricted
 //! APIs.
 
+pub mod forward;
 pub mod grpc;
 pub mod grpc_v1;
 pub mod http;
+pub mod http_conn;
 pub mod restrict;
 pub mod tls;
 

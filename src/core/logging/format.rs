@@ -88,7 +88,7 @@ where
             letter: letter(metadata.level()),
             time: Utc::from(SystemTime::now()),
             pid: self.pid,
-            file: base_name(file),
+            file: &base_name(file),
             line,
         };
         writeln!(writer, "{head}{}{}", fields.message, fields.rest)
@@ -105,9 +105,16 @@ fn letter(level: &Level) -> char {
     }
 }
 
-/// The file name without its directories, as Triton prints `__FILE__`.
-fn base_name(path: &str) -> &str {
-    path.rsplit(['/', '\\']).next().unwrap_or(path)
+/// The file name without its directories, as Triton prints `__FILE__`; a
+/// module's `mod.rs` is named after its module (`cmd/serve/mod.rs` is
+/// `serve.rs`), as the module's file would be.
+fn base_name(path: &str) -> std::borrow::Cow<'_, str> {
+    let mut parts = path.rsplit(['/', '\\']);
+    let base = parts.next().unwrap_or(path);
+    match (base, parts.next()) {
+        ("mod.rs", Some(module)) if !module.is_empty() => format!("{module}.rs").into(),
+        _ => base.into(),
+    }
 }
 
 /// An event's fields: the message, the caller's location from [`log`](super::log)

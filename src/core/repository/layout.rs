@@ -26,8 +26,27 @@ pub struct ModelDir {
     pub ignored: Vec<String>,
 }
 
+/// `--model-config-name`: the config each model loads from
+/// `configs/<name>.pbtxt` when it has one. Set once per process, by the
+/// command line (`serve`, `validate-config`), before any model is read.
+static CONFIG_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets `--model-config-name`; a later call changes nothing.
+pub fn set_config_name(name: &str) {
+    let _ = CONFIG_NAME.set(name.to_string());
+}
+
 impl ModelDir {
+    /// The model's config file: `configs/<--model-config-name>.pbtxt` when
+    /// that flag is given and the file is there, else `config.pbtxt`, as
+    /// Triton picks it.
     pub fn config_path(&self) -> PathBuf {
+        if let Some(name) = CONFIG_NAME.get() {
+            let custom = self.path.join("configs").join(format!("{name}.pbtxt"));
+            if custom.is_file() {
+                return custom;
+            }
+        }
         self.path.join(CONFIG_FILE)
     }
 
@@ -105,7 +124,11 @@ pub fn list_model_dirs(repo: &Path) -> io::Result<Vec<PathBuf>> {
 /// Whether `dir` looks like a model directory rather than a repository: it
 /// has a `config.pbtxt` or a numeric version subdirectory.
 pub fn is_model_dir(dir: &Path) -> bool {
-    dir.join(CONFIG_FILE).is_file() || scan_model_dir(dir).is_ok_and(|m| !m.versions.is_empty())
+    dir.join(CONFIG_FILE).is_file()
+        || CONFIG_NAME
+            .get()
+            .is_some_and(|n| dir.join("configs").join(format!("{n}.pbtxt")).is_file())
+        || scan_model_dir(dir).is_ok_and(|m| !m.versions.is_empty())
 }
 
 /// Sorted file and directory names in `dir`.

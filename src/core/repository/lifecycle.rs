@@ -139,17 +139,27 @@ pub struct ManagerOptions {
     /// Complete configs from the model file (Triton's default; off with
     /// `--disable-auto-complete-config`).
     pub auto_complete: bool,
+    /// How many times a version whose load fails is loaded again
+    /// (`--model-load-retry-count`).
+    pub load_retries: u32,
+    /// How many models a poll loads at once (`--model-load-thread-count`).
+    pub load_threads: usize,
     /// The server's rate limiter (`--rate-limit=execution_count`).
     pub rate_limiter: Option<Arc<RateLimiter>>,
     /// What the backends get from the server (the Python interpreter, the
     /// engine for BLS).
     pub backend: crate::core::backend::BackendOptions,
+    /// What the versions keep for `/metrics` (`--metrics-config`).
+    pub metrics: crate::core::metrics_settings::MetricsSettings,
 }
 
 /// All models of the repository and their versions.
 pub struct ModelManager {
     opts: ManagerOptions,
     models: RwLock<BTreeMap<String, ModelEntry>>,
+    /// One lock per model name: loads of the same model (parallel loads of
+    /// two ensembles that share a step) run one after the other.
+    load_locks: std::sync::Mutex<BTreeMap<String, Arc<std::sync::Mutex<()>>>>,
 }
 
 impl ModelManager {
@@ -157,6 +167,7 @@ impl ModelManager {
         ModelManager {
             opts,
             models: RwLock::new(BTreeMap::new()),
+            load_locks: Default::default(),
         }
     }
 
@@ -193,6 +204,18 @@ impl ModelManager {
     /// Loads (or reloads) a model, with a load request's `config` and
     /// `file:` parameters in place of the repository's files when given.
     pub fn load_with(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
+        let lock = Arc::clone(
+            self.load_locks
+                .lock()
+                .unwrap()
+                .entry(name.to_string())
+                .or_default(),
+        );
+        let _one_at_a_time = lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.load_one(name, over)
+    }
+
+    fn load_one(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
         // A client mistake, not a server fault: a name that is not a plain
         // directory name (it would reach outside the repository) or one
         // that is not there answers 4xx, with Triton's message.
@@ -254,7 +277,16 @@ impl ModelManager {
             .find(|f| f.severity == Severity::Error)
             .map(|f| f.message.clone());
         let config = match (first_error, model.config.clone()) {
-            (None, Some(config)) => auto_complete(&self.opts, config, &model)?,
+            (None, Some(config)) => match auto_complete(&self.opts, config, &model) {
+                Ok(config) => config,
+                Err(e) => {
+                    // E.g. a Python model whose worker could not start: the
+                    // index shows it UNAVAILABLE with the reason.
+                    let prefix = format!("load failed for model '{name}': ");
+                    self.entry_failed(name, e.message.strip_prefix(&prefix).unwrap_or(&e.message));
+                    return Err(e);
+                }
+            },
             (error, _) => {
                 let reason = error.unwrap_or_else(|| {
                     format!("model configuration is not provided for model '{name}'")
@@ -265,13 +297,15 @@ impl ModelManager {
                 )));
             }
         };
-        let labels = read_labels(&model.dir.path, &config)?;
+        let labels = read_labels(&model.dir.path, &config).inspect_err(|e| {
+            self.entry_failed(name, &e.message);
+        })?;
 
         let mut failures = Vec::new();
         let mut loaded = BTreeMap::new();
         for &version in &model.versions {
             self.set_state(name, version, ModelState::Loading, "");
-            match load_version(&self.opts, name, version, &model.dir.path, &config, &labels) {
+            match self.load_version_retrying(name, version, &model.dir.path, &config, &labels) {
                 Ok(m) => {
                     loaded.insert(version, Arc::new(m));
                 }
@@ -316,6 +350,34 @@ impl ModelManager {
                 "load failed for model '{name}': {}",
                 failures.join("\n")
             )))
+        }
+    }
+
+    /// One version's load, tried again up to `load_retries` times while it
+    /// fails (each failure logged).
+    fn load_version_retrying(
+        &self,
+        name: &str,
+        version: i64,
+        dir: &std::path::Path,
+        config: &crate::core::config::ModelConfig,
+        labels: &BTreeMap<String, Vec<String>>,
+    ) -> Result<LoadedModel> {
+        let mut attempt = 0;
+        loop {
+            match load_version(&self.opts, name, version, dir, config, labels) {
+                Err(e) if attempt < self.opts.load_retries => {
+                    attempt += 1;
+                    crate::core::logging::log(
+                        'W',
+                        &format!(
+                            "failed to load '{name}' version {version}: {}; retrying ({attempt} of {})",
+                            e.message, self.opts.load_retries
+                        ),
+                    );
+                }
+                result => return result,
+            }
         }
     }
 
@@ -428,20 +490,22 @@ impl ModelManager {
             Ok(n) => n,
             Err(e) => return vec![e],
         };
-        let mut errors = Vec::new();
-        for name in &names {
-            let known = self
-                .models
-                .read()
-                .unwrap()
-                .get(name)
-                .and_then(|e| e.fingerprint);
-            if known != Some(fingerprint(&self.model_path(name))) {
-                if let Err(e) = self.load(name) {
-                    errors.push(e);
-                }
-            }
-        }
+        let changed: Vec<&String> = names
+            .iter()
+            .filter(|name| {
+                let known = self
+                    .models
+                    .read()
+                    .unwrap()
+                    .get(name.as_str())
+                    .and_then(|e| e.fingerprint);
+                known != Some(fingerprint(&self.model_path(name)))
+            })
+            .collect();
+        let errors: Vec<Error> = in_parallel(&changed, self.opts.load_threads, |n| self.load(n))
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
         let removed: Vec<String> = self
             .models
             .read()
@@ -637,4 +701,64 @@ fn fingerprint(dir: &std::path::Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     walk(dir, &mut h, 0);
     h.finish()
+}
+
+/// `f` over every item, on up to `threads` threads at once (each takes the
+/// next item when it is done with one); the results in the items' order.
+/// One thread, or one item, runs on the caller's thread.
+pub fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<R>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                *results[i].lock().unwrap() = Some(r);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().unwrap().expect("every item ran"))
+        .collect()
+}
+
+#[cfg(test)]
+mod parallel_tests {
+    use super::in_parallel;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::Duration;
+
+    #[test]
+    fn results_keep_the_items_order_and_at_most_threads_run_at_once() {
+        let items: Vec<u64> = (0..12).collect();
+        let running = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let out = in_parallel(&items, 3, |&i| {
+            let now = running.fetch_add(1, SeqCst) + 1;
+            most.fetch_max(now, SeqCst);
+            // Later items finish first.
+            std::thread::sleep(Duration::from_millis(30 - 2 * i));
+            running.fetch_sub(1, SeqCst);
+            i * 10
+        });
+        assert_eq!(out, items.iter().map(|i| i * 10).collect::<Vec<_>>());
+        assert_eq!(most.load(SeqCst), 3);
+        // One thread: one at a time, on the caller's thread.
+        let caller = std::thread::current().id();
+        let out = in_parallel(&items, 1, |&i| (i, std::thread::current().id() == caller));
+        assert!(out.iter().all(|&(_, here)| here));
+        assert!(in_parallel(&Vec::<u8>::new(), 4, |&b| b).is_empty());
+    }
 }

@@ -10,6 +10,8 @@ mod overrides;
 pub use check::{
     check_completed, check_repositories, check_repository, CheckOptions, CheckedModel, Finding,
 };
-pub use lifecycle::{ControlMode, IndexEntry, ManagerOptions, ModelManager, ModelState};
+pub use lifecycle::{
+    in_parallel, ControlMode, IndexEntry, ManagerOptions, ModelManager, ModelState,
+};
 pub use loader::LoadedModel;
 pub use overrides::LoadOverride;

@@ -59,7 +59,8 @@ impl Validator<'_> {
                                     field: format!("{field}.gpus[{j}]"),
                                     message: format!(
                                         "instance group {group} of model {name} specifies invalid or unsupported gpu id {gpu}. \
-                                         GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: {}",
+                                         GPUs with at least the minimum required CUDA compute compatibility of {:.6} are: {}",
+                                        ctx.min_compute_capability,
                                         ids.join(", ")
                                     ),
                                 });

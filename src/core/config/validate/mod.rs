@@ -34,6 +34,9 @@ pub struct ValidateContext {
     /// for `serve` (as Triton refuses it), a warning for `validate-config`
     /// (the config may be meant for another machine).
     pub missing_gpu: Severity,
+    /// The least compute capability of the GPUs in `gpus` (6.0, or
+    /// `--min-supported-compute-capability`), for the messages.
+    pub min_compute_capability: f64,
 }
 
 /// Every problem found in `config`, which must already be normalized.
@@ -84,6 +87,7 @@ mod tests {
     pub(super) const CTX: ValidateContext = ValidateContext {
         gpus: &[],
         missing_gpu: Severity::Error,
+        min_compute_capability: 6.0,
     };
 
     fn messages(config: &ModelConfig) -> Vec<String> {

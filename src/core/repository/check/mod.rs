@@ -332,6 +332,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
     let vctx = ValidateContext {
         gpus: opts.gpus,
         missing_gpu: opts.missing_gpu,
+        min_compute_capability: crate::core::device::min_compute_capability_value(),
     };
     for issue in validate(&config, &vctx) {
         m.push(issue);

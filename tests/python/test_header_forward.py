@@ -1,0 +1,111 @@
+"""Header forwarding (`--http-header-forward-pattern`,
+`--grpc-header-forward-pattern`): headers whose names match the regex, in
+any case, reach the model as string request parameters, through
+tritonclient's `headers=` over HTTP, unary gRPC and gRPC streaming. The
+probe model (tests/fixtures/python/probe) answers with the parameters it
+saw.
+
+Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest tests/python/test_header_forward.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from trtis_harness import REPO_ROOT, running_server
+
+PROBE = REPO_ROOT / "tests" / "fixtures" / "python" / "probe"
+HEADERS = {"X-Forward-User": "alice", "x-forward-team": "infra", "x-other": "no"}
+# gRPC metadata keys are lower case (grpcio refuses others).
+METADATA = {k.lower(): v for k, v in HEADERS.items()}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = (tmp_path_factory.mktemp("forward") / "models").resolve()
+    repo.mkdir(parents=True)
+    shutil.copytree(PROBE, repo / "probe", ignore=shutil.ignore_patterns("__pycache__"))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    yield from running_server(
+        repo,
+        [
+            "--python",
+            sys.executable,
+            "--http-header-forward-pattern",
+            "^x-forward-.*",
+            "--grpc-header-forward-pattern",
+            "X-FORWARD-(USER|TEAM)",
+        ],
+        name="forward",
+    )
+
+
+def seen_parameters(result) -> dict:
+    return json.loads(json.loads(result.as_numpy("INFO")[0])["parameters"])
+
+
+def probe_inputs(module):
+    inp = module.InferInput("IN", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([b"x"], dtype=np.object_))
+    return [inp]
+
+
+def test_http_headers_that_match_reach_the_model(server):
+    client = httpclient.InferenceServerClient(server.url)
+    result = client.infer(
+        "probe",
+        probe_inputs(httpclient),
+        headers=HEADERS,
+        parameters={"x-forward-team": "from the request"},
+    )
+    params = seen_parameters(result)
+    client.close()
+    assert params["x-forward-user"] == "alice"
+    # A parameter the request sets wins over the header.
+    assert params["x-forward-team"] == "from the request"
+    assert "x-other" not in params
+
+
+def test_grpc_metadata_that_matches_reaches_the_model(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    result = client.infer("probe", probe_inputs(grpcclient), headers=METADATA)
+    params = seen_parameters(result)
+    client.close()
+    assert params["x-forward-user"] == "alice"
+    assert params["x-forward-team"] == "infra"
+    assert "x-other" not in params
+    assert not [k for k in params if k.startswith("grpc-") or k in ("user-agent", "te")]
+
+
+def test_grpc_stream_metadata_reaches_each_request(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), headers=METADATA)
+    for _ in range(2):
+        client.async_stream_infer("probe", probe_inputs(grpcclient))
+    for _ in range(2):
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        assert seen_parameters(result)["x-forward-user"] == "alice"
+    client.stop_stream()
+    client.close()
+
+
+def test_without_the_flag_no_header_is_forwarded(repo):
+    for server in running_server(repo, ["--python", sys.executable], name="no-forward"):
+        client = httpclient.InferenceServerClient(server.url)
+        params = seen_parameters(client.infer("probe", probe_inputs(httpclient), headers=HEADERS))
+        client.close()
+        assert not [k for k in params if k.startswith("x-")], params

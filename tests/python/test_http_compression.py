@@ -290,3 +290,28 @@ def test_compressed_body_over_the_limit_is_400(server):
     response = raw_exchange(server, head, packed)
     msg = assert_error(response, 400, "Use --http-max-input-size to increase the limit.")
     assert str(LIMIT) in msg
+
+
+def test_curl_sends_a_gzip_body_and_takes_a_compressed_answer(server, tmp_path):
+    # curl as a user would: a gzipped JSON body, and --compressed (which
+    # sends Accept-Encoding and decodes the answer).
+    import shutil
+    import subprocess
+
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("no curl on this machine")
+    body = tmp_path / "request.json.gz"
+    body.write_bytes(gzip.compress(json.dumps(infer_doc([1.5, 2.5, 3.5])).encode()))
+    done = subprocess.run(
+        [curl, "-sS", "--compressed", "-D", "-", "-H", "Content-Type: application/json",
+         "-H", "Content-Encoding: gzip", "--data-binary", f"@{body}", f"http://{server.url}{INFER}"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    # text=True reads the \r\n line ends as \n.
+    head, _, text = done.stdout.partition("\n\n")
+    assert " 200 " in head.splitlines()[0], done.stdout
+    assert "content-encoding: gzip" in head.lower() or "content-encoding: deflate" in head.lower(), head
+    answer = json.loads(text)
+    assert answer["outputs"][0]["data"] == [1.5, 2.5, 3.5]

@@ -1,0 +1,74 @@
+"""Two builds of trtis side by side, in one run: perf_analyzer on the
+identity model (FP32 [16]) over HTTP and gRPC at concurrency 1 and 4,
+against build A then build B, alternating, three takes each. Reported per
+row: the median throughput and server CPU per inference of each build, and
+B over A. For checking that a change to the serving path costs nothing.
+
+  TRTIS_A=/path/to/old/trtis TRTIS_B=/path/to/new/trtis scripts/bench.sh ab
+
+TRTIS_B defaults to this checkout's release build. Results:
+target/bench/ab-bench.md.
+"""
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve  # noqa: E402
+
+TAKES = 3
+
+
+def main():
+    a = os.environ.get("TRTIS_A")
+    b = os.environ.get("TRTIS_B", os.path.join(serve.ROOT, "target/release/trtis"))
+    if not a:
+        sys.exit("set TRTIS_A to the trtis binary to compare against (TRTIS_B: the other; default this build)")
+    repo = tempfile.mkdtemp(prefix="trtis-ab-")
+    os.makedirs(os.path.join(repo, "identity_fp32/1"))
+    open(os.path.join(repo, "identity_fp32/1/.keep"), "w").close()
+    open(os.path.join(repo, "identity_fp32/config.pbtxt"), "w").write(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    os.makedirs(serve.OUT, exist_ok=True)
+    rows = [(p, c) for p in ("http", "grpc") for c in (1, 4)]
+    got = {(label, row): [] for label in "AB" for row in rows}
+    try:
+        for _ in range(TAKES):
+            for label, binary in (("A", a), ("B", b)):
+                serve.TRTIS = binary
+                server = serve.Server(repo, 18300)
+                for protocol, c in rows:
+                    r = serve.perf(server, "identity_fp32", c, protocol=protocol)
+                    if "error" in r:
+                        sys.exit(f"perf_analyzer failed on {label} {protocol} c={c}: {r['error']}")
+                    got[(label, (protocol, c))].append(r)
+                server.stop()
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    med = lambda label, row, key: statistics.median(r[key] for r in got[(label, row)])  # noqa: E731
+    lines = [
+        "# Two builds, same run: identity FP32[16], perf_analyzer",
+        "",
+        f"A: {a}  ",
+        f"B: {b}  ",
+        f"{TAKES} takes each, alternating A and B; medians.",
+        "",
+        "| protocol | c | infer/s A | infer/s B | B/A | CPU µs/inf A | CPU µs/inf B | B/A |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        ta, tb = med("A", row, "throughput"), med("B", row, "throughput")
+        ca, cb = med("A", row, "cpu_us"), med("B", row, "cpu_us")
+        lines.append(f"| {row[0]} | {row[1]} | {ta:.0f} | {tb:.0f} | {tb / ta:.3f} | {ca:.1f} | {cb:.1f} | {cb / ca:.3f} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(serve.OUT, "ab-bench.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,11 @@
 //! an idle keep-alive connection after the header bound instead of the idle
 //! one. Instead the connection's I/O, the requests and their bodies report
 //! to a per-connection `Clock`, and the connection's task closes it when the
-//! clock's deadline passes.
+//! clock's deadline passes. Reporting never wakes that task (a request costs
+//! a few uncontended locks and clock reads, no wake-up or timer): the task
+//! checks the clock at the earliest moment a bound could pass, which is
+//! never sooner than the shorter bound from now, and sleeps again if none
+//! did.
 //!
 //! On shutdown (the future given to `serve`), as with axum's
 //! `with_graceful_shutdown`: no connection is accepted any more, the
@@ -49,7 +53,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The two bounds of an HTTP connection (`None`: no limit).
@@ -134,20 +138,19 @@ async fn connection<I>(
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
     loop {
-        let deadline = clock.deadline(&limits);
+        let check = clock.next_check(&limits);
         tokio::select! {
             _ = conn.as_mut() => break,
             _ = stop.wait_for(|stop| *stop), if !stopping => {
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
-            () = sleep_until(deadline) => {
+            () = sleep_until(check) => {
                 if clock.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
                     // Dropping the connection closes it.
                     break;
                 }
             }
-            () = clock.changed.notified() => {}
         }
     }
 }
@@ -162,9 +165,6 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// What a connection's bounds are measured from.
 struct Clock {
     state: Mutex<ClockState>,
-    /// Told when the deadline may have come nearer: a header began, or the
-    /// last request in flight was answered.
-    changed: Notify,
 }
 
 struct ClockState {
@@ -197,7 +197,6 @@ impl Clock {
                 header_from: None,
                 early: false,
             }),
-            changed: Notify::new(),
         }
     }
 
@@ -213,8 +212,6 @@ impl Clock {
         if s.active == 0 {
             if s.header_from.is_none() {
                 s.header_from = Some(now);
-                drop(s);
-                self.changed.notify_one();
             }
         } else if s.bodies == 0 {
             s.early = true;
@@ -248,9 +245,21 @@ impl Clock {
             s.since = now;
             s.header_from = s.early.then_some(now);
             s.early = false;
-            drop(s);
-            self.changed.notify_one();
         }
+    }
+
+    /// When the connection's task should look at the clock next: the
+    /// deadline if it is due within the shorter bound, else one shorter
+    /// bound from now (a header that begins later, or a request in flight
+    /// that ends later, cannot pass a bound sooner than that). `None`: no
+    /// bound is set.
+    fn next_check(&self, limits: &ConnLimits) -> Option<Instant> {
+        let step = match (limits.header, limits.idle) {
+            (Some(h), Some(i)) => h.min(i),
+            (h, i) => h.or(i)?,
+        };
+        let soonest = Instant::now() + step;
+        Some(self.deadline(limits).map_or(soonest, |d| d.min(soonest)))
     }
 
     /// When the connection passes a bound, if it can now.

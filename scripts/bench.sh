@@ -27,7 +27,7 @@ benches=(
   "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"
   "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"
   "ab        two builds of trtis (TRTIS_A, TRTIS_B) on identity over HTTP and gRPC, same run"
-  "load      start to READY of 9 real models (classifiers, Python) loaded 4 at a time vs 1 (--model-load-thread-count)"
+  "load      start to READY of 7-8 real models (classifiers, Python) loaded 4 at a time vs 1 (--model-load-thread-count)"
   "remote    an S3 repository (moto) vs the same repository on local disk: start to READY, idle RSS"
   "validate  validate-config on a generated 100-model repository (prints to stdout)"
   "gpu       a KIND_GPU instance (the classifier on CUDA) vs ONNX Runtime on the same GPU (GPU machines: scripts/test-gpu.sh --bench)"

@@ -27,12 +27,7 @@ def main():
     if not a:
         sys.exit("set TRTIS_A to the trtis binary to compare against (TRTIS_B: the other; default this build)")
     repo = tempfile.mkdtemp(prefix="trtis-ab-")
-    os.makedirs(os.path.join(repo, "identity_fp32/1"))
-    open(os.path.join(repo, "identity_fp32/1/.keep"), "w").close()
-    open(os.path.join(repo, "identity_fp32/config.pbtxt"), "w").write(
-        'backend: "identity"\nmax_batch_size: 8\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    serve.write_identity(repo)
     os.makedirs(serve.OUT, exist_ok=True)
     rows = [(p, c) for p in ("http", "grpc") for c in (1, 4)]
     got = {(label, row): [] for label in "AB" for row in rows}

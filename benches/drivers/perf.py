@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, PA, ROOT, TRTIS, Server  # noqa: E402
+from serve import OUT, PA, ROOT, TRTIS, Server, write_identity  # noqa: E402
 
 WINDOW_MS = "2000"
 
@@ -45,12 +45,7 @@ def measure(tool, server, model, protocol, c):
 def main():
     os.makedirs(OUT, exist_ok=True)
     repo = tempfile.mkdtemp(prefix="trtis-perfcmp-")
-    os.makedirs(os.path.join(repo, "identity_fp32/1"))
-    open(os.path.join(repo, "identity_fp32/1/.keep"), "w").close()
-    open(os.path.join(repo, "identity_fp32/config.pbtxt"), "w").write(
-        'backend: "identity"\nmax_batch_size: 8\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    write_identity(repo)
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
     # Server-bound: 4 instances each sleeping 2 ms per request, so at most
     # 2000 infer/s whatever the client; both tools should measure the same.

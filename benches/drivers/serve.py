@@ -73,6 +73,16 @@ def get(url):
         return None, b""
 
 
+def write_identity(repo, name="identity_fp32", dims="16"):
+    """An identity model (FP32, `dims`, max batch 8) in `repo`."""
+    os.makedirs(os.path.join(repo, name, "1"))
+    open(os.path.join(repo, name, "1", ".keep"), "w").close()
+    open(os.path.join(repo, name, "config.pbtxt"), "w").write(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n')
+
+
 class Server:
     def __init__(self, repo, port, env=None, args=()):
         """`env`: variables to set for the server on top of this process's;
@@ -235,18 +245,8 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     lines = []
     repo = tempfile.mkdtemp(prefix="trtis-bench-")
-    os.makedirs(os.path.join(repo, "identity_fp32/1"))
-    open(os.path.join(repo, "identity_fp32/1/.keep"), "w").close()
-    open(os.path.join(repo, "identity_fp32/config.pbtxt"), "w").write(
-        'backend: "identity"\nmax_batch_size: 8\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
-    os.makedirs(os.path.join(repo, "identity_var/1"))
-    open(os.path.join(repo, "identity_var/1/.keep"), "w").close()
-    open(os.path.join(repo, "identity_var/config.pbtxt"), "w").write(
-        'backend: "identity"\nmax_batch_size: 8\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+    write_identity(repo)
+    write_identity(repo, "identity_var", "-1")
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/simple"), os.path.join(repo, "simple"))
     classifier = os.path.join(repo, "efficientnet_lite0")
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0"), classifier)

@@ -199,16 +199,7 @@ impl BucketHistogram {
     /// Cumulative counts per bucket (the last is +Inf, the total), and the
     /// sum.
     pub fn cumulative(&self) -> (Vec<u64>, u64) {
-        let mut total = 0;
-        let counts = self
-            .counts
-            .iter()
-            .map(|c| {
-                total += c.load(Relaxed);
-                total
-            })
-            .collect();
-        (counts, self.sum.load(Relaxed))
+        (running_totals(&self.counts), self.sum.load(Relaxed))
     }
 }
 
@@ -355,6 +346,19 @@ pub fn first_response_buckets(config: &ModelConfig) -> Vec<f64> {
             _ => None,
         })
         .unwrap_or_else(|| FIRST_RESPONSE_BUCKETS.to_vec())
+}
+
+/// The running totals of bucket counts (Prometheus's cumulative `le`
+/// buckets); the last is the total.
+pub fn running_totals(counts: &[std::sync::atomic::AtomicU64]) -> Vec<u64> {
+    let mut total = 0;
+    counts
+        .iter()
+        .map(|c| {
+            total += c.load(Relaxed);
+            total
+        })
+        .collect()
 }
 
 #[cfg(test)]

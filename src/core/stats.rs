@@ -53,16 +53,10 @@ impl Histogram {
     /// Cumulative counts per bucket (the last is +Inf, the total), and the
     /// sum in nanoseconds.
     pub fn cumulative(&self) -> (Vec<u64>, u64) {
-        let mut total = 0;
-        let counts = self
-            .counts
-            .iter()
-            .map(|c| {
-                total += c.load(Relaxed);
-                total
-            })
-            .collect();
-        (counts, self.sum_ns.load(Relaxed))
+        (
+            crate::core::latency_metrics::running_totals(&self.counts),
+            self.sum_ns.load(Relaxed),
+        )
     }
 }
 

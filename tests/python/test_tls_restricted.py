@@ -386,3 +386,32 @@ def test_our_client_sends_headers(restricted_server):
         "-H", "admin-key:admin-value", "-p", "300", "-r", "3", "-s", "100",
     )
     assert out.returncode == 0, out.stderr + out.stdout
+
+
+def test_a_stalled_header_over_https_is_cut_at_the_bound(repo, certs):
+    # The slowloris bound holds behind TLS too: a client that completes the
+    # handshake, sends half a request header and stalls is closed after
+    # --http-header-timeout-secs, while a whole request on another
+    # connection is answered.
+    import socket
+    import time
+
+    server = start_or_fail(
+        TlsServer(repo, [*_tls_args(certs, mutual=False), "--http-header-timeout-secs", "1"], certs)
+    )
+    try:
+        raw = socket.create_connection(("localhost", server.port), timeout=10)
+        stalled = server.context.wrap_socket(raw, server_hostname="localhost")
+        stalled.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: localhost\r\n")
+        start = time.monotonic()
+        assert server.is_ready()
+        try:
+            got = stalled.recv(1024)
+        except (ConnectionResetError, ssl.SSLError):
+            got = b""
+        waited = time.monotonic() - start
+        stalled.close()
+        assert got == b"", got
+        assert 0.5 < waited < 5.0, waited
+    finally:
+        stop_and_check(server)

@@ -21,6 +21,18 @@ use flags::Mode;
 
 use trtis::core::logging::log;
 
+/// The items of `list` once each, in the order they first come (a
+/// repository or model named twice is one: Triton keeps sets).
+fn unique<T: Clone + PartialEq>(list: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for item in list {
+        if !out.contains(item) {
+            out.push(item.clone());
+        }
+    }
+    out
+}
+
 /// One line per GPU found (and whether this server uses it), or why there
 /// is none.
 fn log_gpus(used: &[i32]) {
@@ -97,16 +109,6 @@ pub fn run(args: Args) -> ExitCode {
     // first, and served from there.
     let mut remote = Vec::new();
     let mut stores = Vec::new();
-    // A repository or model named twice is one (Triton keeps sets).
-    let unique = |list: &[PathBuf]| -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = Vec::new();
-        for p in list {
-            if !out.contains(p) {
-                out.push(p.clone());
-            }
-        }
-        out
-    };
     for location in &unique(&args.model_store) {
         match super::remote_repo::mirror(location) {
             Ok(Some(r)) => {
@@ -140,12 +142,7 @@ pub fn run(args: Args) -> ExitCode {
         log('E', "--load-model=* must be the only --load-model");
         return ExitCode::from(2);
     }
-    config.load_models = Vec::new();
-    for m in &args.load_model {
-        if !config.load_models.contains(m) {
-            config.load_models.push(m.clone());
-        }
-    }
+    config.load_models = unique(&args.load_model);
     config.strict_readiness = args.strict_readiness;
     config.id = args.id.clone();
     config.allow_client_shm = args.allow_client_shm;

@@ -77,13 +77,16 @@ impl HeaderForward {
         >,
     ) {
         use crate::core::protocol::pb::inference::infer_parameter::ParameterChoice;
-        let headers = metadata.clone().into_headers();
-        let picked = self.pick(
-            headers
-                .iter()
-                .filter(|(name, _)| !transport_metadata(name.as_str()))
-                .map(|(name, value)| (name.as_str(), value.as_bytes())),
-        );
+        // Text metadata only (binary `-bin` entries are never forwarded),
+        // read in place: no copy of the call's metadata per request.
+        let picked = self.pick(metadata.iter().filter_map(|entry| match entry {
+            tonic::metadata::KeyAndValueRef::Ascii(key, value)
+                if !transport_metadata(key.as_str()) =>
+            {
+                Some((key.as_str(), value.as_encoded_bytes()))
+            }
+            _ => None,
+        }));
         for (name, value) in picked {
             parameters.entry(name).or_insert(
                 crate::core::protocol::pb::inference::InferParameter {

@@ -36,18 +36,18 @@ pub fn set_config_name(name: &str) {
     let _ = CONFIG_NAME.set(name.to_string());
 }
 
+/// The model directory's `configs/<--model-config-name>.pbtxt`, when that
+/// flag is given and the file is there.
+fn custom_config(dir: &Path) -> Option<PathBuf> {
+    let name = CONFIG_NAME.get()?;
+    Some(dir.join("configs").join(format!("{name}.pbtxt"))).filter(|p| p.is_file())
+}
+
 impl ModelDir {
-    /// The model's config file: `configs/<--model-config-name>.pbtxt` when
-    /// that flag is given and the file is there, else `config.pbtxt`, as
-    /// Triton picks it.
+    /// The model's config file: its custom one ([`set_config_name`]) when it
+    /// has one, else `config.pbtxt`, as Triton picks it.
     pub fn config_path(&self) -> PathBuf {
-        if let Some(name) = CONFIG_NAME.get() {
-            let custom = self.path.join("configs").join(format!("{name}.pbtxt"));
-            if custom.is_file() {
-                return custom;
-            }
-        }
-        self.path.join(CONFIG_FILE)
+        custom_config(&self.path).unwrap_or_else(|| self.path.join(CONFIG_FILE))
     }
 
     /// Names in the first version directory in Triton's (lexical) order,
@@ -125,9 +125,7 @@ pub fn list_model_dirs(repo: &Path) -> io::Result<Vec<PathBuf>> {
 /// has a `config.pbtxt` or a numeric version subdirectory.
 pub fn is_model_dir(dir: &Path) -> bool {
     dir.join(CONFIG_FILE).is_file()
-        || CONFIG_NAME
-            .get()
-            .is_some_and(|n| dir.join("configs").join(format!("{n}.pbtxt")).is_file())
+        || custom_config(dir).is_some()
         || scan_model_dir(dir).is_ok_and(|m| !m.versions.is_empty())
 }
 

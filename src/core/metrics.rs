@@ -82,9 +82,13 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `model="m",version="1"` plus one `_<key>` label per `metric_tags` entry.
+/// `model="m",version="1"` plus one `_<key>` label per `metric_tags` entry,
+/// and with `--model-namespacing` `namespace="<repository>"`.
 fn labels(m: &LoadedModel, extra: &[(&str, &str)]) -> String {
     let mut parts = vec![format!("model=\"{}\"", escape(&m.name))];
+    if !m.namespace.is_empty() {
+        parts.push(format!("namespace=\"{}\"", escape(&m.namespace)));
+    }
     for (k, v) in extra {
         parts.push(format!("{k}=\"{}\"", escape(v)));
     }

@@ -189,9 +189,10 @@ pub struct Args {
     #[arg(long, env = "TRTIS_MODEL_LOAD_RETRY_COUNT", default_value_t = 0, help_heading = REPOSITORY)]
     pub model_load_retry_count: u32,
 
-    /// Let two repositories hold models of the same name (each addressed
-    /// through the ensembles of its own repository; a `namespace` label on
-    /// their metrics).
+    /// Let two repositories hold models of the same name: a name that one
+    /// repository has is served as before, one that several have is
+    /// ambiguous to clients and reached through the ensembles of its own
+    /// repository; the models' metrics get a `namespace` label.
     #[arg(long, env = "TRTIS_MODEL_NAMESPACING", default_value = "false", value_parser = triton_bool, num_args = 0..=1, default_missing_value = "true", help_heading = REPOSITORY)]
     pub model_namespacing: bool,
 
@@ -669,9 +670,6 @@ impl Args {
             return Err(format!(
                 "--host-policy={policy}: trtis does not pin model instances to NUMA nodes or cores (instances run on the cores this process may use; use taskset or the container's cpuset)"
             ));
-        }
-        if self.model_namespacing {
-            return Err("--model-namespacing=true is not supported yet: trtis needs model names unique across repositories".into());
         }
         Ok(())
     }

@@ -124,6 +124,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     let mut config = ServerConfig::new(&stores[0]);
     config.extra_repositories = stores[1..].to_vec();
+    config.namespacing = args.model_namespacing;
     if !remote.is_empty() {
         config.remotes = Some(std::sync::Arc::new(trtis::core::remote::Remotes::new(
             remote,

@@ -304,11 +304,15 @@ impl Engine {
 impl StepRunner for Engine {
     fn run_step<'a>(
         &'a self,
+        home: &'a str,
         model: &'a str,
         version: &'a str,
         request: InferRequest,
     ) -> futures_util::future::BoxFuture<'a, Result<InferResponse>> {
-        Box::pin(self.infer(model, version, request))
+        Box::pin(async move {
+            let model = self.step_model(home, model, version)?;
+            self.infer_on(model, request).await
+        })
     }
 }
 

@@ -18,7 +18,7 @@ pub use crate::core::device::{Discovery, Gpu};
 use crate::core::error::{Error, Result};
 use crate::core::rate_limit::{RateLimitSettings, RateLimiter};
 use crate::core::repository::{
-    ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelManager,
+    ControlMode, IndexEntry, LoadOverride, LoadedModel, ManagerOptions, ModelId, ModelManager,
 };
 use crate::core::shm::{CudaRegionStatus, Kind as ShmKind, RegionStatus, SharedMemoryManager};
 use crate::core::trace::{TraceSettings, Tracer};
@@ -29,8 +29,11 @@ use crate::core::types::{DataType, InferRequest};
 pub struct ServerConfig {
     pub model_repository: PathBuf,
     /// More repositories served with the first (a repeated
-    /// `--model-store`); a model name may be in only one.
+    /// `--model-store`); a model name may be in only one, unless
+    /// `namespacing`.
     pub extra_repositories: Vec<PathBuf>,
+    /// `--model-namespacing`: the same model name in several repositories.
+    pub namespacing: bool,
     /// The repositories among them that mirror object storage: synced
     /// before each poll and before each explicit load.
     pub remotes: Option<Arc<crate::core::remote::Remotes>>,
@@ -88,6 +91,7 @@ impl ServerConfig {
         ServerConfig {
             model_repository: model_repository.into(),
             extra_repositories: Vec::new(),
+            namespacing: false,
             remotes: None,
             control_mode: ControlMode::None,
             load_models: Vec::new(),
@@ -176,6 +180,7 @@ impl Engine {
             };
             let manager = ModelManager::new(ManagerOptions {
                 repositories: config.repositories(),
+                namespacing: config.namespacing,
                 gpus: config.gpus,
                 gpu_backends: config.gpu_backends,
                 queue_capacity: config.queue_capacity,
@@ -230,9 +235,12 @@ impl Engine {
     /// without a cache is served uncached, and a `rate_limiter` without
     /// `--rate-limit=execution_count` is not applied, as in Triton: say so.
     fn warn_unapplied(&self, name: &str) {
-        let Ok(model) = self.inner.manager.get(name, None) else {
-            return;
-        };
+        for model in self.inner.manager.loaded_named(name) {
+            self.warn_unapplied_to(name, &model);
+        }
+    }
+
+    fn warn_unapplied_to(&self, name: &str, model: &LoadedModel) {
         if self.inner.config.rate_limit.is_none()
             && model
                 .config
@@ -355,6 +363,13 @@ impl Engine {
     pub fn model_stats(&self, name: &str, version: &str) -> Result<Vec<Arc<LoadedModel>>> {
         let versions = self.ready_versions(name);
         if versions.is_empty() {
+            // With --model-namespacing, a name that is ambiguous or unknown
+            // answers as Triton's lookup of the name does.
+            if let Err(e) = self.model(name, "") {
+                if e.kind == crate::core::error::ErrorKind::InvalidArg {
+                    return Err(e);
+                }
+            }
             return Err(Error::invalid_arg(format!(
                 "requested model '{name}' is not available"
             )));
@@ -378,6 +393,24 @@ impl Engine {
         self.inner.manager.get(name, v)
     }
 
+    /// The model an ensemble of namespace `home` runs for a step (with
+    /// `--model-namespacing`, its own repository's model first).
+    pub fn step_model(&self, home: &str, name: &str, version: &str) -> Result<Arc<LoadedModel>> {
+        let v = parse_version(version)?;
+        self.inner.manager.get_from(Some(home), name, v)
+    }
+
+    /// A version of the model of a repository index entry.
+    fn indexed_model(&self, entry: &IndexEntry) -> Result<Arc<LoadedModel>> {
+        let id = ModelId {
+            name: entry.name.clone(),
+            namespace: entry.namespace.clone(),
+        };
+        self.inner
+            .manager
+            .get_id(&id, parse_version(&entry.version)?)
+    }
+
     pub fn model_ready(&self, name: &str, version: &str) -> bool {
         self.model(name, version)
             .is_ok_and(|m| self.ensemble_unready(&m, 0).is_none())
@@ -394,7 +427,8 @@ impl Engine {
             return Some("ensembles nested too deep".to_string());
         }
         for step in &e.step {
-            match self.model(
+            match self.step_model(
+                &model.namespace,
                 &step.model_name,
                 &crate::core::scheduler::ensemble::step_version(step),
             ) {
@@ -460,7 +494,7 @@ impl Engine {
     pub fn loaded_models(&self) -> Vec<Arc<LoadedModel>> {
         let mut out = Vec::new();
         for entry in self.index(true).unwrap_or_default() {
-            if let Ok(m) = self.model(&entry.name, &entry.version) {
+            if let Ok(m) = self.indexed_model(&entry) {
                 out.push(m);
             }
         }
@@ -480,7 +514,7 @@ impl Engine {
             if e.state != crate::core::repository::ModelState::Ready {
                 continue;
             }
-            if let Ok(m) = self.model(&e.name, &e.version) {
+            if let Ok(m) = self.indexed_model(e) {
                 if let Some(why) = self.ensemble_unready(&m, 0) {
                     e.state = crate::core::repository::ModelState::Unavailable;
                     e.reason = why;
@@ -535,28 +569,26 @@ impl Engine {
         while !level.is_empty() {
             let mut next: Vec<String> = Vec::new();
             for parent in &level {
-                let Ok(model) = manager.get(parent, None) else {
-                    continue;
-                };
-                let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice
-                else {
-                    continue;
-                };
-                for step in &e.step {
-                    if !seen.contains(&step.model_name) {
-                        seen.push(step.model_name.clone());
-                        next.push(step.model_name.clone());
+                for model in manager.loaded_named(parent) {
+                    let Some(SchedulingChoice::EnsembleScheduling(e)) =
+                        &model.config.scheduling_choice
+                    else {
+                        continue;
+                    };
+                    for step in &e.step {
+                        if !seen.contains(&step.model_name) {
+                            seen.push(step.model_name.clone());
+                            next.push(step.model_name.clone());
+                        }
                     }
                 }
             }
-            let todo: Vec<String> = next
-                .iter()
-                .filter(|c| manager.ready_versions(c).is_empty())
-                .cloned()
-                .collect();
+            // Each model of those names not loaded yet (with namespacing,
+            // the one of each repository that has the name).
+            let todo: Vec<ModelId> = next.iter().flat_map(|c| manager.unready_named(c)).collect();
             let results =
                 crate::core::repository::in_parallel(&todo, self.inner.config.load_threads, |c| {
-                    manager.load(c)
+                    manager.load_id(c, None)
                 });
             // The first failure in step order, as one at a time would give.
             if let Some((composing, err)) = todo
@@ -568,14 +600,12 @@ impl Engine {
                 return Err(Error::new(
                     err.kind,
                     format!(
-                        "failed to load '{name}': composing model '{composing}': {}",
-                        err.message
+                        "failed to load '{name}': composing model '{}': {}",
+                        composing.name, err.message
                     ),
                 ));
             }
-            for composing in &todo {
-                manager.mark_implicit(composing);
-            }
+            manager.mark_implicit(&todo);
             level = next;
         }
         Ok(())

@@ -9,16 +9,17 @@
 //! requests before its instances stop.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use super::loader::{auto_complete, load_version, read_labels, LoadedModel};
 use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
 
-use super::check::{check_completed, check_given, check_repositories, CheckOptions};
+use super::check::{check_completed, check_given, check_in, CheckOptions, Roots};
 use super::layout::scan_model_dir;
 use super::overrides::{self, LoadOverride};
+use super::table::{ModelId, Table, VersionSlot};
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::rate_limit::RateLimiter;
 
@@ -57,78 +58,23 @@ impl ModelState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     pub name: String,
+    /// The repository path with `--model-namespacing` ("" without).
+    pub namespace: String,
     /// Empty when the model failed before any version was known.
     pub version: String,
     pub state: ModelState,
     pub reason: String,
 }
 
-struct VersionSlot {
-    state: ModelState,
-    reason: String,
-    model: Option<Arc<LoadedModel>>,
-    /// An unloaded version whose requests in flight still hold it: shown as
-    /// UNLOADING until the last one finishes.
-    retiring: Option<std::sync::Weak<LoadedModel>>,
-}
-
-impl VersionSlot {
-    fn new(state: ModelState, model: Option<Arc<LoadedModel>>) -> Self {
-        VersionSlot {
-            state,
-            reason: String::new(),
-            model,
-            retiring: None,
-        }
-    }
-
-    /// Takes the model out of service; returns it for dropping.
-    fn retire(&mut self) -> Option<Arc<LoadedModel>> {
-        let model = self.model.take();
-        // Its schedulers stop taking requests and send what they hold
-        // without waiting for fuller batches (requests in flight keep the
-        // version alive until they are answered).
-        if let Some(m) = &model {
-            m.close();
-        }
-        self.retiring = model.as_ref().map(Arc::downgrade);
-        self.state = ModelState::Unavailable;
-        self.reason = "unloaded".to_string();
-        model
-    }
-
-    /// The state as clients see it.
-    fn visible_state(&self) -> ModelState {
-        let in_flight = self.retiring.as_ref().is_some_and(|w| w.strong_count() > 0);
-        if self.state == ModelState::Unavailable && in_flight {
-            ModelState::Unloading
-        } else {
-            self.state
-        }
-    }
-}
-
-#[derive(Default)]
-struct ModelEntry {
-    versions: BTreeMap<i64, VersionSlot>,
-    /// Why the model as a whole is not available (config errors).
-    reason: Option<String>,
-    /// The model directory's files when last loaded, to see changes (poll).
-    fingerprint: Option<u64>,
-    /// The directory a load's `file:` parameters were written to, while
-    /// the model is loaded from it.
-    scratch: Option<tempfile::TempDir>,
-    /// Loaded only as an ensemble's composing model, not asked for by
-    /// name (`unload_dependents` unloads such models with the ensemble).
-    implicit: bool,
-}
-
 /// Settings of the manager.
 #[derive(Clone)]
 pub struct ManagerOptions {
     /// The model repositories (Triton's repeated --model-repository); a
-    /// model name may be in only one of them.
+    /// model name may be in only one of them unless `namespacing`.
     pub repositories: Vec<PathBuf>,
+    /// `--model-namespacing`: each repository is a namespace of its own,
+    /// so the same model name may be in several.
+    pub namespacing: bool,
     /// The GPU ids this server may use.
     pub gpus: &'static [i32],
     /// The backends that run KIND_GPU instances in this installation (set
@@ -156,43 +102,100 @@ pub struct ManagerOptions {
 /// All models of the repository and their versions.
 pub struct ModelManager {
     opts: ManagerOptions,
-    models: RwLock<BTreeMap<String, ModelEntry>>,
-    /// One lock per model name: loads of the same model (parallel loads of
-    /// two ensembles that share a step) run one after the other.
-    load_locks: std::sync::Mutex<BTreeMap<String, Arc<std::sync::Mutex<()>>>>,
+    models: RwLock<Table>,
+    /// One lock per model: loads of the same model (parallel loads of two
+    /// ensembles that share a step) run one after the other.
+    load_locks: std::sync::Mutex<BTreeMap<ModelId, Arc<std::sync::Mutex<()>>>>,
 }
 
 impl ModelManager {
     pub fn new(opts: ManagerOptions) -> Self {
         ModelManager {
             opts,
-            models: RwLock::new(BTreeMap::new()),
+            models: RwLock::new(Table::default()),
             load_locks: Default::default(),
         }
     }
 
     /// Model directory names in the repositories.
     pub fn repository_models(&self) -> Result<Vec<String>> {
-        let mut names = std::collections::BTreeSet::new();
+        let mut names: Vec<String> = self
+            .repository_ids()?
+            .into_iter()
+            .map(|id| id.name)
+            .collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// The models of the repositories: one per directory name, or with
+    /// namespacing one per repository and directory name; sorted.
+    fn repository_ids(&self) -> Result<Vec<ModelId>> {
+        let mut ids = std::collections::BTreeSet::new();
         for root in &self.opts.repositories {
             let dirs = super::layout::list_model_dirs(root).map_err(|e| {
                 Error::internal(format!("failed to open directory {}: {e}", root.display()))
             })?;
-            names.extend(
-                dirs.iter()
-                    .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
-            );
+            for dir in dirs {
+                if let Some(name) = dir.file_name() {
+                    ids.insert(self.id_in(root, &name.to_string_lossy()));
+                }
+            }
         }
-        Ok(names.into_iter().collect())
+        Ok(ids.into_iter().collect())
     }
 
-    /// Where model `name` is: its directory in the one repository that has
-    /// it (the first repository's path when none has it).
-    fn model_path(&self, name: &str) -> PathBuf {
-        super::check::model_dirs(&self.opts.repositories, name)
+    fn id_in(&self, root: &Path, name: &str) -> ModelId {
+        ModelId {
+            name: name.to_string(),
+            namespace: if self.opts.namespacing {
+                root.display().to_string()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    /// The models a load of `name` loads: the one model of that name, or
+    /// with namespacing the one of each repository that has it (Triton
+    /// loads them all).
+    fn ids_named(&self, name: &str) -> Vec<ModelId> {
+        let roots: Vec<&PathBuf> = if self.opts.namespacing {
+            self.opts
+                .repositories
+                .iter()
+                .filter(|r| super::layout::is_contained_name(name) && r.join(name).is_dir())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if roots.is_empty() {
+            return vec![ModelId {
+                name: name.to_string(),
+                namespace: String::new(),
+            }];
+        }
+        roots.into_iter().map(|r| self.id_in(r, name)).collect()
+    }
+
+    /// Where model `id` is: its namespace's directory, or the one
+    /// repository that has it (the first repository's path when none has).
+    fn model_path(&self, id: &ModelId) -> PathBuf {
+        if !id.namespace.is_empty() {
+            return Path::new(&id.namespace).join(&id.name);
+        }
+        super::check::model_dirs(&self.opts.repositories, &id.name)
             .into_iter()
             .next()
-            .unwrap_or_else(|| self.opts.repositories[0].join(name))
+            .unwrap_or_else(|| self.opts.repositories[0].join(&id.name))
+    }
+
+    /// Where the check of model `id` finds models by name.
+    fn roots_for<'a>(&'a self, id: &'a ModelId) -> Roots<'a> {
+        Roots {
+            all: &self.opts.repositories,
+            home: (!id.namespace.is_empty()).then(|| Path::new(&id.namespace)),
+        }
     }
 
     /// Loads (or reloads) a model: every version its policy selects.
@@ -203,19 +206,42 @@ impl ModelManager {
 
     /// Loads (or reloads) a model, with a load request's `config` and
     /// `file:` parameters in place of the repository's files when given.
+    /// With namespacing, the model of that name in each repository.
     pub fn load_with(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
+        let mut first_error = None;
+        for id in self.ids_named(name) {
+            if let Err(e) = self.load_id(&id, over) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The models named `name` in the repositories that have no ready
+    /// version (an ensemble's load brings them).
+    pub fn unready_named(&self, name: &str) -> Vec<ModelId> {
+        let models = self.models.read().unwrap();
+        self.ids_named(name)
+            .into_iter()
+            .filter(|id| models.get(id).is_none_or(|e| e.latest().is_none()))
+            .collect()
+    }
+
+    /// Loads one model (see `load_with`).
+    pub fn load_id(&self, id: &ModelId, over: Option<&LoadOverride>) -> Result<()> {
         let lock = Arc::clone(
             self.load_locks
                 .lock()
                 .unwrap()
-                .entry(name.to_string())
+                .entry(id.clone())
                 .or_default(),
         );
         let _one_at_a_time = lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.load_one(name, over)
+        self.load_one(id, over)
     }
 
-    fn load_one(&self, name: &str, over: Option<&LoadOverride>) -> Result<()> {
+    fn load_one(&self, id: &ModelId, over: Option<&LoadOverride>) -> Result<()> {
+        let name = id.name.as_str();
         // A client mistake, not a server fault: a name that is not a plain
         // directory name (it would reach outside the repository) or one
         // that is not there answers 4xx, with Triton's message.
@@ -231,13 +257,9 @@ impl ModelManager {
         };
         let (mut model, fingerprint, scratch) = match over {
             None => {
-                let fingerprint = fingerprint(&self.model_path(name));
-                let checked = check_repositories(
-                    &self.opts.repositories,
-                    Some(&[name.to_string()]),
-                    &opts,
-                )
-                .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
+                let fingerprint = fingerprint(&self.model_path(id));
+                let checked = check_in(self.roots_for(id), Some(&[name.to_string()]), &opts)
+                    .map_err(|e| Error::internal(format!("failed to poll model '{name}': {e}")))?;
                 let Some(model) = checked.into_iter().next() else {
                     return Err(Error::not_found(not_there()));
                 };
@@ -248,7 +270,7 @@ impl ModelManager {
                 let scratch = overrides::write_files(name, over)?;
                 let path = match &scratch {
                     Some(dir) => dir.path().join(name),
-                    None => self.model_path(name),
+                    None => self.model_path(id),
                 };
                 if !path.is_dir() {
                     return Err(Error::not_found(not_there()));
@@ -256,17 +278,12 @@ impl ModelManager {
                 let dir = scan_model_dir(&path)
                     .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
                 let fingerprint = fingerprint(&path);
-                let checked = check_given(&self.opts.repositories, dir, config, &opts)
+                let checked = check_given(self.roots_for(id), dir, config, &opts)
                     .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
                 (checked, fingerprint, scratch)
             }
         };
-        self.models
-            .write()
-            .unwrap()
-            .entry(name.to_string())
-            .or_default()
-            .fingerprint = Some(fingerprint);
+        self.models.write().unwrap().entry(id).fingerprint = Some(fingerprint);
         if model.config.is_none() && !model.has_errors() && self.opts.auto_complete {
             // No config.pbtxt: start from an empty one, as Triton does.
             model = check_completed(model.dir.clone(), ModelConfig::default(), &opts);
@@ -283,7 +300,7 @@ impl ModelManager {
                     // E.g. a Python model whose worker could not start: the
                     // index shows it UNAVAILABLE with the reason.
                     let prefix = format!("load failed for model '{name}': ");
-                    self.entry_failed(name, e.message.strip_prefix(&prefix).unwrap_or(&e.message));
+                    self.entry_failed(id, e.message.strip_prefix(&prefix).unwrap_or(&e.message));
                     return Err(e);
                 }
             },
@@ -291,26 +308,26 @@ impl ModelManager {
                 let reason = error.unwrap_or_else(|| {
                     format!("model configuration is not provided for model '{name}'")
                 });
-                self.entry_failed(name, &reason);
+                self.entry_failed(id, &reason);
                 return Err(Error::invalid_arg(format!(
                     "load failed for model '{name}': {reason}"
                 )));
             }
         };
         let labels = read_labels(&model.dir.path, &config).inspect_err(|e| {
-            self.entry_failed(name, &e.message);
+            self.entry_failed(id, &e.message);
         })?;
 
         let mut failures = Vec::new();
         let mut loaded = BTreeMap::new();
         for &version in &model.versions {
-            self.set_state(name, version, ModelState::Loading, "");
-            match self.load_version_retrying(name, version, &model.dir.path, &config, &labels) {
+            self.set_state(id, version, ModelState::Loading, "");
+            match self.load_version_retrying(id, version, &model.dir.path, &config, &labels) {
                 Ok(m) => {
                     loaded.insert(version, Arc::new(m));
                 }
                 Err(e) => {
-                    self.set_state(name, version, ModelState::Unavailable, &e.message);
+                    self.set_state(id, version, ModelState::Unavailable, &e.message);
                     failures.push(format!(
                         "version {version} is at UNAVAILABLE state: {};",
                         e.message
@@ -321,7 +338,7 @@ impl ModelManager {
         // Swap in the new versions, then retire the ones no longer selected.
         let (retired, old_scratch) = {
             let mut models = self.models.write().unwrap();
-            let entry = models.entry(name.to_string()).or_default();
+            let entry = models.entry(id);
             entry.reason = None;
             entry.implicit = false;
             // The files of an earlier override go once nothing loads from
@@ -357,15 +374,16 @@ impl ModelManager {
     /// fails (each failure logged).
     fn load_version_retrying(
         &self,
-        name: &str,
+        id: &ModelId,
         version: i64,
-        dir: &std::path::Path,
+        dir: &Path,
         config: &crate::core::config::ModelConfig,
         labels: &BTreeMap<String, Vec<String>>,
     ) -> Result<LoadedModel> {
+        let name = &id.name;
         let mut attempt = 0;
         loop {
-            match load_version(&self.opts, name, version, dir, config, labels) {
+            match load_version(&self.opts, id, version, dir, config, labels) {
                 Err(e) if attempt < self.opts.load_retries => {
                     attempt += 1;
                     crate::core::logging::log(
@@ -381,7 +399,8 @@ impl ModelManager {
         }
     }
 
-    /// Unloads every version of a model. Requests in flight finish first.
+    /// Unloads every version of a model (with namespacing, of each model
+    /// of that name). Requests in flight finish first.
     pub fn unload(&self, name: &str) -> Result<()> {
         self.unload_with(name, false)
     }
@@ -396,11 +415,11 @@ impl ModelManager {
                 .composing_models(name)
                 .into_iter()
                 .filter(|m| {
-                    self.models
-                        .read()
-                        .unwrap()
-                        .get(m)
-                        .is_some_and(|e| e.implicit)
+                    let models = self.models.read().unwrap();
+                    models
+                        .named(m)
+                        .iter()
+                        .any(|id| models.get(id).is_some_and(|e| e.implicit))
                 })
                 .collect();
             let mut gone = implicit.clone();
@@ -425,19 +444,37 @@ impl ModelManager {
         Ok(())
     }
 
-    /// Marks a model loaded only as a composing model (see `unload_with`).
-    pub fn mark_implicit(&self, name: &str) {
-        if let Some(e) = self.models.write().unwrap().get_mut(name) {
-            e.implicit = true;
+    /// Marks the models of these ids as loaded only as composing models
+    /// (see `unload_with`).
+    pub fn mark_implicit(&self, ids: &[ModelId]) {
+        let mut models = self.models.write().unwrap();
+        for id in ids {
+            if let Some(e) = models.get_mut(id) {
+                e.implicit = true;
+            }
         }
     }
 
-    /// Models with a ready version.
+    /// Names of the models with a ready version.
     fn loaded_names(&self) -> Vec<String> {
-        let names: Vec<String> = self.models.read().unwrap().keys().cloned().collect();
+        let models = self.models.read().unwrap();
+        let mut names: Vec<String> = models
+            .iter()
+            .filter(|(_, e)| e.latest().is_some())
+            .map(|(id, _)| id.name)
+            .collect();
+        names.dedup();
         names
-            .into_iter()
-            .filter(|n| !self.ready_versions(n).is_empty())
+    }
+
+    /// The latest ready version of each model named `name` (one, or with
+    /// namespacing one per repository that has it loaded).
+    pub fn loaded_named(&self, name: &str) -> Vec<Arc<LoadedModel>> {
+        let models = self.models.read().unwrap();
+        models
+            .named(name)
+            .iter()
+            .filter_map(|id| models.get(id)?.latest().cloned())
             .collect()
     }
 
@@ -446,14 +483,15 @@ impl ModelManager {
         let mut out: Vec<String> = Vec::new();
         let mut todo = vec![name.to_string()];
         while let Some(next) = todo.pop() {
-            let Ok(model) = self.get(&next, None) else {
-                continue;
-            };
-            if let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice {
-                for step in &e.step {
-                    if step.model_name != name && !out.contains(&step.model_name) {
-                        out.push(step.model_name.clone());
-                        todo.push(step.model_name.clone());
+            for model in self.loaded_named(&next) {
+                if let Some(SchedulingChoice::EnsembleScheduling(e)) =
+                    &model.config.scheduling_choice
+                {
+                    for step in &e.step {
+                        if step.model_name != name && !out.contains(&step.model_name) {
+                            out.push(step.model_name.clone());
+                            todo.push(step.model_name.clone());
+                        }
                     }
                 }
             }
@@ -462,12 +500,23 @@ impl ModelManager {
     }
 
     fn unload_one(&self, name: &str) -> Result<()> {
+        let ids = self.models.read().unwrap().named(name);
+        if ids.is_empty() {
+            return Err(Error::invalid_arg(format!(
+                "failed to unload '{name}', model is not loaded"
+            )));
+        }
+        for id in ids {
+            self.unload_id(&id);
+        }
+        Ok(())
+    }
+
+    fn unload_id(&self, id: &ModelId) {
         let (retired, scratch) = {
             let mut models = self.models.write().unwrap();
-            let Some(entry) = models.get_mut(name) else {
-                return Err(Error::invalid_arg(format!(
-                    "failed to unload '{name}', model is not loaded"
-                )));
+            let Some(entry) = models.get_mut(id) else {
+                return;
             };
             let mut retired = Vec::new();
             for slot in entry.versions.values_mut() {
@@ -478,7 +527,6 @@ impl ModelManager {
         // Dropping the last reference joins the instance threads.
         drop(retired);
         drop(scratch);
-        Ok(())
     }
 
     /// One poll of the repository (`--model-control-mode=poll`): loads new
@@ -486,98 +534,96 @@ impl ModelManager {
     /// ones are ready) and unloads removed ones. Returns the load errors.
     /// Blocking.
     pub fn poll(&self) -> Vec<Error> {
-        let names = match self.repository_models() {
-            Ok(n) => n,
+        let ids = match self.repository_ids() {
+            Ok(ids) => ids,
             Err(e) => return vec![e],
         };
-        let changed: Vec<&String> = names
+        let changed: Vec<&ModelId> = ids
             .iter()
-            .filter(|name| {
+            .filter(|id| {
                 let known = self
                     .models
                     .read()
                     .unwrap()
-                    .get(name.as_str())
+                    .get(id)
                     .and_then(|e| e.fingerprint);
-                known != Some(fingerprint(&self.model_path(name)))
+                known != Some(fingerprint(&self.model_path(id)))
             })
             .collect();
-        let errors: Vec<Error> = in_parallel(&changed, self.opts.load_threads, |n| self.load(n))
-            .into_iter()
-            .filter_map(Result::err)
-            .collect();
-        let removed: Vec<String> = self
+        let errors: Vec<Error> = in_parallel(&changed, self.opts.load_threads, |id| {
+            self.load_id(id, None)
+        })
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+        let removed: Vec<ModelId> = self
             .models
             .read()
             .unwrap()
-            .keys()
-            .filter(|k| !names.contains(k))
-            .cloned()
+            .iter()
+            .map(|(id, _)| id)
+            .filter(|id| ids.binary_search(id).is_err())
             .collect();
-        for name in removed {
-            let _ = self.unload(&name);
-            self.models.write().unwrap().remove(&name);
+        for id in removed {
+            self.unload_id(&id);
+            self.models.write().unwrap().remove(&id);
         }
         errors
     }
 
     /// Drops every model (shutdown).
     pub fn unload_all(&self) {
-        let names: Vec<String> = self.models.read().unwrap().keys().cloned().collect();
-        for name in names {
-            let _ = self.unload(&name);
+        let ids: Vec<ModelId> = self
+            .models
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id)
+            .collect();
+        for id in ids {
+            self.unload_id(&id);
         }
     }
 
     /// The model version to run: the given one, or the highest ready one.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
+        self.get_from(None, name, version)
+    }
+
+    /// As `get`, for a step of an ensemble of namespace `home`: with
+    /// namespacing, the model of the ensemble's own repository when it has
+    /// one of that name (Triton's preferred identifier), else the one model
+    /// of that name.
+    pub fn get_from(
+        &self,
+        home: Option<&str>,
+        name: &str,
+        version: Option<i64>,
+    ) -> Result<Arc<LoadedModel>> {
         let models = self.models.read().unwrap();
-        let Some(entry) = models.get(name) else {
-            return Err(Error::not_found(format!(
-                "Request for unknown model: '{name}' is not found"
-            )));
-        };
-        match version {
-            Some(v) => match entry.versions.get(&v) {
-                Some(VersionSlot {
-                    model: Some(m),
-                    state: ModelState::Ready,
-                    ..
-                }) => Ok(Arc::clone(m)),
-                Some(slot) => Err(Error::unavailable(format!(
-                    "Request for unknown model: '{name}' version {v} is not at ready state"
-                ))
-                .with_reason(&slot.reason)),
-                None => Err(Error::not_found(format!(
-                    "Request for unknown model: '{name}' version {v} is not found"
-                ))),
-            },
-            None => entry
-                .versions
-                .values()
-                .rev()
-                .find_map(|s| s.model.as_ref().filter(|_| s.state == ModelState::Ready))
-                .cloned()
-                .ok_or_else(|| {
-                    Error::not_found(format!(
-                        "Request for unknown model: '{name}' has no available versions"
-                    ))
-                }),
-        }
+        models
+            .resolve(name, home, self.opts.namespacing)?
+            .version(name, version)
+    }
+
+    /// A version of the model `id` (the repository index's entries).
+    pub fn get_id(&self, id: &ModelId, version: Option<i64>) -> Result<Arc<LoadedModel>> {
+        let models = self.models.read().unwrap();
+        let entry = models.get(id).ok_or_else(|| {
+            Error::not_found(format!(
+                "Request for unknown model: '{}' is not found",
+                id.name
+            ))
+        })?;
+        entry.version(&id.name, version)
     }
 
     /// Versions of a model that are ready.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
         let models = self.models.read().unwrap();
         models
-            .get(name)
-            .map(|e| {
-                e.versions
-                    .iter()
-                    .filter(|(_, s)| s.state == ModelState::Ready)
-                    .map(|(v, _)| *v)
-                    .collect()
-            })
+            .resolve(name, None, self.opts.namespacing)
+            .map(|e| e.ready_versions())
             .unwrap_or_default()
     }
 
@@ -586,52 +632,47 @@ impl ModelManager {
     /// only because it was unloaded does not count (as in Triton).
     pub fn all_ready(&self) -> bool {
         let models = self.models.read().unwrap();
-        models.values().all(|e| {
-            let unloaded =
-                !e.versions.is_empty() && e.versions.values().all(|s| s.reason == "unloaded");
-            unloaded
+        let ready = models.values().all(|e| {
+            e.unloaded()
                 || (e.reason.is_none()
                     && e.versions.values().any(|s| s.state == ModelState::Ready)
                     && !e.versions.values().any(|s| s.state == ModelState::Loading))
-        })
+        });
+        ready
     }
 
     /// The repository index: every model directory, with the state of each
-    /// version the manager knows.
+    /// version the manager knows; by name, then namespace.
     pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
         let models = self.models.read().unwrap();
+        let mut ids: std::collections::BTreeSet<ModelId> =
+            self.repository_ids()?.into_iter().collect();
+        ids.extend(models.iter().map(|(id, _)| id));
         let mut out = Vec::new();
-        let mut names: Vec<String> = self.repository_models()?;
-        for known in models.keys() {
-            if !names.contains(known) {
-                names.push(known.clone());
-            }
-        }
-        names.sort();
-        for name in names {
-            match models.get(&name) {
+        for id in ids {
+            let line = |version: String, state, reason: String| IndexEntry {
+                name: id.name.clone(),
+                namespace: id.namespace.clone(),
+                version,
+                state,
+                reason,
+            };
+            match models.get(&id) {
                 Some(entry) if !entry.versions.is_empty() => {
                     for (v, slot) in &entry.versions {
-                        out.push(IndexEntry {
-                            name: name.clone(),
-                            version: v.to_string(),
-                            state: slot.visible_state(),
-                            reason: slot.reason.clone(),
-                        });
+                        out.push(line(
+                            v.to_string(),
+                            slot.visible_state(),
+                            slot.reason.clone(),
+                        ));
                     }
                 }
-                Some(entry) => out.push(IndexEntry {
-                    name: name.clone(),
-                    version: String::new(),
-                    state: ModelState::Unavailable,
-                    reason: entry.reason.clone().unwrap_or_default(),
-                }),
-                None => out.push(IndexEntry {
-                    name,
-                    version: String::new(),
-                    state: ModelState::Unavailable,
-                    reason: String::new(),
-                }),
+                Some(entry) => out.push(line(
+                    String::new(),
+                    ModelState::Unavailable,
+                    entry.reason.clone().unwrap_or_default(),
+                )),
+                None => out.push(line(String::new(), ModelState::Unavailable, String::new())),
             }
         }
         if ready_only {
@@ -640,10 +681,10 @@ impl ModelManager {
         Ok(out)
     }
 
-    fn set_state(&self, name: &str, version: i64, state: ModelState, reason: &str) {
+    fn set_state(&self, id: &ModelId, version: i64, state: ModelState, reason: &str) {
         let mut models = self.models.write().unwrap();
-        let entry = models.entry(name.to_string()).or_default();
-        let slot = entry
+        let slot = models
+            .entry(id)
             .versions
             .entry(version)
             .or_insert_with(|| VersionSlot::new(state, None));
@@ -654,21 +695,12 @@ impl ModelManager {
         slot.reason = reason.to_string();
     }
 
-    fn entry_failed(&self, name: &str, reason: &str) {
+    fn entry_failed(&self, id: &ModelId, reason: &str) {
         let mut models = self.models.write().unwrap();
-        let entry = models.entry(name.to_string()).or_default();
+        let entry = models.entry(id);
         if entry.versions.values().all(|s| s.model.is_none()) {
             entry.reason = Some(reason.to_string());
         }
-    }
-}
-
-impl Error {
-    fn with_reason(mut self, reason: &str) -> Self {
-        if !reason.is_empty() {
-            self.message.push_str(&format!(": {reason}"));
-        }
-        self
     }
 }
 

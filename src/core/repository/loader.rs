@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::lifecycle::ManagerOptions;
+use super::table::ModelId;
 use super::CheckedModel;
 use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;
@@ -28,6 +29,10 @@ fn next_generation() -> u64 {
 /// A model version that is loaded and serving.
 pub struct LoadedModel {
     pub name: String,
+    /// Its repository's path with `--model-namespacing` ("" without): the
+    /// `namespace` metric label, and where an ensemble's steps are looked
+    /// up first.
+    pub namespace: String,
     pub version: i64,
     /// The normalized config.
     pub config: ModelConfig,
@@ -129,7 +134,7 @@ pub(super) fn auto_complete(
 
 pub(super) fn load_version(
     opts: &ManagerOptions,
-    name: &str,
+    id: &ModelId,
     version: i64,
     model_dir: &Path,
     config: &ModelConfig,
@@ -137,14 +142,17 @@ pub(super) fn load_version(
 ) -> Result<LoadedModel> {
     let latency = crate::core::latency_metrics::LatencyMetrics::for_model(&opts.metrics, config);
     let stats = Arc::new(ModelStats::with_latency(latency));
+    let name = id.name.as_str();
     if config.platform == ENSEMBLE_PLATFORM {
         return Ok(LoadedModel {
             generation: next_generation(),
             name: name.to_string(),
+            namespace: id.namespace.clone(),
             version,
             config: config.clone(),
             scheduler: Scheduler::Ensemble(EnsembleScheduler::new(
                 config.clone(),
+                id.namespace.clone(),
                 Arc::clone(&stats),
             )),
             stats,
@@ -277,6 +285,7 @@ pub(super) fn load_version(
     Ok(LoadedModel {
         generation: next_generation(),
         name: name.to_string(),
+        namespace: id.namespace.clone(),
         version,
         config: config.clone(),
         scheduler,

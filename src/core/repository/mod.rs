@@ -6,6 +6,7 @@ pub mod layout;
 pub mod lifecycle;
 mod loader;
 mod overrides;
+mod table;
 
 pub use check::{
     check_completed, check_repositories, check_repository, CheckOptions, CheckedModel, Finding,
@@ -15,3 +16,4 @@ pub use lifecycle::{
 };
 pub use loader::LoadedModel;
 pub use overrides::LoadOverride;
+pub use table::ModelId;

@@ -30,8 +30,10 @@ use crate::core::types::{InferRequest, InferResponse, RequestedOutput, SequenceP
 /// composing model, through that model's own scheduler (boxed, because a
 /// step may itself be an ensemble).
 pub trait StepRunner: Sync {
+    /// `home` is the ensemble's namespace (see `EnsembleScheduler::namespace`).
     fn run_step<'a>(
         &'a self,
+        home: &'a str,
         model: &'a str,
         version: &'a str,
         request: InferRequest,
@@ -51,15 +53,19 @@ pub fn step_version(step: &Step) -> String {
 pub struct EnsembleScheduler {
     /// Boxed: a config is large, and the scheduler's other kinds are not.
     config: Box<ModelConfig>,
+    /// The ensemble's repository with `--model-namespacing` ("" without):
+    /// a step's model there is preferred to one of the same name elsewhere.
+    namespace: String,
     /// The ensemble's statistics: each request that ran every step counts
     /// as one execution.
     stats: Arc<ModelStats>,
 }
 
 impl EnsembleScheduler {
-    pub fn new(config: ModelConfig, stats: Arc<ModelStats>) -> Self {
+    pub fn new(config: ModelConfig, namespace: String, stats: Arc<ModelStats>) -> Self {
         EnsembleScheduler {
             config: Box::new(config),
+            namespace,
             stats,
         }
     }
@@ -76,7 +82,15 @@ impl EnsembleScheduler {
             let start = Instant::now();
             let s = submission;
             let request = (s.id, s.priority, s.timeout_us, s.sequence, s.parameters);
-            let result = run(steps, &self.config, request, s.inputs, s.outputs).await;
+            let result = run(
+                steps,
+                &self.namespace,
+                &self.config,
+                request,
+                s.inputs,
+                s.outputs,
+            )
+            .await;
             let compute = start.elapsed();
             if result.is_ok() {
                 self.stats
@@ -98,6 +112,7 @@ impl EnsembleScheduler {
 /// config); returns the requested outputs, in the requested order.
 async fn run(
     runner: &dyn StepRunner,
+    home: &str,
     config: &ModelConfig,
     // The request's id, priority, timeout, sequence and backend parameters,
     // passed to every step (stateful composing models get the sequence).
@@ -174,7 +189,7 @@ async fn run(
             let version = step_version(step);
             running.push(async move {
                 let result = runner
-                    .run_step(&step.model_name, &version, step_request)
+                    .run_step(home, &step.model_name, &version, step_request)
                     .await;
                 (step, result)
             });

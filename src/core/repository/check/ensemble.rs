@@ -4,9 +4,8 @@
 //! ensemble reaches itself.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
-use super::{load_into, CheckOptions, CheckedModel};
+use super::{load_into, CheckOptions, CheckedModel, Roots};
 use crate::core::config::pb::{model_config::SchedulingChoice, ModelConfig, ModelEnsembling};
 use crate::core::config::validate::data_type_name;
 use crate::core::config::Issue;
@@ -15,7 +14,7 @@ use crate::core::config::Issue;
 /// exist, are valid, have the versions asked for, agree with the mapping,
 /// and no ensemble reaches itself.
 pub(super) fn check_ensemble(
-    roots: &[PathBuf],
+    roots: Roots,
     name: &str,
     opts: &CheckOptions,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
@@ -261,7 +260,7 @@ fn dims_string(dims: &[i64]) -> String {
 fn find_cycle(
     name: &str,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
-    roots: &[PathBuf],
+    roots: Roots,
     opts: &CheckOptions,
 ) -> std::io::Result<Option<Vec<String>>> {
     // Depth-first over ensemble → step models, loading models on demand.

@@ -139,11 +139,59 @@ pub fn check_repositories(
     names: Option<&[String]>,
     opts: &CheckOptions,
 ) -> std::io::Result<Vec<CheckedModel>> {
+    check_in(
+        Roots {
+            all: roots,
+            home: None,
+        },
+        names,
+        opts,
+    )
+}
+
+/// Where a check finds models by name: in every repository, or, for a
+/// model of one namespace (`--model-namespacing`), in its own repository
+/// first.
+#[derive(Debug, Clone, Copy)]
+pub struct Roots<'a> {
+    pub all: &'a [PathBuf],
+    /// The repository of the model being checked, with namespacing: a name
+    /// there is that repository's model; a name not there is the one other
+    /// repository's that has it, and none when several have it (an
+    /// ensemble step that is ambiguous, as in Triton).
+    pub home: Option<&'a Path>,
+}
+
+impl Roots<'_> {
+    fn dirs(&self, name: &str) -> Vec<PathBuf> {
+        let all = model_dirs(self.all, name);
+        match self.home {
+            None => all,
+            Some(home) => {
+                let own = home.join(name);
+                if all.contains(&own) {
+                    vec![own]
+                } else if all.len() == 1 {
+                    all
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+}
+
+/// As `check_repositories`, models found through `roots`.
+pub fn check_in(
+    roots: Roots,
+    names: Option<&[String]>,
+    opts: &CheckOptions,
+) -> std::io::Result<Vec<CheckedModel>> {
     let requested: Vec<String> = match names {
         Some(n) => n.to_vec(),
         None => {
             let mut all = std::collections::BTreeSet::new();
-            for root in roots {
+            for root in roots.all {
                 for p in layout::list_model_dirs(root)? {
                     if let Some(n) = p.file_name() {
                         all.insert(n.to_string_lossy().into_owned());
@@ -200,7 +248,7 @@ pub fn duplicate_message(name: &str, dirs: &[PathBuf]) -> String {
 
 /// Checks `<root>/name` into the cache (None when no repository has it).
 fn load_into(
-    roots: &[PathBuf],
+    roots: Roots,
     name: &str,
     opts: &CheckOptions,
     cache: &mut BTreeMap<String, Option<CheckedModel>>,
@@ -208,7 +256,7 @@ fn load_into(
     if cache.contains_key(name) {
         return Ok(());
     }
-    let dirs = model_dirs(roots, name);
+    let dirs = roots.dirs(name);
     let model = match dirs.first() {
         None => None,
         Some(path) => {
@@ -287,9 +335,9 @@ pub fn check_completed(dir: ModelDir, config: ModelConfig, opts: &CheckOptions) 
 
 /// Checks a config given in place of a model's file (a load request's
 /// `config`), with its directory `dir`: the same checks as a file, an
-/// ensemble's steps resolved against the repository at `root`.
+/// ensemble's steps resolved through `roots`.
 pub fn check_given(
-    roots: &[PathBuf],
+    roots: Roots,
     dir: ModelDir,
     config: ModelConfig,
     opts: &CheckOptions,

@@ -14,13 +14,16 @@ efficientnet_lite0; refused for STRING/BOOL/FP16), every request error
 (400, NV-Status code, NV-InferResponse holding only the id, empty body, the
 server still serving), malformed or missing NV-InferRequest, paths that do
 not parse (400), wrong methods (405),
-concurrent clients, and v1 and v2 giving the same answer for the same
+concurrent clients, gzip and deflate bodies (another coding refused), and v1
+and v2 giving the same answer for the same
 `simple` inputs.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -111,6 +114,27 @@ def test_simple_sum_and_difference(http, batch, binary):
     assert r.trailer_raw, "no trailing InferResponseHeader in the body"
     assert r.trailer == h, f"trailer {r.trailer} != NV-InferResponse {r.header_raw!r}"
     assert len(r.response.body) == 2 * batch * 64 + len(r.trailer_raw)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_compressed_body(http, coding):
+    """A body sent with Content-Encoding gzip or deflate is decompressed (as
+    the v2 API does); another coding is refused with NV-Status."""
+    a, b = simple_inputs(RNG, 2)
+    h = request_header(2, SIMPLE_IN, BOTH_OUT, id=77)
+    body = raw(a) + raw(b)
+    packed = gzip.compress(body) if coding == "gzip" else zlib.compress(body)
+    r = http.infer("simple", h, packed, extra_headers={"Content-Encoding": coding})
+    assert_http_ok(r, coding)
+    assert np.array_equal(r.array("OUTPUT0", "INT32", (2, 16)), a + b)
+    assert np.array_equal(r.array("OUTPUT1", "INT32", (2, 16)), a - b)
+
+    r = http.infer("simple", h, body, extra_headers={"Content-Encoding": "br"})
+    assert_infer_error(r, INVALID_ARG, "Unsupported Content-Encoding 'br'", id=77)
+    # Garbage that claims to be gzip is a request error, not a crash.
+    r = http.infer("simple", h, body, extra_headers={"Content-Encoding": "gzip"})
+    assert r.status == 400, r.describe()
+    check_simple_still_works(http)
 
 
 def test_request_ids_increase(http):

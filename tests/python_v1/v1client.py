@@ -403,6 +403,7 @@ class HttpV1:
         binary: bool = True,
         raw_header: str | None = None,
         omit_header: bool = False,
+        extra_headers: dict | None = None,
     ) -> InferResult:
         """POST /api/infer/<model>[/<version>][?format=binary]."""
         path = f"/api/infer/{model}" + (f"/{version}" if version is not None else "")
@@ -411,6 +412,7 @@ class HttpV1:
         headers = {"Content-Type": "application/octet-stream"}
         if not omit_header:
             headers["NV-InferRequest"] = raw_header if raw_header is not None else one_line(header)
+        headers.update(extra_headers or {})
         r = self.post(path, body, headers)
         result = InferResult(response=r)
         raw_resp = r.headers.get("nv-inferresponse")

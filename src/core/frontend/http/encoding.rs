@@ -71,6 +71,16 @@ pub(super) fn request_coding(headers: &HeaderMap) -> Result<Option<Coding>, Unsu
 /// A body in a coding trtis does not read (the `Content-Encoding`).
 pub(super) struct Unsupported(String);
 
+impl Unsupported {
+    /// The refusal as an engine error (the v1 API answers with NV-Status).
+    pub(super) fn into_error(self) -> Error {
+        Error::invalid_arg(format!(
+            "Unsupported Content-Encoding '{}': the request body may be gzip, deflate or identity",
+            self.0
+        ))
+    }
+}
+
 /// 415 with the codings trtis reads in `Accept-Encoding` (RFC 7694), as
 /// Triton answers.
 impl IntoResponse for Unsupported {

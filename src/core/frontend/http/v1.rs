@@ -297,14 +297,35 @@ async fn infer_handler(
     let binary = query.get("format").is_some_and(|f| f == "binary");
     let id = header.id;
     let result = async {
-        let body = axum::body::to_bytes(request.into_body(), s.max_input_size)
-            .await
-            .map_err(|_| {
-                Error::invalid_arg(format!(
-                    "request body exceeds the maximum allowed size of {} bytes. Use --http-max-input-size to increase the limit.",
-                    s.max_input_size
-                ))
-            })?;
+        // A gzip or deflate body (`Content-Encoding`) is decompressed, held
+        // to --http-max-input-size as the v2 API holds it; another coding
+        // is refused.
+        let coding = super::encoding::request_coding(request.headers())
+            .map_err(super::encoding::Unsupported::into_error)?;
+        let body = match coding {
+            None => axum::body::to_bytes(request.into_body(), s.max_input_size)
+                .await
+                .map_err(|_| {
+                    Error::invalid_arg(format!(
+                        "request body exceeds the maximum allowed size of {} bytes. Use --http-max-input-size to increase the limit.",
+                        s.max_input_size
+                    ))
+                })?,
+            Some(_) => {
+                let declared = super::declared_length(request.headers(), s.max_input_size)
+                    .map_err(|e| e.0)?;
+                let (body, _) = super::read_parts(
+                    request.into_body(),
+                    usize::MAX,
+                    declared,
+                    s.max_input_size,
+                    coding,
+                )
+                .await
+                .map_err(|e| e.0)?;
+                Bytes::from(body)
+            }
+        };
         infer::run(&s.engine, &model, &version, &header, infer::InputData::Body(&body)).await
     }
     .await;

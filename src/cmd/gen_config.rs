@@ -6,7 +6,7 @@
 //! - A TorchScript module (`.pt`): the `pytorch_libtorch` platform, inputs
 //!   named after forward()'s arguments (Triton's PyTorch backend binds
 //!   inputs to arguments by name when every name matches) and outputs
-//!   `OUTPUT__0`.. by position (`backend::torchscript` reads the signature
+//!   `OUTPUT__0`.. by position (`backend::pytorch::torchscript` reads the signature
 //!   without libtorch). TorchScript records neither data types nor shapes,
 //!   so those are placeholders (`TYPE_FP32`, `dims: [-1]`; `TYPE_STRING` for
 //!   a `List[str]`), and comment lines at the top of the output say what to
@@ -18,7 +18,8 @@ use std::process::ExitCode;
 use prost::Message;
 use prost_reflect::text_format::FormatOptions;
 use prost_reflect::DynamicMessage;
-use trtis::core::backend::{onnx, torchscript};
+use trtis::core::backend::onnx;
+use trtis::core::backend::pytorch::torchscript;
 use trtis::core::config::autocomplete;
 use trtis::core::config::pb::{
     model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching,

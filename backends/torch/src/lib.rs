@@ -4,14 +4,14 @@
 //! them. The server loads this library the first time a PyTorch model loads
 //! (`trtis::core::backend::pytorch`), so libtorch costs nothing to a server
 //! or command without one; the calls are the C ABI of
-//! `trtis::core::backend::pytorch_abi`. One module per instance (shared by a
+//! `trtis::core::backend::pytorch::abi`. One module per instance (shared by a
 //! model's instances with `ENABLE_WEIGHT_SHARING`), loaded on and run by the
 //! instance's own thread.
 //!
-//! - Binding (`pytorch_binding`): Triton's naming conventions, checked at
+//! - Binding (`pytorch::binding`): Triton's naming conventions, checked at
 //!   load against `forward()`'s signature, which `torchscript` reads from
 //!   the archive (tch does not expose a method's schema).
-//! - Settings (`pytorch_settings`): Triton's `parameters`; the thread count
+//! - Settings (`pytorch::settings`): Triton's `parameters`; the thread count
 //!   is set on the instance's thread.
 //! - Tensors: every numeric type of the protocol (UINT16/32/64 and BF16 too,
 //!   which Triton's backend refuses; tch's `Kind` has no unsigned wide types,
@@ -31,9 +31,11 @@ use prost::Message;
 use tch::jit::IValue;
 use tch::CModule;
 
-use trtis::core::backend::pytorch_abi::{self as abi, ErrorSink, LogFn, OutputSink, Str, TensorIn};
-use trtis::core::backend::pytorch_binding::{self, Binding, Inputs, OutputSlot};
-use trtis::core::backend::pytorch_settings::TorchSettings;
+use trtis::core::backend::pytorch::abi::{self, ErrorSink, LogFn, OutputSink, Str, TensorIn};
+use trtis::core::backend::pytorch::binding::{
+    self as pytorch_binding, Binding, Inputs, OutputSlot,
+};
+use trtis::core::backend::pytorch::settings::TorchSettings;
 use trtis::core::config::ModelConfig;
 use trtis::core::error::{Error, Result};
 use trtis::core::types::{element_count, DataType, Tensor};
@@ -642,7 +644,7 @@ impl TorchInstance {
 }
 
 // ---------------------------------------------------------------------------
-// The C ABI (trtis::core::backend::pytorch_abi).
+// The C ABI (trtis::core::backend::pytorch::abi).
 
 fn report(err: *const ErrorSink, e: &Error) {
     // SAFETY: the server passes a live sink for the call.

@@ -11,19 +11,13 @@
 
 pub mod custom;
 pub mod identity;
-#[cfg(feature = "onnx")]
+// Without the `onnx` feature, `onnx/disabled.rs` stands in for
+// `onnx/mod.rs`: the same interface, every use failing with the reason.
+#[cfg_attr(not(feature = "onnx"), path = "onnx/disabled.rs")]
 pub mod onnx;
-#[cfg(not(feature = "onnx"))]
-#[path = "onnx_disabled.rs"]
-pub mod onnx;
-pub mod onnx_settings;
 pub mod python;
 pub mod pytorch;
-pub mod pytorch_abi;
-pub mod pytorch_binding;
-pub mod pytorch_settings;
 mod reshape;
-pub mod torchscript;
 
 use std::path::{Path, PathBuf};
 
@@ -277,12 +271,12 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
     match config.backend.as_str() {
         "custom" => out.extend(custom::check(config, version_dirs)),
         "onnxruntime" => {
-            if let Err(e) = onnx_settings::OrtSettings::from_config(config) {
+            if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));
             }
         }
         "pytorch" => {
-            if let Err(e) = pytorch_settings::TorchSettings::from_config(config) {
+            if let Err(e) = pytorch::settings::TorchSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));
             }
             let file = if config.default_model_filename.is_empty() {
@@ -299,7 +293,7 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
                 .filter(|p| p.is_file())
                 .peekable();
             if files.peek().is_none() {
-                if let Err(e) = pytorch_binding::bind(config, None) {
+                if let Err(e) = pytorch::binding::bind(config, None) {
                     out.push(Issue::error("input", e.message));
                 }
             }
@@ -312,7 +306,7 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
                     shown[0].to_string_lossy()
                 );
                 let relative = |m: &str| m.replacen(&path.display().to_string(), &shown, 1);
-                let issue = match pytorch_binding::bind_file(config, &path) {
+                let issue = match pytorch::binding::bind_file(config, &path) {
                     Ok((_, None)) => continue,
                     Ok((_, Some(why))) => Issue::warning(
                         "default_model_filename",

@@ -73,7 +73,7 @@ pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that read
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
     match backend {
         "identity" => &["execute_delay_ms", "delay_input", "record_inputs"],
-        // What backend::onnx_settings reads (a test there checks), plus
+        // What backend::onnx::settings reads (a test there checks), plus
         // any `session.*` key.
         "onnxruntime" => &[
             "intra_op_thread_count",
@@ -89,7 +89,7 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "arena_extend_strategy",
             "do_copy_in_default_stream",
         ],
-        // What backend::pytorch_settings reads (a test there checks).
+        // What backend::pytorch::settings reads (a test there checks).
         "pytorch" => &[
             "DISABLE_OPTIMIZED_EXECUTION",
             "INFERENCE_MODE",
@@ -264,7 +264,7 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
                     );
                 } else if !on_gpu {
                     // (Its name and parameters are checked with the
-                    // backend's parameters: backend::onnx_settings.)
+                    // backend's parameters: backend::onnx::settings.)
                     hint(
                         &mut out,
                         field,

@@ -3,6 +3,12 @@
 //! shared library comes from the `onnxruntime` PyPI wheel and is found at run
 //! time (see [`find_library`]). One `Session` per instance, owned by that
 //! instance's thread (`Session::run` takes `&mut self`).
+//!
+//! The settings a config asks for are read in [`settings`] (pure, shared
+//! with `disabled.rs`, which stands in for this file in a build without the
+//! `onnx` feature).
+
+pub mod settings;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -24,8 +30,8 @@ use crate::core::error::{Error, Result};
 use crate::core::types::element::{decode, encode, Element};
 use crate::core::types::{element_count, DataType, Tensor};
 
-use super::onnx_settings::{GraphLevel, OrtSettings, Spinning};
 use super::LoadContext;
+use settings::{GraphLevel, OrtSettings, Spinning};
 
 /// What to install when the library cannot be found.
 pub const INSTALL_HINT: &str =

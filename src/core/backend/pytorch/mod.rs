@@ -1,7 +1,7 @@
 //! The PyTorch backend as the server sees it: `libtrtis_torch.so` (the
 //! `trtis-torch` crate, `backends/torch`), loaded with `libloading` the
 //! first time a PyTorch model loads, and called through the C ABI of
-//! `pytorch_abi`. The library links libtorch; keeping it out of the
+//! [`abi`]. The library links libtorch; keeping it out of the
 //! executable keeps every other command and every server without a PyTorch
 //! model as quick to start and as small as before (linking libtorch into the
 //! executable cost 0.3 s and 110 MB of RSS before `main`).
@@ -9,6 +9,16 @@
 //! The library is found at `TRTIS_TORCH_BACKEND` (a path), else beside the
 //! executable (where cargo builds it), else in the executable's parent
 //! folder.
+//!
+//! Its pure neighbours, which need no libtorch (so `validate-config` and
+//! `gen-config` use them in every build, and the library too): [`torchscript`]
+//! reads `forward()`'s signature from the `.pt` file, [`binding`] binds the
+//! config's tensors to it, [`settings`] reads the config's `parameters`.
+
+pub mod abi;
+pub mod binding;
+pub mod settings;
+pub mod torchscript;
 
 use std::ffi::c_void;
 use std::path::PathBuf;
@@ -20,8 +30,8 @@ use prost::Message;
 use crate::core::error::{Error, Result};
 use crate::core::types::Tensor;
 
-use super::pytorch_abi::{self as abi, ErrorSink, OutputSink, Str, TensorIn};
 use super::LoadContext;
+use abi::{ErrorSink, OutputSink, Str, TensorIn};
 
 /// The library's file name.
 pub const LIBRARY: &str = "libtrtis_torch.so";

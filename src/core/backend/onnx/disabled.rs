@@ -1,7 +1,11 @@
 //! The ONNX Runtime backend in a build without the `onnx` cargo feature:
 //! the same interface, and every use fails with the reason, so a model that
 //! needs it fails its load (and `gen-config` its run) with a clear message
-//! instead of the build needing `ort`.
+//! instead of the build needing `ort`. It stands in for `mod.rs` (see
+//! `backend/mod.rs`), so it declares the same pure [`settings`].
+
+#[path = "settings.rs"]
+pub mod settings;
 
 use std::path::Path;
 

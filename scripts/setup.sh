@@ -3,7 +3,9 @@
 #   - the project-local Python environment .venv with the pinned test clients
 #     (tritonclient 2.51.0) from PyPI;
 #   - .venv-v1 with the TRTIS v1 API's client modules (tensorrtserver 1.11.0);
-#   - .venv-torch with libtorch (unless TRTIS_NO_TORCH=1).
+#   - .venv-torch with libtorch (unless TRTIS_NO_TORCH=1);
+#   - .tools/tensorflow with the TensorFlow C API libraries (unless
+#     TRTIS_NO_TENSORFLOW=1).
 # Rust comes from the machine's toolchain; crates come from crates.io when
 # cargo builds. Nothing is downloaded from anywhere but the package registries.
 set -euo pipefail
@@ -99,4 +101,28 @@ if [ "${TRTIS_NO_TORCH:-0}" != 1 ]; then
     echo "$TORCH_REQ" >"$TORCH_STAMP"
   fi
   ln -sfn "$(cd .venv-torch && echo lib/python3*/site-packages/torch)" .venv-torch/libtorch
+fi
+
+# The TensorFlow C API for the TensorFlow backend: the two libraries of the
+# tensorflow-cpu wheel that hold it (libtensorflow_cc.so.2 and, beside it,
+# libtensorflow_framework.so.2), unpacked into .tools/tensorflow; the rest of
+# the wheel (Python, Keras) is not needed. ~10 s from PyPI's 274 MB wheel;
+# 853 MB on disk. Unless TRTIS_NO_TENSORFLOW=1.
+TF_REQ="tensorflow-cpu==2.21.0"
+TF_STAMP=.tools/tensorflow/.trtis-requirements
+if [ "${TRTIS_NO_TENSORFLOW:-0}" != 1 ] && [ "$(cat "$TF_STAMP" 2>/dev/null)" != "$TF_REQ" ]; then
+  echo "setup: unpacking the TensorFlow C API libraries of $TF_REQ into .tools/tensorflow"
+  rm -rf .tools/tensorflow .tools/tf-wheel && mkdir -p .tools/tensorflow .tools/tf-wheel
+  .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: -d .tools/tf-wheel "$TF_REQ"
+  .venv/bin/python - .tools/tf-wheel .tools/tensorflow <<'PY'
+import pathlib, shutil, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    for name in ("libtensorflow_cc.so.2", "libtensorflow_framework.so.2"):
+        with z.open("tensorflow/" + name) as src, open(pathlib.Path(sys.argv[2]) / name, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  rm -rf .tools/tf-wheel
+  echo "$TF_REQ" >"$TF_STAMP"
 fi

@@ -7,7 +7,9 @@
 //! `onnx`) and `pytorch` (TorchScript through `tch` and libtorch, in a
 //! shared library of its own, `backends/torch`, loaded when a PyTorch model
 //! loads), `python` (a worker process per instance running a `model.py`)
-//! and `custom` (a shared library implementing TRTIS's `custom.h` C API).
+//! and `custom` (a shared library implementing TRTIS's `custom.h` C API),
+//! `tensorflow` (GraphDef and SavedModel models through the TensorFlow C
+//! API, the library loaded at run time; feature `tensorflow`).
 
 pub mod custom;
 pub mod identity;
@@ -18,6 +20,8 @@ pub mod onnx;
 pub mod python;
 pub mod pytorch;
 mod reshape;
+#[cfg(feature = "tensorflow")]
+pub mod tensorflow;
 
 use std::path::{Path, PathBuf};
 
@@ -250,6 +254,8 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
+        #[cfg(feature = "tensorflow")]
+        "tensorflow" => Box::new(tensorflow::TfInstance::load(ctx)?),
         "python" => Box::new(python::PythonInstance::load(ctx)?),
         "custom" => Box::new(custom::CustomInstance::load(ctx)?),
         other => {
@@ -270,6 +276,8 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
     let mut out = Vec::new();
     match config.backend.as_str() {
         "custom" => out.extend(custom::check(config, version_dirs)),
+        #[cfg(feature = "tensorflow")]
+        "tensorflow" => out.extend(tensorflow::check(config, version_dirs)),
         "onnxruntime" => {
             if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));

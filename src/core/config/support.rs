@@ -28,12 +28,21 @@ use super::normalize::ENSEMBLE_PLATFORM;
 pub fn built_backends() -> &'static [&'static str] {
     // The PyTorch backend is a library the server loads when a PyTorch
     // model loads (backend::pytorch); a missing library fails that load, as
-    // a missing ONNX Runtime library does.
-    if cfg!(feature = "onnx") {
-        &["identity", "onnxruntime", "pytorch", "python", "custom"]
-    } else {
-        &["identity", "pytorch", "python", "custom"]
-    }
+    // a missing ONNX Runtime or TensorFlow library does.
+    static BUILT: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        [
+            ("identity", true),
+            ("onnxruntime", cfg!(feature = "onnx")),
+            ("pytorch", true),
+            ("tensorflow", cfg!(feature = "tensorflow")),
+            ("python", true),
+            ("custom", true),
+        ]
+        .into_iter()
+        .filter_map(|(name, built)| built.then_some(name))
+        .collect()
+    })
 }
 
 /// Whether the backend runs KIND_GPU instances: ONNX Runtime through its
@@ -88,6 +97,16 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "gpu_mem_limit",
             "arena_extend_strategy",
             "do_copy_in_default_stream",
+        ],
+        // What backend::tensorflow::settings reads.
+        "tensorflow" => &[
+            "TF_NUM_INTRA_THREADS",
+            "TF_NUM_INTER_THREADS",
+            "TF_USE_PER_SESSION_THREADS",
+            "TF_GRAPH_TAG",
+            "TF_SIGNATURE_DEF",
+            "TF_INIT_OPS_FILE",
+            "MAX_SESSION_SHARE_COUNT",
         ],
         // What backend::pytorch::settings reads (a test there checks).
         "pytorch" => &[
@@ -388,7 +407,7 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         refuse(
             &mut out,
             "model_operations.op_library_filename".into(),
-            "custom operation libraries are a TensorFlow feature",
+            "custom operation libraries (TensorFlow's TF_LoadLibrary) are not loaded by this server",
         );
     }
     let decoupled = config
@@ -512,12 +531,12 @@ mod tests {
     #[test]
     fn unknown_backends_and_runtimes_are_refused_with_tritons_message() {
         let mut c = onnx();
-        c.backend = "tensorflow".into();
+        c.backend = "openvino".into();
         let issues = check(&c);
         assert_eq!(fields(&issues, Severity::Error), ["backend"]);
         assert!(issues[0]
             .message
-            .starts_with("unable to find backend library for backend 'tensorflow'"));
+            .starts_with("unable to find backend library for backend 'openvino'"));
         let mut c = onnx();
         c.runtime = "libtriton_onnxruntime.so".into();
         assert!(check(&c).is_empty(), "the default runtime is fine");

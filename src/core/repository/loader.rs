@@ -11,7 +11,7 @@ use super::table::ModelId;
 use super::CheckedModel;
 use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;
-use crate::core::config::autocomplete;
+use crate::core::config::autocomplete::{self, ModelTensor};
 use crate::core::config::normalize::ENSEMBLE_PLATFORM;
 use crate::core::config::validate::{validate, ValidateContext};
 use crate::core::config::{ModelConfig, Severity};
@@ -77,10 +77,13 @@ pub(super) fn auto_complete(
 ) -> Result<ModelConfig> {
     let needs = config.input.is_empty() || config.output.is_empty();
     let onnx = needs && config.backend == "onnxruntime";
+    // A SavedModel completes from its signature, read without TensorFlow
+    // (a GraphDef never completes, as in Triton).
+    let savedmodel = needs && config.platform == "tensorflow_savedmodel";
     // A Python model completes its own config when its class has
     // `auto_complete_config` (Triton calls it whenever auto-complete is on).
     let python = config.backend == "python";
-    if !opts.auto_complete || !(onnx || python) {
+    if !opts.auto_complete || !(onnx || python || savedmodel) {
         return Ok(config);
     }
     let Some(version_dir) = model
@@ -111,9 +114,12 @@ pub(super) fn auto_complete(
         crate::core::config::normalize::normalize(&mut config, &ctx)
             .map_err(|issue| fail(issue.message))?;
     } else {
-        let (inputs, outputs) = crate::core::backend::onnx::model_io(
-            &version_dir.join(&config.default_model_filename),
-        )?;
+        let file = version_dir.join(&config.default_model_filename);
+        let (inputs, outputs) = if savedmodel {
+            tensorflow_io(&file, &config)?
+        } else {
+            crate::core::backend::onnx::model_io(&file)?
+        };
         let unset =
             config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
         autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
@@ -130,6 +136,22 @@ pub(super) fn auto_complete(
         return Err(fail(issue.message));
     }
     Ok(config)
+}
+
+#[cfg(feature = "tensorflow")]
+fn tensorflow_io(
+    file: &Path,
+    config: &ModelConfig,
+) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
+    crate::core::backend::tensorflow::model_io(file, config)
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow_io(_: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
+    Err(Error::unsupported(format!(
+        "unable to auto-complete model configuration for '{}': this build has no TensorFlow backend",
+        config.name
+    )))
 }
 
 pub(super) fn load_version(

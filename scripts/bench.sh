@@ -23,6 +23,7 @@ benches=(
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
+  "tensorflow the TensorFlow backend (SavedModel classifier, dynamic batching, c=1/4/16) vs the C API called directly"
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
   "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"
   "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"

@@ -389,6 +389,48 @@ def make_signature():
     return signature_names(sm)
 
 
+class Accumulator(tf.Module):
+    def __init__(self):
+        super().__init__()
+        spec = [tf.TensorSpec([None, 1], tf.int32, name=n) for n in ("INPUT", "START", "INPUT_STATE")]
+        self.serve = tf.function(self._serve, input_signature=spec)
+
+    def _serve(self, INPUT, START, INPUT_STATE):  # noqa: N803 (the signature keys)
+        total = tf.where(START != 0, INPUT, INPUT_STATE + INPUT)
+        return {"OUTPUT": total, "OUTPUT_STATE": tf.identity(total)}
+
+
+def make_accumulator():
+    name = "tf_savedmodel_accumulator"
+    d = fresh_model_dir(FIXTURES, name)
+    m = Accumulator()
+    sm = d / "1" / "model.savedmodel"
+    save_savedmodel(m, sm, {"serving_default": m.serve})
+    write_config(
+        d,
+        ["A sequence model: OUTPUT = INPUT + the sum so far, kept in the sequence batcher's",
+         "implicit state (INPUT_STATE -> OUTPUT_STATE), restarted by the START control.",
+         "Made by scripts/make-tf-models.py."],
+        name, "tensorflow_savedmodel", 2,
+        [("INPUT", "TYPE_INT32", [1])],
+        [("OUTPUT", "TYPE_INT32", [1])],
+        tail=(
+            "sequence_batching {\n"
+            "  max_sequence_idle_microseconds: 5000000\n"
+            '  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]\n'
+            '  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            "}\n"
+        ),
+    )
+    i = np.array([[5], [7]], np.int32)
+    o, st = run_savedmodel_session(
+        sm, "serving_default",
+        {"INPUT": i, "START": np.array([[1], [0]], np.int32), "INPUT_STATE": np.array([[100], [100]], np.int32)},
+        ["OUTPUT", "OUTPUT_STATE"])
+    check(o.tolist() == [[5], [107]] and st.tolist() == o.tolist(), f"{name}: START restarts, else adds the state")
+    return signature_names(sm)
+
+
 def fmt_sig(sigs):
     lines = []
     for key, s in sorted(sigs.items(), key=lambda kv: (kv[0] != "serving_default", kv[0])):
@@ -410,6 +452,7 @@ def make_fixtures():
     info["tf_savedmodel_identity_all"] = make_identity_all()
     info["tf_graphdef_string"] = make_graphdef_string()
     info["tf_savedmodel_signature"] = make_signature()
+    info["tf_savedmodel_accumulator"] = make_accumulator()
 
     what = {
         "tf_graphdef_add_sub": "frozen GraphDef; OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; "
@@ -426,6 +469,8 @@ def make_fixtures():
         "tf_savedmodel_signature": "SavedModel with two signatures, serving_default: OUTPUT0 = INPUT0 * 2 and "
         'triple: OUTPUT0 = INPUT0 * 3; FP32 [-1,4]; config parameter TF_SIGNATURE_DEF = "triple"; '
         "max_batch_size 8.",
+        "tf_savedmodel_accumulator": "SavedModel for the sequence batcher; OUTPUT = INPUT if START else "
+        "INPUT_STATE + INPUT, OUTPUT_STATE = OUTPUT (implicit state); INT32 [-1,1]; max_batch_size 2.",
     }
     v = versions("tensorflow-cpu", "tensorflow", "numpy")
     md = [
@@ -446,7 +491,7 @@ def make_fixtures():
     for name in [
         "tf_graphdef_add_sub", "tf_graphdef_add_sub_nobatch", "tf_savedmodel_add_sub",
         "tf_savedmodel_add_sub_nobatch", "tf_savedmodel_identity_all", "tf_graphdef_string",
-        "tf_savedmodel_signature",
+        "tf_savedmodel_signature", "tf_savedmodel_accumulator",
     ]:
         md.append(f"## {name}")
         md.append("")

@@ -11,6 +11,9 @@
 //!   so those are placeholders (`TYPE_FP32`, `dims: [-1]`; `TYPE_STRING` for
 //!   a `List[str]`), and comment lines at the top of the output say what to
 //!   edit.
+//! - A TensorFlow SavedModel (a `model.savedmodel` directory): what
+//!   auto-complete would make from its `serving_default` signature (read
+//!   without TensorFlow).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,8 +33,8 @@ use trtis::core::config::ModelConfig;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model file: an ONNX model (`model.onnx`) or a TorchScript module
-    /// (`model.pt`).
+    /// The model file: an ONNX model (`model.onnx`), a TorchScript module
+    /// (`model.pt`) or a TensorFlow SavedModel (`model.savedmodel`).
     model: PathBuf,
 
     /// The model name (default: the model directory's name when the file is
@@ -85,6 +88,7 @@ pub fn run(args: Args) -> ExitCode {
     let made = match args.model.extension().and_then(|e| e.to_str()) {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
+        Some("savedmodel") => savedmodel_config(&args, &mut config).map(|()| Vec::new()),
         Some("so") => {
             // A custom backend library (custom.h) declares no inputs or
             // outputs: there is nothing to generate a config from.
@@ -99,8 +103,8 @@ pub fn run(args: Args) -> ExitCode {
         }
         _ => {
             eprintln!(
-                "error: {}: gen-config reads ONNX models (a .onnx file) and \
-                 TorchScript modules (a .pt file)",
+                "error: {}: gen-config reads ONNX models (a .onnx file), \
+                 TorchScript modules (a .pt file) and TensorFlow SavedModels (a .savedmodel directory)",
                 args.model.display()
             );
             return ExitCode::from(2);
@@ -143,9 +147,40 @@ fn onnx_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
     let (inputs, outputs) = onnx::model_io(&args.model).map_err(|e| fail(&e))?;
     config.platform = "onnxruntime_onnx".into();
     config.backend = "onnxruntime".into();
+    complete_from(args, config, &inputs, &outputs)
+}
+
+/// What auto-complete makes of a SavedModel's serving signature.
+#[cfg(feature = "tensorflow")]
+fn savedmodel_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", args.model.display());
+    let (inputs, outputs) =
+        trtis::core::backend::tensorflow::model_io(&args.model, config).map_err(|e| fail(&e))?;
+    config.platform = "tensorflow_savedmodel".into();
+    config.backend = "tensorflow".into();
+    complete_from(args, config, &inputs, &outputs)
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn savedmodel_config(args: &Args, _: &mut ModelConfig) -> Result<(), String> {
+    Err(format!(
+        "{}: this build has no TensorFlow backend (cargo feature `tensorflow`)",
+        args.model.display()
+    ))
+}
+
+/// Completes the config from the model's tensors, with the command line's
+/// batching choices.
+fn complete_from(
+    args: &Args,
+    config: &mut ModelConfig,
+    inputs: &[autocomplete::ModelTensor],
+    outputs: &[autocomplete::ModelTensor],
+) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", args.model.display());
     config.max_batch_size = args.max_batch_size.unwrap_or(0);
     let auto_batch = args.max_batch_size.is_none();
-    autocomplete::complete(config, &inputs, &outputs, auto_batch).map_err(|e| fail(&e))?;
+    autocomplete::complete(config, inputs, outputs, auto_batch).map_err(|e| fail(&e))?;
     match args.dynamic_batching {
         Some(true) => config.scheduling_choice = dynamic_batching(),
         Some(false) => config.scheduling_choice = None,

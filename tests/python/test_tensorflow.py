@@ -156,7 +156,6 @@ def test_identity_of_every_datatype(tf_server, module):
 
 def test_strings_through_a_graphdef(tf_server):
     client = httpclient.InferenceServerClient(tf_server.url)
-    cat = tf_server  # noqa: F841
     words = np.array([[b"a", b"", "\u00e9t\u00e9".encode()], [b"x" * 100, b"b", b"c"]], dtype=np.object_)
     i = httpclient.InferInput("INPUT0", [2, 3], "BYTES")
     i.set_data_from_numpy(words)
@@ -398,3 +397,80 @@ def test_the_ensemble_of_onnx_preprocessing_and_the_tf_classifier(classifier):
 
     onnx, tf = classes("efficientnet_ensemble"), classes("efficientnet_tf_ensemble")
     assert np.max(np.abs(onnx - tf)) < 1e-3
+
+
+def test_sequences_accumulate_in_implicit_state(tmp_path):
+    """The sequence batcher feeds the START control and the implicit state
+    (INPUT_STATE -> OUTPUT_STATE) to a SavedModel by their signature keys."""
+    repo = fixture_repo(tmp_path, ["tf_savedmodel_accumulator"])
+    server = start_or_fail(TrtisServer(repo, name="tf sequence"))
+    try:
+        for module, client, base in [
+            (httpclient, httpclient.InferenceServerClient(server.url), 100),
+            (grpcclient, grpc_client_for(server), 200),
+        ]:
+            def step(seq, value, start=False, end=False):
+                i = module.InferInput("INPUT", [1, 1], "INT32")
+                i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+                r = client.infer("tf_savedmodel_accumulator", [i], sequence_id=seq,
+                                 sequence_start=start, sequence_end=end)
+                return int(r.as_numpy("OUTPUT")[0][0])
+
+            assert step(base + 1, 5, start=True) == 5
+            assert step(base + 2, 100, start=True) == 100
+            assert step(base + 1, 6) == 11
+            assert step(base + 2, 1) == 101
+            assert step(base + 1, -1, end=True) == 10
+            assert step(base + 2, 1, end=True) == 102
+            assert step(base + 1, 3, start=True, end=True) == 3
+    finally:
+        stop_and_check(server)
+
+
+def test_warmup_and_reshape(tmp_path):
+    """model_warmup runs through the TensorFlow instance before READY, and a
+    reshape lets clients send [4,4] to a model of [16]."""
+    repo = fixture_repo(tmp_path, ["tf_graphdef_add_sub"])
+    with_config(repo, "tf_graphdef_add_sub", lambda t: t.replace(
+        "dims: [ 16 ]", "dims: [ 4, 4 ]\n    reshape: { shape: [ 16 ] }"
+    ) + """
+model_warmup [ {
+  name: "zeros" batch_size: 2
+  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4, 4 ] zero_data: true } }
+  inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [ 4, 4 ] random_data: true } }
+} ]
+""")
+    server = start_or_fail(TrtisServer(repo, name="tf warmup"))
+    try:
+        client = httpclient.InferenceServerClient(server.url)
+        stats = client.get_inference_statistics("tf_graphdef_add_sub")["model_stats"][0]
+        assert stats["inference_count"] == 0  # warmup is not counted, as in Triton
+        a = RNG.standard_normal((3, 4, 4)).astype(np.float32)
+        b = RNG.standard_normal((3, 4, 4)).astype(np.float32)
+        inputs = [httpclient.InferInput("INPUT0", [3, 4, 4], "FP32"), httpclient.InferInput("INPUT1", [3, 4, 4], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        r = client.infer("tf_graphdef_add_sub", inputs)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    finally:
+        stop_and_check(server)
+
+
+def test_gen_config_of_a_savedmodel(tmp_path):
+    sm = FIXTURES / "tf_savedmodel_add_sub" / "1" / "model.savedmodel"
+    out = subprocess.run([str(trtis_bin()), "gen-config", str(sm)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert 'name: "tf_savedmodel_add_sub"' in out.stdout
+    assert 'platform: "tensorflow_savedmodel"' in out.stdout
+    assert "max_batch_size: 4" in out.stdout
+    assert out.stdout.count('data_type: TYPE_FP32') == 4
+    # The generated config serves the model.
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "tf_savedmodel_add_sub", repo / "tf_savedmodel_add_sub")
+    (repo / "tf_savedmodel_add_sub" / "config.pbtxt").write_text(out.stdout)
+    server = start_or_fail(TrtisServer(repo, name="tf gen-config"))
+    try:
+        add_sub(httpclient.InferenceServerClient(server.url), httpclient, "tf_savedmodel_add_sub", 2)
+    finally:
+        stop_and_check(server)

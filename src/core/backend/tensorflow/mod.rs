@@ -149,11 +149,13 @@ pub fn model_io(dir: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, V
 }
 
 /// The names of every tensor the config feeds the model: its inputs, the
-/// sequence batcher's control inputs and the batch inputs.
+/// sequence batcher's control inputs and implicit state inputs, and the
+/// batch inputs.
 fn fed_names(config: &ModelConfig) -> Vec<String> {
     let mut names: Vec<String> = config.input.iter().map(|i| i.name.clone()).collect();
     if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
         names.extend(s.control_input.iter().map(|c| c.name.clone()));
+        names.extend(s.state.iter().map(|st| st.input_name.clone()));
     }
     names.extend(
         config
@@ -161,6 +163,16 @@ fn fed_names(config: &ModelConfig) -> Vec<String> {
             .iter()
             .flat_map(|b| b.target_name.iter().cloned()),
     );
+    names
+}
+
+/// The names of every tensor the server fetches: the outputs, and the
+/// sequence batcher's implicit state outputs.
+fn fetched_names(config: &ModelConfig) -> Vec<String> {
+    let mut names: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
+    if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
+        names.extend(s.state.iter().map(|st| st.output_name.clone()));
+    }
     names
 }
 
@@ -497,10 +509,14 @@ impl TfInstance {
                     .collect()
             };
             let inputs = bind(&sig.inputs, fed_names(config))?;
-            let outputs = bind(
-                &sig.outputs,
-                config.output.iter().map(|o| o.name.clone()).collect(),
-            )?;
+            let outputs = fetched_names(config);
+            if let Some(missing) = outputs.iter().find(|n| !sig.outputs.contains_key(*n)) {
+                return Err(Error::invalid_arg(format!(
+                    "unexpected inference output '{missing}', allowed outputs are: {}",
+                    sig.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let outputs = bind(&sig.outputs, outputs)?;
             (session, inputs, outputs)
         } else {
             let bytes = std::fs::read(&path).map_err(|e| {
@@ -540,11 +556,11 @@ impl TfInstance {
                 inputs.insert(name, out);
             }
             let mut outputs = HashMap::new();
-            for o in &config.output {
-                let op = o.name.split(':').next().unwrap_or(&o.name);
-                let out = graph_output(&graph, &o.name).filter(|_| !placeholders.contains(&op));
-                let out = out.ok_or_else(|| Error::invalid_arg(unknown_output(&o.name)))?;
-                outputs.insert(o.name.clone(), out);
+            for name in fetched_names(config) {
+                let op = name.split(':').next().unwrap_or(&name);
+                let out = graph_output(&graph, &name).filter(|_| !placeholders.contains(&op));
+                let out = out.ok_or_else(|| Error::invalid_arg(unknown_output(&name)))?;
+                outputs.insert(name, out);
             }
             // Triton does not compare a GraphDef's types with the config;
             // a mismatch would be read as the wrong type, so it is refused.

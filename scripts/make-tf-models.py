@@ -611,7 +611,7 @@ def classifier_config(model_dir, name, platform, labels):
         name, platform, 8,
         [("input", "TYPE_FP32", [3, 224, 224], ["format: FORMAT_NCHW"])],
         [("output", "TYPE_FP32", [1000], ['label_filename: "labels.txt"'])],
-        tail="dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}\n",
+        tail="dynamic_batching {\n}\n",
     )
 
 

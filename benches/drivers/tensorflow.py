@@ -1,0 +1,185 @@
+"""Benchmark of the TensorFlow backend against the TensorFlow C API called directly.
+
+In one run on this machine it measures:
+  - the SavedModel classifier (examples/tensorflow_repository's
+    efficientnet_lite0_savedmodel, its config as it is: 1 CPU instance,
+    max batch 8, dynamic batching with no queue delay, TensorFlow's own
+    thread counts) through `trtis serve`, driven by perf_analyzer over gRPC
+    at concurrency 1, 4 and 16: throughput, p50/p99 latency, the batch sizes
+    that formed (from the statistics extension) and the server's CPU per
+    inference (from /proc; also split into TensorFlow's threads plus the
+    instance thread, and the rest of the server), perf_analyzer's CPU, and
+    where a request's time goes by the server's statistics (queue, input,
+    the TensorFlow run, output);
+  - against the same SavedModel run in-process through trtis's C API binding
+    with the same session ConfigProto (examples/tf_direct.rs), at batch 1
+    (latency) and batch 8 (throughput), before the server runs and batch 1
+    again after it;
+  - the same model with a 1 ms batcher queue delay (the ONNX twin's
+    setting), at concurrency 1 only: what the delay costs a lone request
+    (not a target row).
+
+Targets: concurrency 1 at least 0.9x the direct batch-1 rate; concurrency 16
+at least 0.7x the direct batch-8 rate. perf_analyzer runs on the same cores
+as the server.
+
+Run it with scripts/bench.sh tensorflow. Results: target/bench/tensorflow-bench.md.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve import OUT, ROOT, Server, get  # noqa: E402
+from batching import histogram, perf, thread_cpu  # noqa: E402
+
+DIRECT = os.path.join(ROOT, "target/release/examples/tf_direct")
+MODEL = "efficientnet_lite0_savedmodel"
+EXAMPLE = os.path.join(ROOT, "examples/tensorflow_repository", MODEL)
+DELAY = "efficientnet_lite0_delay_1ms"
+CONCURRENCY = (1, 4, 16)
+TARGETS = {1: (1, 0.9), 16: (8, 0.7)}  # concurrency: (direct batch, least ratio)
+
+
+def direct(batch, seconds=6.0):
+    out = subprocess.run([DIRECT, "--model", os.path.join(EXAMPLE, "1/model.savedmodel"),
+                          "--batch", str(batch), "--seconds", str(seconds)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compute_cpu(threads):
+    """CPU seconds of TensorFlow's threads (`tf_*`) and the models' instance
+    threads (`trtis:<model>:<n>`, cut to 15 bytes: the same for both
+    models; the idle one adds nothing), which call TF_SessionRun."""
+    prefix = f"trtis:{MODEL}:"[:15]
+    assert prefix == f"trtis:{DELAY}:"[:15]
+    return sum(v for k, v in threads.items() if k.startswith("tf_") or k.startswith(prefix))
+
+
+def server_stats(server, model):
+    """The model's statistics: ({inference_stats key: (count, ns)},
+    {batch size: (executions, compute_infer ns)})."""
+    status, body = get(server.url(f"/v2/models/{model}/stats"))
+    stats = json.loads(body)["model_stats"][0]
+    totals = {k: (v["count"], v["ns"]) for k, v in stats["inference_stats"].items()}
+    batches = {int(b["batch_size"]): (b["compute_infer"]["count"], b["compute_infer"]["ns"])
+               for b in stats.get("batch_stats", [])}
+    return totals, batches
+
+
+def stats_delta(before, after):
+    """Per request (ms): queue, compute input, compute infer, compute
+    output, success (the server's whole time); and per execution (ms) of
+    each batch size: the TensorFlow run (compute infer)."""
+    (t0, b0), (t1, b1) = before, after
+    per_request = {}
+    for k in ("queue", "compute_input", "compute_infer", "compute_output", "success"):
+        n = t1[k][0] - t0.get(k, (0, 0))[0]
+        per_request[k] = (t1[k][1] - t0.get(k, (0, 0))[1]) / max(n, 1) / 1e6
+    per_batch = {}
+    for size, (n, ns) in b1.items():
+        n0, ns0 = b0.get(size, (0, 0))
+        if n > n0:
+            per_batch[size] = (n - n0, (ns - ns0) / (n - n0) / 1e6)
+    return per_request, per_batch
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    subprocess.run(["cargo", "build", "--release", "--locked", "--example", "tf_direct"], cwd=ROOT, check=True)
+    repo = tempfile.mkdtemp(prefix="trtis-tensorflow-")
+    shutil.copytree(EXAMPLE, os.path.join(repo, MODEL))
+    # The same model with a 1 ms queue delay, for one more concurrency-1
+    # row: what the delay costs a lone request.
+    shutil.copytree(EXAMPLE, os.path.join(repo, DELAY))
+    config = os.path.join(repo, DELAY, "config.pbtxt")
+    text = open(config).read()
+    assert "dynamic_batching {\n}" in text
+    open(config, "w").write(text.replace(f'name: "{MODEL}"', f'name: "{DELAY}"')
+                            .replace("dynamic_batching {\n}", "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}"))
+
+    lines = ["# TensorFlow backend benchmark", "",
+             f"{os.cpu_count()} CPUs. Model: {MODEL} (EfficientNet-Lite0, FP32 [3,224,224] in), its example "
+             "config: 1 CPU instance, max batch 8, dynamic batching (no queue delay), TensorFlow's default "
+             "threads. Reference: the same SavedModel run in-process through trtis's C API binding with the "
+             "same session ConfigProto (examples/tf_direct.rs), same run.", "",
+             "| direct C API | batch | infer/s | mean ms (one run) | p50 ms | p99 ms | CPU µs/inf |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    ref = {}
+    for b in (1, 8):
+        r = ref[b] = direct(b)
+        lines.append(f"| before | {b} | {r['infer_per_s']:.1f} | {r['mean_ms']:.2f} | {r['p50_ms']:.2f} | "
+                     f"{r['p99_ms']:.2f} | {r['cpu_us']:.0f} |")
+        print(lines[-1], flush=True)
+
+    server = Server(repo, 18400)
+    rows = []
+    for model, c in [(MODEL, c) for c in CONCURRENCY] + [(DELAY, 1)]:
+        pid = server.proc.pid
+        t0, s0 = thread_cpu(pid), server_stats(server, model)
+        r = perf(server, model, c)
+        if "error" not in r:
+            r["per_request"], r["per_batch"] = stats_delta(s0, server_stats(server, model))
+            inferences = sum(b * n for b, n in r["sizes"].items())
+            r["compute_cpu_us"] = (compute_cpu(thread_cpu(pid)) - compute_cpu(t0)) / max(inferences, 1) * 1e6
+        rows.append((c if model == MODEL else f"{c}, 1 ms queue delay", r))
+    server.stop()
+    shutil.rmtree(repo)
+    again = direct(1)
+    lines.append(f"| after the server | 1 | {again['infer_per_s']:.1f} | {again['mean_ms']:.2f} | "
+                 f"{again['p50_ms']:.2f} | {again['p99_ms']:.2f} | {again['cpu_us']:.0f} |")
+    print(lines[-1], flush=True)
+
+    lines += ["", "trtis serve, perf_analyzer over gRPC, batch 1 per request:", "",
+              "| concurrency | infer/s | vs direct batch 1 | vs direct batch 8 | p50 ms | p99 ms | mean batch | "
+              "batch sizes | server CPU µs/inf | TF + instance thread | rest of the server | perf_analyzer CPU µs/inf |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    verdicts = []
+    for c, r in rows:
+        if "error" in r:
+            lines.append(f"| {c} | perf_analyzer: {r['error']} | | | | | | | | | | |")
+            if c in TARGETS:
+                verdicts.append(f"- c={c}: not measured (perf_analyzer {r['error']})")
+            continue
+        b1, b8 = r["throughput"] / ref[1]["infer_per_s"], r["throughput"] / ref[8]["infer_per_s"]
+        lines.append(f"| {c} | {r['throughput']:.1f} | {b1:.2f} | {b8:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                     f"{r['mean_batch']:.1f} | {histogram(r['sizes'])} | {r['server_cpu_us']:.0f} | "
+                     f"{r['compute_cpu_us']:.0f} | {r['server_cpu_us'] - r['compute_cpu_us']:.0f} | "
+                     f"{r['client_cpu_us']:.0f} |")
+        if c in TARGETS:
+            batch, least = TARGETS[c]
+            ratio = r["throughput"] / ref[batch]["infer_per_s"]
+            mean = (ref[1]["infer_per_s"] + again["infer_per_s"]) / 2
+            extra = (f"; against the mean of direct batch 1 before and after ({mean:.1f} infer/s): "
+                     f"{r['throughput'] / mean:.2f}") if batch == 1 else ""
+            verdicts.append(f"- c={c} vs direct batch {batch}: {ratio:.2f} (target at least {least}): "
+                            f"{'met' if ratio >= least else f'missed by {least - ratio:.2f}'}{extra}")
+        print(lines[-1], flush=True)
+    lines += ["", "Where a request's time goes, from the server's statistics (ms per request; the TensorFlow "
+              "run per execution of the batch sizes that formed, against the direct run's mean at batch 1 and 8: "
+              f"{ref[1]['mean_ms']:.2f} and {ref[8]['mean_ms']:.2f} ms):", "",
+              "| concurrency | client p50 | server (success) | queue | compute input | compute infer | "
+              "compute output | TF run per execution by batch size |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c, r in rows:
+        if "error" in r:
+            continue
+        q = r["per_request"]
+        runs = ", ".join(f"{b}: {ms:.2f} ({n}x)" for b, (n, ms) in sorted(r["per_batch"].items()))
+        lines.append(f"| {c} | {r['p50_ms']:.2f} | {q['success']:.2f} | {q['queue']:.2f} | {q['compute_input']:.3f} | "
+                     f"{q['compute_infer']:.2f} | {q['compute_output']:.3f} | {runs} |")
+    lines += ["", "Targets:", *verdicts, "",
+              "Server CPU µs/inf is the whole process's CPU over the run per inference served; "
+              "`TF + instance thread` is that of TensorFlow's threads (`tf_*`) and the instance's thread "
+              "(which converts the batch and calls TF_SessionRun), the rest the frontend, the batcher and "
+              "the runtime. Direct CPU µs/inf is the whole process's. perf_analyzer shares the CPUs.", ""]
+    open(os.path.join(OUT, "tensorflow-bench.md"), "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

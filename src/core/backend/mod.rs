@@ -177,6 +177,34 @@ impl std::fmt::Debug for BackendOptions {
     }
 }
 
+/// A backend's runtime library named by the environment variable `var`,
+/// when it is set (an error naming the variable, with `hint`, when it does
+/// not name a file).
+pub fn library_from_env(var: &str, hint: &str) -> Option<Result<PathBuf>> {
+    let path = PathBuf::from(std::env::var_os(var)?);
+    Some(if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::unavailable(format!(
+            "{var} names '{}', which is not a file; {hint}",
+            path.display()
+        )))
+    })
+}
+
+/// Where a project-local install of a backend's library may be: the
+/// working directory, then each ancestor of the trtis executable.
+pub fn project_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(cwd);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    roots
+}
+
 /// What a backend needs to load an instance.
 #[derive(Debug, Clone)]
 pub struct LoadContext<'a> {

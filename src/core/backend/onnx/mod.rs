@@ -42,24 +42,10 @@ pub const INSTALL_HINT: &str =
 /// `.venv` (beside the working directory or any ancestor of the trtis
 /// executable); then the `onnxruntime` package of the active `python3`.
 pub fn find_library() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        return Err(Error::unavailable(format!(
-            "ORT_DYLIB_PATH names '{}', which is not a file; {INSTALL_HINT}",
-            path.display()
-        )));
+    if let Some(named) = super::library_from_env("ORT_DYLIB_PATH", INSTALL_HINT) {
+        return named;
     }
-    let mut roots: Vec<PathBuf> = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.push(cwd);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
-    }
-    for root in roots {
+    for root in super::project_roots() {
         if let Some(lib) = lib_in_venv(&root.join(".venv")) {
             return Ok(lib);
         }

@@ -142,24 +142,12 @@ const LIB_NAME: &str = "libtensorflow_cc.so.2";
 /// ancestor of the trtis executable); then the `tensorflow` package of a
 /// project `.venv` there.
 pub fn find_library() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("TRTIS_TENSORFLOW_LIB") {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        return Err(Error::unavailable(format!(
-            "TRTIS_TENSORFLOW_LIB names '{}', which is not a file; {INSTALL_HINT}",
-            path.display()
-        )));
+    if let Some(named) =
+        crate::core::backend::library_from_env("TRTIS_TENSORFLOW_LIB", INSTALL_HINT)
+    {
+        return named;
     }
-    let mut roots: Vec<PathBuf> = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.push(cwd);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
-    }
-    for root in &roots {
+    for root in &crate::core::backend::project_roots() {
         let lib = root.join(".tools/tensorflow").join(LIB_NAME);
         if lib.is_file() {
             return Ok(lib);

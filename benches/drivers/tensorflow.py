@@ -17,6 +17,9 @@ In one run on this machine it measures:
     again after it;
   - the same model with a 1 ms batcher queue delay (the ONNX twin's
     setting), at concurrency 1 only: what the delay costs a lone request
+    (not a target row);
+  - concurrency 1 again with `trtis perf` as the client (same options),
+    which takes less CPU than perf_analyzer on the cores the server shares
     (not a target row).
 
 Targets: concurrency 1 at least 0.9x the direct batch-1 rate; concurrency 16
@@ -118,15 +121,19 @@ def main():
 
     server = Server(repo, 18400)
     rows = []
-    for model, c in [(MODEL, c) for c in CONCURRENCY] + [(DELAY, 1)]:
+    runs = [(MODEL, c, "perf_analyzer") for c in CONCURRENCY]
+    runs += [(DELAY, 1, "perf_analyzer"), (MODEL, 1, "trtis perf")]
+    for model, c, client in runs:
         pid = server.proc.pid
         t0, s0 = thread_cpu(pid), server_stats(server, model)
-        r = perf(server, model, c)
+        r = perf(server, model, c, client=client)
         if "error" not in r:
             r["per_request"], r["per_batch"] = stats_delta(s0, server_stats(server, model))
             inferences = sum(b * n for b, n in r["sizes"].items())
             r["compute_cpu_us"] = (compute_cpu(thread_cpu(pid)) - compute_cpu(t0)) / max(inferences, 1) * 1e6
-        rows.append((c if model == MODEL else f"{c}, 1 ms queue delay", r))
+        label = c if (model, client) == (MODEL, "perf_analyzer") else (
+            f"{c}, 1 ms queue delay" if model == DELAY else f"{c}, trtis perf as the client")
+        rows.append((label, r))
     server.stop()
     shutil.rmtree(repo)
     again = direct(1)

@@ -212,32 +212,29 @@ impl Table {
         home: Option<&str>,
         namespacing: bool,
     ) -> Result<&ModelEntry> {
-        let unknown =
-            || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
+        let unknown = || format!("Request for unknown model: '{name}' is not found");
         let spaces = self.by_name.get(name);
         if !namespacing {
-            return spaces.and_then(|s| s.get("")).ok_or_else(unknown);
+            return spaces
+                .and_then(|s| s.get(""))
+                .ok_or_else(|| Error::not_found(unknown()));
         }
+        // With namespacing Triton answers an unknown name with INVALID_ARG.
         let Some(spaces) = spaces else {
-            // Triton answers an unknown name with INVALID_ARG here.
-            return Err(Error::invalid_arg(format!(
-                "Request for unknown model: '{name}' is not found"
-            )));
+            return Err(Error::invalid_arg(unknown()));
         };
         if let Some(own) = home.and_then(|h| spaces.get(h)).filter(|e| !e.unloaded()) {
             return Ok(own);
         }
-        let live: Vec<&ModelEntry> = spaces.values().filter(|e| !e.unloaded()).collect();
-        match live[..] {
-            [one] => Ok(one),
-            [] if spaces.len() == 1 => Ok(spaces.values().next().expect("one entry")),
-            [] => Err(Error::invalid_arg(format!(
-                "Request for unknown model: '{name}' is not found"
-            ))),
-            _ => Err(Error::invalid_arg(format!(
+        let mut live = spaces.values().filter(|e| !e.unloaded());
+        match (live.next(), live.count()) {
+            (Some(one), 0) => Ok(one),
+            (Some(_), others) => Err(Error::invalid_arg(format!(
                 "There are {} identifiers of model '{name}' in global map, model namespace must be provided to resolve ambiguity.",
-                live.len()
+                others + 1
             ))),
+            (None, _) if spaces.len() == 1 => Ok(spaces.values().next().expect("one entry")),
+            (None, _) => Err(Error::invalid_arg(unknown())),
         }
     }
 }

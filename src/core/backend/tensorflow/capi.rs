@@ -110,10 +110,7 @@ api! {
     TF_NewSession: fn(P, P, P) -> P;
     TF_CloseSession: fn(P, P);
     TF_DeleteSession: fn(P, P);
-    TF_GraphNextOperation: fn(P, *mut usize) -> P;
     TF_GraphOperationByName: fn(P, *const c_char) -> P;
-    TF_OperationName: fn(P) -> *const c_char;
-    TF_OperationOpType: fn(P) -> *const c_char;
     TF_OperationNumOutputs: fn(P) -> c_int;
     TF_OperationOutputType: fn(Output) -> c_int;
     TF_GraphGetTensorNumDims: fn(P, Output, P) -> c_int;
@@ -262,29 +259,6 @@ impl Graph {
             (api.TF_DeleteBuffer)(buffer);
         }
         status.check()
-    }
-
-    /// Every operation: (name, op type).
-    pub fn operations(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        let mut pos = 0usize;
-        loop {
-            // SAFETY: iterates the graph's operations; the names are the
-            // graph's, copied here.
-            let op = unsafe { (self.api.TF_GraphNextOperation)(self.raw, &mut pos) };
-            if op.is_null() {
-                break;
-            }
-            let text =
-                |p: *const c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-            out.push(unsafe {
-                (
-                    text((self.api.TF_OperationName)(op)),
-                    text((self.api.TF_OperationOpType)(op)),
-                )
-            });
-        }
-        out
     }
 
     /// The output `index` of operation `name`, if the graph has it.

@@ -132,9 +132,7 @@ pub fn model_io(dir: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, V
         .map_err(|e| fail(format!("{}: {e}", dir.join("saved_model.pb").display())))?;
     let saved = proto::SavedModel::decode(pb.as_slice())
         .map_err(|e| fail(format!("saved_model.pb does not parse: {e}")))?;
-    let meta = proto::meta_graph(&saved, settings.tag(), model).map_err(fail)?;
-    let (_, sig) =
-        proto::pick_signature(meta, settings.signature.as_deref(), model).map_err(fail)?;
+    let sig = served_signature(&saved, &settings, model).map_err(fail)?;
     let tensors = |map| -> Vec<ModelTensor> {
         sig_tensors(map)
             .into_iter()
@@ -146,6 +144,38 @@ pub fn model_io(dir: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, V
             .collect()
     };
     Ok((tensors(&sig.inputs), tensors(&sig.outputs)))
+}
+
+/// The signature a SavedModel serves: its MetaGraph of the settings' tag,
+/// the signature they name (or the default one).
+fn served_signature<'a>(
+    saved: &'a proto::SavedModel,
+    settings: &TfSettings,
+    model: &str,
+) -> std::result::Result<&'a SignatureDef, String> {
+    let meta = proto::meta_graph(saved, settings.tag(), model)?;
+    proto::pick_signature(meta, settings.signature.as_deref(), model).map(|(_, sig)| sig)
+}
+
+/// The refusal of a tensor whose datatype in the model (`has`, a
+/// TensorFlow type) is not the config's.
+fn datatype_mismatch(
+    model: &str,
+    what: &str,
+    name: &str,
+    data_type: i32,
+    has: i32,
+) -> Option<String> {
+    let want = DataType::from_config(data_type)?;
+    (data_type_of(has) != Some(want)).then(|| {
+        let provides = data_type_of(has)
+            .map(config_type_name)
+            .unwrap_or_else(|| tf_type_name(has));
+        format!(
+            "unable to load model '{model}', configuration expects datatype {} for {what} '{name}', model provides {provides}",
+            config_type_name(want)
+        )
+    })
 }
 
 /// The names of every tensor the config feeds the model: its inputs, the
@@ -229,6 +259,9 @@ fn check_signature(config: &ModelConfig, sig: &SignatureDef) -> std::result::Res
     for name in &fed {
         find(&inputs, name, "input")?;
     }
+    for name in &fetched_names(config) {
+        find(&outputs, name, "output")?;
+    }
     let batching = config.max_batch_size > 0;
     let compare = |what: &str,
                    name: &str,
@@ -238,16 +271,8 @@ fn check_signature(config: &ModelConfig, sig: &SignatureDef) -> std::result::Res
                    reshape: Option<&[i64]>,
                    exact: bool|
      -> std::result::Result<(), String> {
-        if let Some(d) = crate::core::types::DataType::from_config(data_type) {
-            if tf_type(d) != Some(t.dtype) {
-                let provides = data_type_of(t.dtype)
-                    .map(config_type_name)
-                    .unwrap_or_else(|| tf_type_name(t.dtype));
-                return Err(format!(
-                    "unable to load model '{model}', configuration expects datatype {} for {what} '{name}', model provides {provides}",
-                    config_type_name(d)
-                ));
-            }
+        if let Some(refusal) = datatype_mismatch(model, what, name, data_type, t.dtype) {
+            return Err(refusal);
         }
         let Some(model_shape) = &t.shape else {
             return Ok(());
@@ -297,77 +322,60 @@ pub fn check(
     version_dirs: &[std::path::PathBuf],
 ) -> Vec<crate::core::config::Issue> {
     use crate::core::config::Issue;
-    let mut out = Vec::new();
-    if let Err(e) = TfSettings::from_config(config) {
-        out.push(Issue::error("parameters", e.message));
-        return out;
-    }
+    let model = &config.name;
+    let settings = match TfSettings::from_config(config) {
+        Ok(s) => s,
+        Err(e) => return vec![Issue::error("parameters", e.message)],
+    };
     let file = match model_file(config) {
         Ok(f) => f,
-        Err(e) => {
-            out.push(Issue::error("platform", e.message));
-            return out;
-        }
+        Err(e) => return vec![Issue::error("platform", e.message)],
     };
-    if config.platform == GRAPHDEF {
-        for dir in version_dirs {
-            let Ok(bytes) = std::fs::read(dir.join(file)) else {
-                continue;
-            };
-            let issue = match proto::GraphDef::decode(bytes.as_slice()) {
-                Err(e) => Issue::error(
-                    "default_model_filename",
-                    format!(
-                        "unable to load model '{}', {}: the GraphDef does not parse: {e}",
-                        config.name,
-                        dir.join(file).display()
-                    ),
+    let savedmodel = config.platform == SAVEDMODEL;
+    if savedmodel && (config.input.is_empty() || config.output.is_empty()) {
+        // Auto-complete fills them from the signature; the load compares
+        // the completed config with it.
+        return Vec::new();
+    }
+    let (what, read): (&str, fn(&Path) -> std::path::PathBuf) = if savedmodel {
+        ("saved_model.pb", |p| p.join("saved_model.pb"))
+    } else {
+        ("the GraphDef", Path::to_path_buf)
+    };
+    let mut out = Vec::new();
+    for dir in version_dirs {
+        let path = read(&dir.join(file));
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let unparsed = |e: prost::DecodeError| {
+            Issue::error(
+                "default_model_filename",
+                format!(
+                    "unable to load model '{model}', {}: {what} does not parse: {e}",
+                    path.display()
                 ),
-                Ok(graph) => match check_graph_names(config, &graph) {
-                    Ok(()) => continue,
-                    Err(e) => Issue::error("input", e),
-                },
-            };
+            )
+        };
+        let checked = if savedmodel {
+            proto::SavedModel::decode(bytes.as_slice())
+                .map_err(unparsed)
+                .and_then(|saved| {
+                    served_signature(&saved, &settings, model)
+                        .and_then(|sig| check_signature(config, sig))
+                        .map_err(|e| Issue::error("input", e))
+                })
+        } else {
+            proto::GraphDef::decode(bytes.as_slice())
+                .map_err(unparsed)
+                .and_then(|graph| {
+                    check_graph_names(config, &graph).map_err(|e| Issue::error("input", e))
+                })
+        };
+        if let Err(issue) = checked {
             if !out.contains(&issue) {
                 out.push(issue);
             }
-        }
-        return out;
-    }
-    if config.input.is_empty() || config.output.is_empty() {
-        // Auto-complete fills them from the signature; the load compares
-        // the completed config with it.
-        return out;
-    }
-    let settings = TfSettings::from_config(config).unwrap_or_default();
-    for dir in version_dirs {
-        let pb = dir.join(file).join("saved_model.pb");
-        let Ok(bytes) = std::fs::read(&pb) else {
-            continue;
-        };
-        let issue = match proto::SavedModel::decode(bytes.as_slice()) {
-            Err(e) => Issue::error(
-                "default_model_filename",
-                format!(
-                    "unable to load model '{}', {}: saved_model.pb does not parse: {e}",
-                    config.name,
-                    pb.display()
-                ),
-            ),
-            Ok(saved) => {
-                let checked = proto::meta_graph(&saved, settings.tag(), &config.name)
-                    .and_then(|m| {
-                        proto::pick_signature(m, settings.signature.as_deref(), &config.name)
-                    })
-                    .and_then(|(_, sig)| check_signature(config, sig));
-                match checked {
-                    Ok(()) => continue,
-                    Err(e) => Issue::error("input", e),
-                }
-            }
-        };
-        if !out.contains(&issue) {
-            out.push(issue);
         }
     }
     out
@@ -413,9 +421,9 @@ fn check_graph_names(
             ));
         }
     }
-    for o in &config.output {
-        if !matches!(op_of(&o.name), Some(op) if op != "Placeholder") {
-            return Err(unknown_output(&o.name));
+    for name in fetched_names(config) {
+        if !matches!(op_of(&name), Some(op) if op != "Placeholder") {
+            return Err(unknown_output(&name));
         }
     }
     Ok(())
@@ -456,6 +464,27 @@ fn graph_output(graph: &capi::Graph, name: &str) -> Option<Output> {
     }
 }
 
+/// Where each of `names` is in the graph (`tensor` gives its `op[:N]`).
+fn bind(
+    graph: &capi::Graph,
+    model: &str,
+    names: Vec<String>,
+    tensor: impl Fn(&str) -> String,
+) -> Result<HashMap<String, Output>> {
+    names
+        .into_iter()
+        .map(|n| {
+            let t = tensor(&n);
+            let out = graph_output(graph, &t).ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "unable to load model '{model}', tensor '{t}' of '{n}' is not in the graph"
+                ))
+            })?;
+            Ok((n, out))
+        })
+        .collect()
+}
+
 impl TfInstance {
     pub fn load(ctx: &LoadContext) -> Result<Self> {
         let config = ctx.config;
@@ -491,77 +520,30 @@ impl TfInstance {
             let (_, sig) = proto::pick_signature(&meta, settings.signature.as_deref(), model)
                 .map_err(Error::invalid_arg)?;
             check_signature(config, sig).map_err(Error::invalid_arg)?;
-            let bind = |map: &std::collections::BTreeMap<String, proto::TensorInfo>,
-                        names: Vec<String>|
-             -> Result<HashMap<String, Output>> {
-                names
-                    .into_iter()
-                    .map(|n| {
-                        let info = &map[&n];
-                        let out = graph_output(&session.graph, &info.name).ok_or_else(|| {
-                            Error::internal(format!(
-                                "unable to load model '{model}', signature tensor '{}' of '{n}' is not in the graph",
-                                info.name
-                            ))
-                        })?;
-                        Ok((n, out))
-                    })
-                    .collect()
-            };
-            let inputs = bind(&sig.inputs, fed_names(config))?;
-            let outputs = fetched_names(config);
-            if let Some(missing) = outputs.iter().find(|n| !sig.outputs.contains_key(*n)) {
-                return Err(Error::invalid_arg(format!(
-                    "unexpected inference output '{missing}', allowed outputs are: {}",
-                    sig.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
-                )));
-            }
-            let outputs = bind(&sig.outputs, outputs)?;
+            let inputs = bind(&session.graph, model, fed_names(config), |n| {
+                sig.inputs[n].name.clone()
+            })?;
+            let outputs = bind(&session.graph, model, fetched_names(config), |n| {
+                sig.outputs[n].name.clone()
+            })?;
             (session, inputs, outputs)
         } else {
             let bytes = std::fs::read(&path).map_err(|e| {
                 Error::unavailable(format!("unable to read '{}': {e}", path.display()))
             })?;
+            // The names as `validate-config` checks them, then the graph
+            // as TensorFlow imports it.
+            let graph_def = proto::GraphDef::decode(bytes.as_slice()).map_err(|e| {
+                Error::invalid_arg(format!(
+                    "unable to load model '{model}', {}: the GraphDef does not parse: {e}",
+                    path.display()
+                ))
+            })?;
+            check_graph_names(config, &graph_def).map_err(Error::invalid_arg)?;
             let graph = capi::Graph::new(api);
             graph.import(&bytes).map_err(tf_error(model))?;
-            let ops = graph.operations();
-            if ops.is_empty() {
-                return Err(Error::invalid_arg(format!(
-                    "model {model} has an empty network"
-                )));
-            }
-            let placeholders: Vec<&str> = ops
-                .iter()
-                .filter(|(_, t)| t == "Placeholder")
-                .map(|(n, _)| n.as_str())
-                .collect();
-            let fed = fed_names(config);
-            if fed.len() > placeholders.len() {
-                return Err(Error::invalid_arg(format!(
-                    "unable to load model '{model}', configuration expects {} inputs, model provides at most {}",
-                    fed.len(),
-                    placeholders.len()
-                )));
-            }
-            let mut inputs = HashMap::new();
-            for name in fed {
-                let op = name.split(':').next().unwrap_or(&name);
-                let out = graph_output(&graph, &name).filter(|_| placeholders.contains(&op));
-                let out = out.ok_or_else(|| {
-                    Error::invalid_arg(format!(
-                        "unexpected inference input '{name}', allowed inputs are: {}",
-                        placeholders.join(", ")
-                    ))
-                })?;
-                inputs.insert(name, out);
-            }
-            let mut outputs = HashMap::new();
-            for name in fetched_names(config) {
-                let op = name.split(':').next().unwrap_or(&name);
-                let out = graph_output(&graph, &name).filter(|_| !placeholders.contains(&op));
-                let out = out.ok_or_else(|| Error::invalid_arg(unknown_output(&name)))?;
-                outputs.insert(name, out);
-            }
+            let inputs = bind(&graph, model, fed_names(config), str::to_string)?;
+            let outputs = bind(&graph, model, fetched_names(config), str::to_string)?;
             // Triton does not compare a GraphDef's types with the config;
             // a mismatch would be read as the wrong type, so it is refused.
             let types = config
@@ -575,19 +557,9 @@ impl TfInstance {
                         .map(|o| ("output", &o.name, o.data_type, &outputs)),
                 );
             for (what, name, data_type, map) in types {
-                let (Some(want), Some(out)) = (DataType::from_config(data_type), map.get(name))
-                else {
-                    continue;
-                };
-                let has = graph.output_type(*out);
-                if tf_type(want) != Some(if has > 100 { has - 100 } else { has }) {
-                    let provides = data_type_of(has)
-                        .map(config_type_name)
-                        .unwrap_or_else(|| tf_type_name(has));
-                    return Err(Error::invalid_arg(format!(
-                        "unable to load model '{model}', configuration expects datatype {} for {what} '{name}', model provides {provides}",
-                        config_type_name(want)
-                    )));
+                let has = graph.output_type(map[name]);
+                if let Some(refusal) = datatype_mismatch(model, what, name, data_type, has) {
+                    return Err(Error::invalid_arg(refusal));
                 }
             }
             let session = Session::new(graph, &proto).map_err(tf_error(model))?;

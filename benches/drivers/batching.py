@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, PA, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds, time_session  # noqa: E402
+from serve import OUT, PA, ROOT, TRTIS, Server, cpu_seconds, get, stat_cpu_seconds, time_session  # noqa: E402
 from make_mlp import make  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 32)
@@ -80,10 +80,16 @@ def perf(server, model, concurrency, client="perf_analyzer"):
     tool = [PA] if client == "perf_analyzer" else [TRTIS, "perf"]
     cmd = [*tool, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
            "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
+    log_path = csv_path[:-len(".csv")] + ".log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        return {"error": f"exit {os.waitstatus_to_exitcode(status)}"}
+        # perf_analyzer's reason: most often that no 3 windows in a row
+        # agreed within 15% (this machine's drift), not a failed request.
+        text = open(log_path).read()
+        why = "unstable" if "Failed to obtain stable measurement" in text else "failed"
+        return {"error": f"{why} (exit {os.waitstatus_to_exitcode(status)}, {os.path.relpath(log_path, ROOT)})"}
     client_cpu = usage.ru_utime + usage.ru_stime
     after, cpu1 = batch_stats(server, model), cpu_seconds(server.proc.pid)
     threads1 = thread_cpu(server.proc.pid)

@@ -41,11 +41,27 @@ fn rows() -> Vec<Row> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// N free ports, distinct from every other this test binary takes: drawn
+/// in turn from below Linux's ephemeral range (32768-60999), so neither
+/// another row's server nor a client connection's source port can take
+/// one between here and the server's bind.
+fn free_ports<const N: usize>() -> [u16; N] {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = 20_000 + (std::process::id() % 500) * 20;
+    let mut ports = [0u16; N];
+    let mut found = 0;
+    while found < N {
+        let port = (start + NEXT.fetch_add(1, Ordering::SeqCst) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports[found] = port;
+            found += 1;
+        }
+    }
+    ports
 }
 
 /// What one `trtis serve` run did: whether it came up (a listener
@@ -59,7 +75,7 @@ struct Run {
 /// Runs `trtis serve --model-store <repo> <base ports> <args>`; stops it
 /// with SIGTERM once a listener answers.
 fn serve(repo: &Path, tmp: &Path, args: &[String]) -> Run {
-    let ports = [free_port(), free_port(), free_port()];
+    let ports = free_ports::<3>();
     let fill = |s: &str| {
         s.replace("{repo}", &repo.display().to_string())
             .replace("{tmp}", &tmp.display().to_string())
@@ -160,9 +176,10 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]"#,
     } else {
         serve(&repo, tmp.path(), &args)
     };
+    // (Whether a listener answered: a flake's first clue.)
     let what = format!(
-        "{args:?}: {} -> {:?}\n{}",
-        row.outcome, run.code, run.output
+        "{args:?}: {} -> {:?} (a listener answered: {})\n{}",
+        row.outcome, run.code, run.started, run.output
     );
     if run.output.contains("unexpected argument") {
         return Some(format!("clap does not know it: {what}"));

@@ -1468,7 +1468,12 @@ def h2_send_until_refused(port: int, parts) -> H2Answer:
                 ans.frames.append(f)
                 buf = buf[9 + n:]
                 if f[0] == SETTINGS and not f[1] & 1:
-                    s.sendall(h2_frame(SETTINGS, 1, 0))
+                    try:
+                        s.sendall(h2_frame(SETTINGS, 1, 0))
+                    except (ConnectionResetError, BrokenPipeError):
+                        # The server hung up after its SETTINGS (a refusal).
+                        ans.reset = True
+                        return
             wait = 0
 
     try:

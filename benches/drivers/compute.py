@@ -29,13 +29,12 @@ Run it with scripts/bench.sh compute. Results: target/bench/compute-bench.md.
 """
 import os
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve import OUT, ROOT, Server, cpu_seconds  # noqa: E402
 from batching import histogram, mlp_repository, perf  # noqa: E402
-from triton import Triton, TritonUnavailable, triton_settings  # noqa: E402
+from triton import Triton, TritonUnavailable, run_setup, triton_settings  # noqa: E402
 
 CONCURRENCY = tuple(int(c) for c in os.environ.get("TRTIS_BENCH_COMPUTE_C", "1,2,4,8,16,32").split(","))
 TAKES = int(os.environ.get("TRTIS_BENCH_COMPUTE_TAKES", "3"))
@@ -43,17 +42,6 @@ MLP = "mlp_dyn"
 CLASSIFIER = "efficientnet_lite0"
 MODELS = tuple(os.environ.get("TRTIS_BENCH_COMPUTE_MODELS", f"{MLP},{CLASSIFIER}").split(","))
 BATCHING = "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 100 }\n"
-
-
-def setup_ort():
-    """scripts/setup-triton-ort.sh (idempotent; quick once built)."""
-    done = subprocess.run(["bash", os.path.join(ROOT, "scripts/setup-triton-ort.sh")],
-                          capture_output=True, text=True, timeout=1800)
-    sys.stdout.write(done.stdout)
-    if done.returncode != 0:
-        sys.stdout.write(done.stderr)
-        why = [line for line in done.stderr.splitlines() if line.strip()]
-        raise TritonUnavailable(why[-1] if why else f"scripts/setup-triton-ort.sh exited {done.returncode}")
 
 
 def repository():
@@ -69,20 +57,17 @@ def ratio(a, b):
 def main():
     try:
         settings = triton_settings()
-        setup_ort()
+        run_setup("scripts/setup-triton-ort.sh", timeout=1800)
     except TritonUnavailable as e:
         sys.exit(f"compute: Triton is not available here: {e}")
     repo = repository()
-    os.makedirs(OUT, exist_ok=True)
     trtis = Server(repo, 18800, args=["--model-control-mode", "explicit",
                                       *(f"--load-model={m}" for m in MODELS)])
     triton = Triton(settings, repo, 18810, MODELS, os.path.join(OUT, "compute-triton.log"))
     servers = {"trtis": trtis, "Triton": triton}
     # results[(model, c)] = [{"trtis": run, "Triton": run} per take]
     results = {}
-    # CPU seconds the idle server took: keyed by whether trtis was measured
-    # (True: Triton idle; False: trtis idle).
-    idle_cpu = {False: 0.0, True: 0.0}
+    idle_cpu = {"trtis": 0.0, "Triton": 0.0}  # CPU seconds each took while the other was measured
     try:
         for model in MODELS:
             for c in CONCURRENCY:
@@ -91,11 +76,10 @@ def main():
                     order = ("Triton", "trtis") if take % 2 == 0 else ("trtis", "Triton")
                     runs = {}
                     for name in order:
-                        # The idle server's CPU while the other is measured.
-                        other = servers["Triton" if name == "trtis" else "trtis"]
-                        idle0 = cpu_seconds(other.proc.pid)
+                        other = "Triton" if name == "trtis" else "trtis"
+                        idle0 = cpu_seconds(servers[other].proc.pid)
                         runs[name] = perf(servers[name], model, c)
-                        idle_cpu[name == "trtis"] += cpu_seconds(other.proc.pid) - idle0
+                        idle_cpu[other] += cpu_seconds(servers[other].proc.pid) - idle0
                     takes.append(runs)
                     a, b = runs["trtis"], runs["Triton"]
                     if "error" in a or "error" in b:
@@ -156,8 +140,8 @@ def main():
                             + (f" ({left} of {TAKES} takes not measured: perf_analyzer's reason in the log)"
                                if left else ""))
         lines.append("")
-    lines += [f"CPU the idle server took while the other was measured, in all: trtis {idle_cpu[False]:.2f} s, "
-              f"Triton {idle_cpu[True]:.2f} s.", "", "## Targets (each take counted)", ""] + verdicts
+    lines += [f"CPU the idle server took while the other was measured, in all: trtis {idle_cpu['trtis']:.2f} s, "
+              f"Triton {idle_cpu['Triton']:.2f} s.", "", "## Targets (each take counted)", ""] + verdicts
     report = "\n".join(lines)
     print(report)
     open(os.path.join(OUT, "compute-bench.md"), "w").write(report + "\n")

@@ -18,22 +18,28 @@ class TritonUnavailable(Exception):
     pass
 
 
+def run_setup(script, timeout):
+    """Runs a setup script of the project (idempotent), echoing what it
+    prints; TritonUnavailable with its last error line when it fails."""
+    try:
+        done = subprocess.run(["bash", os.path.join(ROOT, script)], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TritonUnavailable(f"{script} took over {timeout // 60} minutes")
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        sys.stdout.write(done.stderr)
+        why = [line for line in done.stderr.splitlines() if line.strip()]
+        raise TritonUnavailable(why[-1] if why else f"{script} exited {done.returncode}")
+
+
 def triton_settings():
     """Runs scripts/setup-triton.sh (idempotent; quick once done) and reads
     the target/bench/triton.env it writes."""
     if os.environ.get("TRTIS_BENCH_NO_TRITON") == "1":
         raise TritonUnavailable("skipped: TRTIS_BENCH_NO_TRITON=1")
-    script = os.path.join(ROOT, "scripts/setup-triton.sh")
     print("setting up Triton for the reference (scripts/setup-triton.sh)", flush=True)
-    try:
-        done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        raise TritonUnavailable("scripts/setup-triton.sh took over 15 minutes")
-    sys.stdout.write(done.stdout)
-    if done.returncode != 0:
-        sys.stdout.write(done.stderr)
-        why = [line for line in done.stderr.splitlines() if line.strip()]
-        raise TritonUnavailable(why[-1] if why else f"scripts/setup-triton.sh exited {done.returncode}")
+    run_setup("scripts/setup-triton.sh", timeout=900)
     settings = {}
     for line in open(os.path.join(OUT, "triton.env")):
         if line.strip() and not line.startswith("#"):

@@ -64,6 +64,20 @@ fn the_examples_run_against_the_example_repository() {
         assert_eq!(stderr(&out), "", "{args:?}");
     }
 
+    // The text models are served through the OpenAI-compatible API and
+    // the generate extension.
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200, "{models}");
+    for name in ["text_generator", "text_embedding"] {
+        assert!(models.contains(&format!(r#""id":"{name}""#)), "{models}");
+    }
+    let (status, answer) = server.post(
+        "/v2/models/text_generator/generate",
+        r#"{"text_input": "The client sends", "max_tokens": 3, "temperature": 0}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["num_output_tokens"], 3, "{answer}");
+
     let out = run("stream_client", &["-u", &grpc]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(

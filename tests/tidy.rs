@@ -98,6 +98,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cache", &[]),
     ("custom_metrics", &[]),
     ("responder", &[]),
+    ("openai", &["config"]),
     (
         "backend",
         &[
@@ -156,6 +157,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "latency_metrics",
             "metrics_settings",
             "memory",
+            "openai",
             "logging",
         ],
     ),
@@ -207,6 +209,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "shm",
             "trace",
             "metrics",
+            "openai",
             "logging",
         ],
     ),

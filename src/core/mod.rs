@@ -19,6 +19,7 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_settings;
+pub mod openai;
 pub mod protocol;
 pub mod rate_limit;
 pub mod remote;

@@ -213,6 +213,13 @@ pub struct Args {
     #[arg(long, env = "TRTIS_HTTP_PORT", default_value_t = 8000, help_heading = HTTP)]
     pub http_port: u16,
 
+    /// trtis: serve the OpenAI-compatible API (`/v1/models`,
+    /// `/v1/completions`, `/v1/chat/completions`, `/v1/embeddings`) on this
+    /// port of --http-address instead of the HTTP port (Triton's OpenAI
+    /// frontend uses 9000). Without it they are on the HTTP port.
+    #[arg(long, env = "TRTIS_OPENAI_PORT", help_heading = HTTP)]
+    pub openai_port: Option<u16>,
+
     /// Bind the HTTP port with SO_REUSEPORT, so several servers can share it.
     #[arg(long, env = "TRTIS_REUSE_HTTP_PORT", default_value = "false", value_parser = triton_bool, num_args = 0..=1, default_missing_value = "true", help_heading = HTTP)]
     pub reuse_http_port: bool,
@@ -626,6 +633,11 @@ impl Args {
         }
         if self.response_cache_byte_size.is_some() && !self.cache_config.is_empty() {
             return Err("Incompatible flags --response-cache-byte-size and --cache-config both provided. Please provide one or the other.".into());
+        }
+        if self.openai_port.is_some() && !self.allow_http {
+            return Err(
+                "--openai-port needs the HTTP service, which --allow-http=false turns off".into(),
+            );
         }
         if self.allow_sagemaker {
             return Err("--allow-sagemaker=true: trtis has no SageMaker endpoint (/ping, /invocations); serve the KServe v2 API (--allow-http) behind SageMaker's container contract instead".into());

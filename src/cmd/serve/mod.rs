@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use trtis::core::frontend::forward::HeaderForward;
 use trtis::core::frontend::grpc::GrpcService;
-use trtis::core::frontend::http::{router, AppState};
+use trtis::core::frontend::http::AppState;
 use trtis::core::frontend::restrict::{GrpcRestrictLayer, Restrictions};
 use trtis::core::frontend::tls::{TlsFiles, TlsListener};
 use trtis::core::repository::ControlMode;
@@ -578,48 +578,65 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             Ok(l) => l,
             Err(code) => return code,
         };
-        let mut app = router(AppState {
+        let state = AppState {
             engine: engine.clone(),
             max_input_size: args.http_max_input_size as usize,
-        });
-        if let Some(forward) = front.http_forward.clone() {
-            app = app.layer(axum::Extension(std::sync::Arc::new(forward)));
+        };
+        let mut apps = vec![(
+            listener,
+            trtis::core::frontend::http::router_with(state.clone(), args.openai_port.is_none()),
+        )];
+        if let Some(port) = args.openai_port {
+            // The OpenAI API on a port of its own, with the HTTP port's TLS,
+            // restrictions, header forwarding and connection bounds.
+            let listener = match bind("OpenAI API service", &args.http_address, port, false).await {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
+            apps.push((listener, trtis::core::frontend::openai::router(state)));
         }
-        if !front.http_rules.is_empty() {
-            app = app.layer(axum::middleware::from_fn_with_state(
-                std::sync::Arc::new(front.http_rules.clone()),
-                trtis::core::frontend::restrict::http_check,
-            ));
-        }
-        let shutdown = stopped(stop_rx.clone());
-        // Slowloris bounds: a header must arrive in time, an idle
-        // connection is closed (core::frontend::http_conn).
-        let limits = trtis::core::frontend::http_conn::ConnLimits::from_secs(
-            args.http_header_timeout_secs,
-            args.http_idle_timeout_secs,
-        );
-        match front.http_tls.clone() {
-            Some(tls) => {
-                let listener = match TlsListener::new(listener, tls) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        log('E', &format!("HTTPS: {e}"));
-                        return ExitCode::from(1);
-                    }
-                };
-                services.push(tokio::spawn(async move {
-                    trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown).await;
-                    Ok(())
-                }));
+        for (listener, mut app) in apps {
+            if let Some(forward) = front.http_forward.clone() {
+                app = app.layer(axum::Extension(std::sync::Arc::new(forward)));
             }
-            None => {
-                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                services.push(tokio::spawn(async move {
-                    trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown).await;
-                    Ok(())
-                }));
+            if !front.http_rules.is_empty() {
+                app = app.layer(axum::middleware::from_fn_with_state(
+                    std::sync::Arc::new(front.http_rules.clone()),
+                    trtis::core::frontend::restrict::http_check,
+                ));
+            }
+            let shutdown = stopped(stop_rx.clone());
+            // Slowloris bounds: a header must arrive in time, an idle
+            // connection is closed (core::frontend::http_conn).
+            let limits = trtis::core::frontend::http_conn::ConnLimits::from_secs(
+                args.http_header_timeout_secs,
+                args.http_idle_timeout_secs,
+            );
+            match front.http_tls.clone() {
+                Some(tls) => {
+                    let listener = match TlsListener::new(listener, tls) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            log('E', &format!("HTTPS: {e}"));
+                            return ExitCode::from(1);
+                        }
+                    };
+                    services.push(tokio::spawn(async move {
+                        trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown)
+                            .await;
+                        Ok(())
+                    }));
+                }
+                None => {
+                    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
+                    services.push(tokio::spawn(async move {
+                        trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown)
+                            .await;
+                        Ok(())
+                    }));
+                }
             }
         }
     }

@@ -390,7 +390,9 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         let known = backend_parameters(&config.backend);
         for key in config.parameters.keys() {
             let session_entry = config.backend == "onnxruntime" && key.starts_with("session.");
-            if !known.contains(&key.as_str()) && !session_entry {
+            // The server's own (core::openai), for any backend.
+            let server_key = key.starts_with("openai_");
+            if !known.contains(&key.as_str()) && !session_entry && !server_key {
                 hint(
                     &mut out,
                     format!("parameters[\"{key}\"]"),

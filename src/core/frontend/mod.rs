@@ -1,15 +1,20 @@
 //! Network frontends over the one `Engine`: the KServe v2 HTTP/REST API
 //! (`http`) and Triton's gRPC service (`grpc`), and the legacy TRTIS v1 API
-//! beside each (`http::v1`, `grpc_v1`) on the same ports. Each maps
+//! beside each (`http::v1`, `grpc_v1`) on the same ports; the
+//! OpenAI-compatible API (`openai`) on the HTTP port or its own. `answers`
+//! is a request's responses as a stream, for the routes that stream over
+//! HTTP. Each maps
 //! `ErrorKind` to its protocol's status in one table. `tls` and `restrict`
 //! are what both listeners may put in front: TLS, and Triton's restricted
 //! APIs.
 
+pub mod answers;
 pub mod forward;
 pub mod grpc;
 pub mod grpc_v1;
 pub mod http;
 pub mod http_conn;
+pub mod openai;
 pub mod restrict;
 pub mod tls;
 

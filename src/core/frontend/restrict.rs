@@ -134,7 +134,7 @@ pub fn http_apis(path: &str) -> &'static [Api] {
                 ["ready"] => &[Api::Health],
                 ["config"] => &[Api::ModelConfig],
                 ["stats"] => &[Api::Statistics],
-                ["infer"] => &[Api::Inference],
+                ["infer" | "generate" | "generate_stream"] => &[Api::Inference],
                 ["trace", "setting"] => &[Api::Trace],
                 _ => &[],
             }
@@ -143,6 +143,9 @@ pub fn http_apis(path: &str) -> &'static [Api] {
         ["v2", "repository", ..] => &[Api::ModelRepository],
         ["v2", "trace", ..] => &[Api::Trace],
         ["v2", "logging"] => &[Api::Logging],
+        // The OpenAI API, grouped as Triton's OpenAI frontend groups it.
+        ["v1", "models", ..] => &[Api::ModelRepository],
+        ["v1", "completions" | "chat" | "embeddings", ..] => &[Api::Inference],
         ["api", "health", ..] => &[Api::Health],
         ["api", "status", ..] => &[Api::Metadata, Api::ModelConfig, Api::Statistics],
         ["api", "infer", ..] => &[Api::Inference],
@@ -289,6 +292,14 @@ mod tests {
             &[Api::Inference]
         );
         assert_eq!(http_apis("/v2/models/m/ready"), &[Api::Health]);
+        assert_eq!(http_apis("/v2/models/m/generate"), &[Api::Inference]);
+        assert_eq!(
+            http_apis("/v2/models/m/versions/2/generate_stream"),
+            &[Api::Inference]
+        );
+        assert_eq!(http_apis("/v1/chat/completions"), &[Api::Inference]);
+        assert_eq!(http_apis("/v1/embeddings"), &[Api::Inference]);
+        assert_eq!(http_apis("/v1/models/m"), &[Api::ModelRepository]);
         assert_eq!(http_apis("/v2/models/m"), &[Api::Metadata]);
         assert_eq!(http_apis("/v2/models/stats"), &[Api::Statistics]);
         assert_eq!(http_apis("/v2/repository/index"), &[Api::ModelRepository]);

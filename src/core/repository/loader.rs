@@ -49,6 +49,8 @@ pub struct LoadedModel {
     /// Batch inputs, scattered outputs and ragged inputs (the engine
     /// checks requests against them).
     pub batch_io: BatchIo,
+    /// What it serves of the OpenAI API (its `openai_*` parameters).
+    pub openai: Option<Arc<crate::core::openai::OpenAiModel>>,
 }
 
 impl LoadedModel {
@@ -165,6 +167,9 @@ pub(super) fn load_version(
     let latency = crate::core::latency_metrics::LatencyMetrics::for_model(&opts.metrics, config);
     let stats = Arc::new(ModelStats::with_latency(latency));
     let name = id.name.as_str();
+    let openai = crate::core::openai::OpenAiModel::from_config(config, model_dir)
+        .map_err(|e| Error::invalid_arg(format!("model '{name}': {}", e.message)))?
+        .map(Arc::new);
     if config.platform == ENSEMBLE_PLATFORM {
         return Ok(LoadedModel {
             generation: next_generation(),
@@ -180,6 +185,7 @@ pub(super) fn load_version(
             stats,
             labels: labels.clone(),
             batch_io: Default::default(),
+            openai,
         });
     }
     // nv_model_load_duration_secs: the backend model and its instances
@@ -314,6 +320,7 @@ pub(super) fn load_version(
         stats,
         labels: labels.clone(),
         batch_io: io,
+        openai,
     })
 }
 

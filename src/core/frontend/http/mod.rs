@@ -1,6 +1,7 @@
 //! The KServe v2 HTTP/REST API with Triton's routes and extensions (binary
 //! tensor data, classification, model configuration, statistics, model
-//! repository). A thin adapter: parse, call the engine, encode.
+//! repository, `generate` and its Server-Sent Events stream). A thin
+//! adapter: parse, call the engine, encode.
 
 use std::collections::HashMap;
 
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 
 mod admin;
 mod encoding;
+mod generate;
 pub mod v1;
 
 use crate::core::engine::{Engine, TensorMetadata};
@@ -96,10 +98,17 @@ pub fn metrics_router(engine: Engine) -> Router {
         .with_state(engine)
 }
 
-/// The router: every route Triton serves that trtis implements, and the
-/// legacy v1 API's (`v1`).
+/// The router: every route Triton serves that trtis implements, the
+/// legacy v1 API's (`v1`) and the OpenAI-compatible API's
+/// (`frontend::openai`).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    router_with(state, true)
+}
+
+/// The router, with the OpenAI API's routes or without them (they have a
+/// port of their own: `--openai-port`).
+pub fn router_with(state: AppState, openai: bool) -> Router {
+    let routes = Router::new()
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         .route("/v2", get(server_metadata))
@@ -124,6 +133,19 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
+        .route("/v2/models/{model}/generate", post(generate::generate))
+        .route(
+            "/v2/models/{model}/versions/{version}/generate",
+            post(generate::generate),
+        )
+        .route(
+            "/v2/models/{model}/generate_stream",
+            post(generate::generate_stream),
+        )
+        .route(
+            "/v2/models/{model}/versions/{version}/generate_stream",
+            post(generate::generate_stream),
+        )
         .route("/v2/systemsharedmemory/status", get(shm_status))
         .route(
             "/v2/systemsharedmemory/region/{region}/status",
@@ -167,7 +189,13 @@ pub fn router(state: AppState) -> Router {
             "/v2/repository/models/{model}/unload",
             post(repository_unload),
         )
-        .merge(v1::routes())
+        .merge(v1::routes());
+    let routes = if openai {
+        routes.merge(super::openai::routes())
+    } else {
+        routes
+    };
+    routes
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,

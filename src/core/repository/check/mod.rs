@@ -481,6 +481,9 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
             ));
         }
     }
+    if let Err(e) = crate::core::openai::OpenAiModel::from_config(config, &m.dir.path) {
+        m.push(Issue::error(format!("parameters[{:?}]", e.key), e.message));
+    }
     for (i, warmup) in config.model_warmup.iter().enumerate() {
         for (input, spec) in &warmup.inputs {
             if let Some(InputDataType::InputDataFile(file)) = &spec.input_data_type {

@@ -15,7 +15,8 @@ max_tokens, stop, temperature, seed and echo reaching the model; the chat
 template; bad input in OpenAI's error shape (malformed JSON, unknown
 model, a model that did not opt in, n > 1, unknown fields, a template that
 refuses the messages); a client that disconnects mid-stream cancels the
-request and the pending gauge returns to 0.
+request and the pending gauge returns to 0; a wrong opt-in (`openai_*`
+parameters) found alike by validate-config and serve.
 
 Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest \
      tests/python/test_openai.py -q
@@ -28,6 +29,7 @@ import json
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import urllib.request
 
@@ -42,6 +44,7 @@ from trtis_harness import (
     free_port,
     running_server_with_metrics,
     stream_client_for,
+    trtis_bin,
     wait_for,
 )
 
@@ -269,3 +272,32 @@ def test_the_api_on_a_port_of_its_own(repo):
         # Not on the HTTP port then.
         status, _, _ = server.request("GET", "/v1/models")
         assert status == 404
+
+
+def test_validate_config_and_serve_agree_on_a_bad_opt_in(tmp_path):
+    repo = tmp_path / "models"
+    repo.mkdir()
+    cases = {
+        "no_such_output": ("openai_text_output", "nope", "openai_text_output names 'nope', which is not an output of the model"),
+        "no_template": ("openai_chat_template", "missing.jinja", "cannot read chat template 'missing.jinja'"),
+        "bad_key": ("openai_chat_templte", "x", "unknown OpenAI API parameter 'openai_chat_templte'"),
+    }  # fmt: skip
+    for name, (key, value, _) in cases.items():
+        shutil.copytree(EXAMPLES / "text_generator", repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        config = (repo / name / "config.pbtxt").read_text().replace('name: "text_generator"', f'name: "{name}"')
+        config = re.sub(rf'parameters {{ key: "{key[:20]}[^"]*".*\n', "", config)
+        config += f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
+        (repo / name / "config.pbtxt").write_text(config)
+    out = subprocess.run([str(trtis_bin()), "validate-config", str(repo)], capture_output=True, text=True)
+    assert out.returncode == 1, out.stdout + out.stderr
+    for name, (_, _, message) in cases.items():
+        assert any(name in line and message in line for line in out.stdout.splitlines()), (name, out.stdout)
+    for server in running_server_with_metrics(
+        repo, args=["--python", sys.executable, "--exit-on-error=false", "--strict-readiness=false"], name="bad opt-in server"
+    ):
+        status, _, body = server.post_json("/v2/repository/index", {})
+        assert status == 200
+        index = {m["name"]: m for m in json.loads(body)}
+        for name, (_, _, message) in cases.items():
+            assert index[name]["state"] == "UNAVAILABLE", index[name]
+            assert message in index[name]["reason"], index[name]

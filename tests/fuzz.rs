@@ -7,6 +7,8 @@
 //! - the gRPC request conversion (`grpc_convert::infer_request`): generated
 //!   `ModelInferRequest`s (an oracle for what it accepts), and bytes decoded
 //!   through prost (arbitrary, or mutated encodings);
+//! - Triton's generate bodies (`protocol::generate::parse_request`): valid
+//!   ones (an oracle: the tensor and the parameters) and byte mutations;
 //! - `config.pbtxt` (`parse_config`): text generated from the schema's
 //!   descriptors (an oracle: the expected config and every field's line and
 //!   column), hostile generated text, and token-level mutations of the
@@ -1128,6 +1130,100 @@ fn fuzz_kserve_byte_mutations() {
             }
             let parsed = stats.parse(body.len(), || parse_request(&body, header, &config))?;
             check_hostile(&body, &parsed)
+        },
+    );
+}
+
+/// A model with one input of every datatype (`in_<DATATYPE>`, dims `[-1]`,
+/// batching), for Triton's generate bodies.
+fn generate_model() -> ModelConfig {
+    ModelConfig {
+        name: "g".into(),
+        max_batch_size: 4,
+        input: DataType::ALL
+            .iter()
+            .map(|dt| ModelInput {
+                name: format!("in_{}", dt.name()),
+                data_type: dt.to_config() as i32,
+                dims: vec![-1],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A parameter's value as the generate body carries it.
+fn generate_parameter() -> BoxedStrategy<Value> {
+    prop_oneof![
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        (-1e9f64..1e9).prop_map(|x| Value::from(x + 0.5)),
+        text(8).prop_map(Value::from),
+    ]
+    .boxed()
+}
+
+/// Triton's generate bodies (`protocol::generate::parse_request`): an input
+/// of a datatype given as a scalar or a 1-D array, and parameters at the top
+/// level and under `parameters`. An oracle for the valid body (the tensor's
+/// bytes and shape `[1, n]`, every parameter), then byte mutations of it:
+/// no panic, within the budgets, Ok or an error with a message.
+#[test]
+fn fuzz_generate_bodies() {
+    use trtis::core::protocol::generate::parse_request as parse_generate;
+    let config = generate_model();
+    let strategy = prop::sample::select(DataType::ALL.to_vec())
+        .prop_flat_map(|dt| (Just(dt), prop::collection::vec(element(dt), 1..5)))
+        .prop_flat_map(|(dt, elements)| {
+            (
+                Just(dt),
+                Just(elements),
+                prop::collection::btree_map("p_[a-z]{1,6}", generate_parameter(), 0..4),
+                prop::collection::btree_map("q_[a-z]{1,6}", generate_parameter(), 0..3),
+                prop::collection::vec(byte_edit(JSON_DICTIONARY.len()), 1..8),
+            )
+        });
+    fuzz(
+        "generate_bodies",
+        1500,
+        strategy,
+        |(dt, elements, top, nested, edits), stats| {
+            let name = format!("in_{}", dt.name());
+            let mut doc = Map::new();
+            let values: Vec<Value> = elements.iter().map(|(v, _)| v.clone()).collect();
+            doc.insert(
+                name.clone(),
+                if values.len() == 1 {
+                    values[0].clone()
+                } else {
+                    Value::Array(values)
+                },
+            );
+            doc.extend(top.clone());
+            if !nested.is_empty() {
+                doc.insert(
+                    "parameters".into(),
+                    Value::Object(nested.clone().into_iter().collect()),
+                );
+            }
+            let body = serde_json::to_vec(&Value::Object(doc)).unwrap();
+            let parsed = stats.parse(body.len(), || parse_generate(&body, &config, 1 << 20))?;
+            let request = parsed.map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(request.inputs.len(), 1);
+            let t = &request.inputs[0];
+            prop_assert_eq!(&t.name, &name);
+            prop_assert_eq!(&t.shape, &vec![1, elements.len() as i64]);
+            let data: Vec<u8> = elements.iter().flat_map(|(_, b)| b.clone()).collect();
+            prop_assert_eq!(&t.data, &data);
+            for (k, v) in top.iter().chain(nested.iter()) {
+                prop_assert_eq!(request.parameters.get(k), Some(v), "parameter {}", k);
+            }
+            let mut mutated = body.clone();
+            apply_byte_edits(&mut mutated, &edits, JSON_DICTIONARY);
+            let parsed =
+                stats.parse(mutated.len(), || parse_generate(&mutated, &config, 1 << 20))?;
+            has_message(&parsed)
         },
     );
 }

@@ -1,9 +1,10 @@
 """Header forwarding (`--http-header-forward-pattern`,
 `--grpc-header-forward-pattern`): headers whose names match the regex, in
 any case, reach the model as string request parameters, through
-tritonclient's `headers=` over HTTP, unary gRPC and gRPC streaming. The
-probe model (tests/fixtures/python/probe) answers with the parameters it
-saw.
+tritonclient's `headers=` over HTTP, unary gRPC and gRPC streaming, and
+plain HTTP on the generate routes and the OpenAI API. The probe model
+(tests/fixtures/python/probe) answers with the parameters it saw; a copy
+of it opts into the OpenAI API (its INFO output as the completion text).
 
 Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest tests/python/test_header_forward.py -q
 """
@@ -33,6 +34,13 @@ def repo(tmp_path_factory):
     repo = (tmp_path_factory.mktemp("forward") / "models").resolve()
     repo.mkdir(parents=True)
     shutil.copytree(PROBE, repo / "probe", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PROBE, repo / "probe_openai", ignore=shutil.ignore_patterns("__pycache__"))
+    config = repo / "probe_openai" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace('name: "probe"', 'name: "probe_openai"')
+        + 'parameters { key: "openai_text_input" value: { string_value: "IN" } }\n'
+        + 'parameters { key: "openai_text_output" value: { string_value: "INFO" } }\n'
+    )
     return repo
 
 
@@ -76,6 +84,28 @@ def test_http_headers_that_match_reach_the_model(server):
     # A parameter the request sets wins over the header.
     assert params["x-forward-team"] == "from the request"
     assert "x-other" not in params
+
+
+def test_generate_and_openai_routes_forward_too(server):
+    for path in ("/v2/models/probe/generate", "/v2/models/probe/generate_stream"):
+        status, _, body = server.post_json(
+            path, {"IN": "x", "x-forward-team": "from the request"}, headers=HEADERS
+        )
+        assert status == 200, body
+        text = body.decode()
+        doc = json.loads(text[len("data: ") :] if text.startswith("data: ") else text)
+        params = json.loads(json.loads(doc["INFO"])["parameters"])
+        assert params["x-forward-user"] == "alice"
+        assert params["x-forward-team"] == "from the request"
+        assert "x-other" not in params
+    status, _, body = server.post_json(
+        "/v1/completions", {"model": "probe_openai", "prompt": "x", "max_tokens": 3}, headers=HEADERS
+    )
+    assert status == 200, body
+    params = json.loads(json.loads(json.loads(body)["choices"][0]["text"])["parameters"])
+    assert params["x-forward-user"] == "alice" and params["x-forward-team"] == "infra"
+    # The request's own parameters win.
+    assert params["max_tokens"] == 3
 
 
 def test_grpc_metadata_that_matches_reaches_the_model(server):

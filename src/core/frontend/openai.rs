@@ -32,7 +32,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::answers::{answers, Answers};
-use super::http::{status_of, AppState};
+use super::http::{forward_headers, status_of, AppState, Forward};
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::openai::OpenAiModel;
 use crate::core::protocol::generate::bytes_input;
@@ -577,9 +577,9 @@ struct Job {
     echo: bool,
 }
 
-async fn run(s: AppState, job: Job) -> OaiResult<Response> {
+async fn run(s: AppState, job: Job, headers: &HeaderMap, forward: Forward) -> OaiResult<Response> {
     let text_input = &job.spec.text_input;
-    let request = InferRequest {
+    let mut request = InferRequest {
         inputs: vec![bytes_input(
             &job.model.config,
             text_input,
@@ -588,6 +588,8 @@ async fn run(s: AppState, job: Job) -> OaiResult<Response> {
         parameters: job.sampling.parameters.clone(),
         ..Default::default()
     };
+    // --http-header-forward-pattern: matching headers become parameters.
+    forward_headers(forward, headers, &mut request.parameters);
     let mut stream = answers(s.engine.clone(), Arc::clone(&job.model), request);
     if job.sampling.stream {
         // The first response sets the status: an error before any text is
@@ -722,6 +724,7 @@ fn needs_text(f: &Fields, spec: &OpenAiModel) -> OaiResult<()> {
 async fn completions(
     State(s): State<AppState>,
     headers: HeaderMap,
+    forward: Forward,
     body: Body,
 ) -> OaiResult<Response> {
     let f = read_json(&s, &headers, body).await?;
@@ -773,7 +776,7 @@ async fn completions(
         sampling,
         echo,
     };
-    run(s, job).await
+    run(s, job, &headers, forward).await
 }
 
 /// A message's content as text (a string, or text parts).
@@ -809,6 +812,7 @@ fn message_text(content: &Value) -> OaiResult<String> {
 async fn chat_completions(
     State(s): State<AppState>,
     headers: HeaderMap,
+    forward: Forward,
     body: Body,
 ) -> OaiResult<Response> {
     let f = read_json(&s, &headers, body).await?;
@@ -897,12 +901,13 @@ async fn chat_completions(
         sampling,
         echo: false,
     };
-    run(s, job).await
+    run(s, job, &headers, forward).await
 }
 
 async fn embeddings(
     State(s): State<AppState>,
     headers: HeaderMap,
+    forward: Forward,
     body: Body,
 ) -> OaiResult<Response> {
     let f = read_json(&s, &headers, body).await?;
@@ -965,11 +970,14 @@ async fn embeddings(
     let runs = inputs.iter().map(|text| {
         let engine = s.engine.clone();
         let model = Arc::clone(&model);
-        let request =
-            bytes_input(&model.config, &spec.text_input, text.as_bytes()).map(|t| InferRequest {
+        let request = bytes_input(&model.config, &spec.text_input, text.as_bytes()).map(|t| {
+            let mut r = InferRequest {
                 inputs: vec![t],
                 ..Default::default()
-            });
+            };
+            forward_headers(forward.clone(), &headers, &mut r.parameters);
+            r
+        });
         async move {
             let mut stream = answers(engine, model, request?);
             match stream.next().await {

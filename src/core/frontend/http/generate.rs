@@ -15,11 +15,14 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
-use super::{model_and_version, status_of, ApiBody, ApiError, ApiResult, AppState, Params};
+use super::{
+    forward_headers, model_and_version, status_of, ApiBody, ApiError, ApiResult, AppState, Forward,
+    Params,
+};
 use crate::core::error::{Error, Result};
 use crate::core::frontend::answers::answers;
 use crate::core::protocol::generate::{error_json, parse_request, response_json};
@@ -62,11 +65,14 @@ fn refused(answer: &Result<InferResponse>) -> Option<&Error> {
 pub(super) async fn generate(
     State(s): State<AppState>,
     Params(p): Params,
+    headers: HeaderMap,
+    forward: Forward,
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
     let (name, version) = model_and_version(&p);
     let model = s.engine.model(&name, &version)?;
-    let request = parse_request(&body, &model.config, s.max_input_size)?;
+    let mut request = parse_request(&body, &model.config, s.max_input_size)?;
+    forward_headers(forward, &headers, &mut request.parameters);
     let mut stream = answers(s.engine.clone(), model, request);
     let mut all = Vec::new();
     while let Some(answer) = stream.next().await {
@@ -82,11 +88,14 @@ pub(super) async fn generate(
 pub(super) async fn generate_stream(
     State(s): State<AppState>,
     Params(p): Params,
+    headers: HeaderMap,
+    forward: Forward,
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
     let (name, version) = model_and_version(&p);
     let model = s.engine.model(&name, &version)?;
-    let request = parse_request(&body, &model.config, s.max_input_size)?;
+    let mut request = parse_request(&body, &model.config, s.max_input_size)?;
+    forward_headers(forward, &headers, &mut request.parameters);
     let mut stream = answers(s.engine.clone(), model, request);
     // The first response sets the status; until it comes nothing is sent.
     let first = stream.next().await;

@@ -531,6 +531,24 @@ async fn all_stats(State(s): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "model_stats": stats }))
 }
 
+/// `--http-header-forward-pattern`, when given.
+pub(crate) type Forward = Option<axum::Extension<std::sync::Arc<super::forward::HeaderForward>>>;
+
+/// `--http-header-forward-pattern`: matching headers become parameters
+/// (those the request sets win).
+pub(crate) fn forward_headers(
+    forward: Forward,
+    headers: &HeaderMap,
+    parameters: &mut serde_json::Map<String, Value>,
+) {
+    if let Some(axum::Extension(forward)) = forward {
+        forward.apply(
+            headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+            parameters,
+        );
+    }
+}
+
 /// The largest response compressed on an async worker; a larger one is
 /// compressed on the blocking pool.
 const COMPRESS_INLINE: usize = 64 * 1024;
@@ -539,7 +557,7 @@ async fn infer(
     State(s): State<AppState>,
     Params(p): Params,
     headers: HeaderMap,
-    forward: Option<axum::Extension<std::sync::Arc<super::forward::HeaderForward>>>,
+    forward: Forward,
     body: Body,
 ) -> ApiResult<Response> {
     let coding = match encoding::request_coding(&headers) {
@@ -588,13 +606,7 @@ async fn infer(
             kserve_json::parse_request(&body, None, &model.config)?
         }
     };
-    // --http-header-forward-pattern: matching headers become parameters.
-    if let Some(axum::Extension(forward)) = forward {
-        forward.apply(
-            headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
-            &mut request.parameters,
-        );
-    }
+    forward_headers(forward, &headers, &mut request.parameters);
     s.engine.admit(&request)?;
     let response = s.engine.infer_on(model, request).await?;
     let (pieces, json_len) = kserve_json::build_response(response, &format)?;

@@ -249,6 +249,70 @@ impl Files {
     }
 }
 
+/// What a model sets of its own; the rest follows the global settings,
+/// also when they change later (Triton's per-model trace settings). JSON
+/// `null` clears one of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Overrides {
+    level: Option<Vec<String>>,
+    rate: Option<u64>,
+    count: Option<i64>,
+    log_frequency: Option<u64>,
+}
+
+impl Overrides {
+    /// The global settings with these applied.
+    fn over(&self, global: &TraceSettings) -> TraceSettings {
+        let mut s = global.clone();
+        if let Some(level) = &self.level {
+            s.level = level.clone();
+        }
+        if let Some(rate) = self.rate {
+            s.rate = rate;
+        }
+        if let Some(count) = self.count {
+            s.count = count;
+        }
+        if let Some(f) = self.log_frequency {
+            s.log_frequency = f;
+        }
+        s
+    }
+
+    /// Applies the API's updates: a value (checked as for the global
+    /// settings) sets an override, `None` clears it.
+    fn apply(
+        &mut self,
+        updates: &BTreeMap<String, Option<Vec<String>>>,
+        global: &TraceSettings,
+    ) -> Result<()> {
+        for (key, value) in updates {
+            match value {
+                None => match key.as_str() {
+                    "trace_level" => self.level = None,
+                    "trace_rate" => self.rate = None,
+                    "trace_count" => self.count = None,
+                    "log_frequency" => self.log_frequency = None,
+                    _ => return Err(Error::invalid_arg(format!("unknown trace setting '{key}'"))),
+                },
+                Some(_) => {
+                    // Checked and parsed by the settings' own rules.
+                    let mut s = self.over(global);
+                    s.apply(&BTreeMap::from([(key.clone(), value.clone())]), global)?;
+                    match key.as_str() {
+                        "trace_level" => self.level = Some(s.level),
+                        "trace_rate" => self.rate = Some(s.rate),
+                        "trace_count" => self.count = Some(s.count),
+                        "log_frequency" => self.log_frequency = Some(s.log_frequency),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The tracer of one server.
 #[derive(Default)]
 pub struct Tracer {
@@ -256,7 +320,7 @@ pub struct Tracer {
     /// when tracing is off).
     active: AtomicBool,
     global: Mutex<TraceSettings>,
-    per_model: Mutex<BTreeMap<String, TraceSettings>>,
+    per_model: Mutex<BTreeMap<String, Overrides>>,
     /// Requests seen, for the sampling rate.
     seen: AtomicU64,
     next_id: AtomicU64,
@@ -294,19 +358,19 @@ impl Tracer {
         }
     }
 
-    /// The settings in force for a model (its own, else the global ones), or
-    /// the global ones.
+    /// The settings in force for a model (the global ones with its own
+    /// overrides), or the global ones.
     pub fn settings(&self, model: Option<&str>) -> TraceSettings {
-        if let Some(m) = model {
-            if let Some(s) = self.per_model.lock().unwrap().get(m) {
-                return s.clone();
-            }
+        let global = self.global.lock().unwrap().clone();
+        match model.and_then(|m| self.per_model.lock().unwrap().get(m).cloned()) {
+            Some(o) => o.over(&global),
+            None => global,
         }
-        self.global.lock().unwrap().clone()
     }
 
     /// Applies updates (`None` clears a model's override of that setting,
-    /// as JSON `null` does in Triton) and returns the resulting settings.
+    /// as JSON `null` does in Triton; on the global settings it changes
+    /// nothing) and returns the resulting settings.
     pub fn update(
         &self,
         model: Option<&str>,
@@ -315,27 +379,39 @@ impl Tracer {
         if updates.contains_key("trace_file") {
             return Err(Error::unsupported(FILE_NOT_SETTABLE));
         }
-        let global = self.global.lock().unwrap().clone();
-        let mut s = self.settings(model);
-        s.apply(updates, &global)?;
-        match model {
+        let result = match model {
             Some(m) => {
-                self.per_model
-                    .lock()
-                    .unwrap()
-                    .insert(m.to_string(), s.clone());
+                let global = self.global.lock().unwrap().clone();
+                let mut per_model = self.per_model.lock().unwrap();
+                let mut o = per_model.get(m).cloned().unwrap_or_default();
+                o.apply(updates, &global)?;
+                let s = o.over(&global);
+                if o == Overrides::default() {
+                    per_model.remove(m);
+                } else {
+                    per_model.insert(m.to_string(), o);
+                }
+                s
             }
-            None => *self.global.lock().unwrap() = s.clone(),
-        }
-        let active = self.global.lock().unwrap().timestamps()
+            None => {
+                let mut global = self.global.lock().unwrap();
+                let mut s = global.clone();
+                let fallback = s.clone();
+                s.apply(updates, &fallback)?;
+                *global = s.clone();
+                s
+            }
+        };
+        let global = self.global.lock().unwrap().clone();
+        let active = global.timestamps()
             || self
                 .per_model
                 .lock()
                 .unwrap()
                 .values()
-                .any(TraceSettings::timestamps);
+                .any(|o| o.over(&global).timestamps());
         self.active.store(active, Relaxed);
-        Ok(s)
+        Ok(result)
     }
 
     /// Decides whether this request of `model` is traced.
@@ -352,10 +428,11 @@ impl Tracer {
             return None;
         }
         if s.count > 0 {
+            // The model's own count when it has one, else the global one.
             let mut per_model = self.per_model.lock().unwrap();
-            let target = per_model.get_mut(model);
-            match target {
-                Some(t) => t.count -= 1,
+            match per_model.get_mut(model).and_then(|o| o.count.as_mut()) {
+                Some(count) if *count == 0 => return None,
+                Some(count) => *count -= 1,
                 None => {
                     let mut g = self.global.lock().unwrap();
                     if g.count == 0 {
@@ -403,5 +480,35 @@ impl Tracer {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(key: &str, value: Option<&str>) -> BTreeMap<String, Option<Vec<String>>> {
+        BTreeMap::from([(key.to_string(), value.map(|v| vec![v.to_string()]))])
+    }
+
+    #[test]
+    fn a_cleared_model_override_follows_the_global_setting_again() {
+        let t = Tracer::new(TraceSettings::default());
+        t.update(Some("m"), &set("trace_rate", Some("1000")))
+            .unwrap();
+        t.update(None, &set("trace_rate", Some("42"))).unwrap();
+        assert_eq!(t.settings(Some("m")).rate, 1000);
+        t.update(Some("m"), &set("trace_rate", None)).unwrap();
+        assert_eq!(t.settings(Some("m")).rate, 42);
+        // And goes on following it.
+        t.update(None, &set("trace_rate", Some("7"))).unwrap();
+        assert_eq!(t.settings(Some("m")).rate, 7);
+        // An override of one setting leaves the others following.
+        t.update(Some("m"), &set("trace_count", Some("5"))).unwrap();
+        t.update(None, &set("trace_rate", Some("9"))).unwrap();
+        let s = t.settings(Some("m"));
+        assert_eq!((s.rate, s.count), (9, 5));
+        assert_eq!(t.settings(None).count, -1);
+        assert!(t.update(Some("m"), &set("trace_rate", Some("0"))).is_err());
     }
 }

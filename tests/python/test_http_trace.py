@@ -136,6 +136,28 @@ def test_log_frequency_splits_the_trace_into_indexed_files(tclient, trace_dir):
     assert not (trace_dir / "trace.json.3").exists()
 
 
+def test_a_cleared_model_override_follows_the_global_setting(tclient):
+    """A model's override cleared with null follows the global setting
+    again, also as it changes later (it kept the override before)."""
+    before = tclient.get_trace_settings()["trace_rate"]
+    try:
+        tclient.update_trace_settings(model_name="identity_fp32", settings={"trace_rate": "1000"})
+        tclient.update_trace_settings(settings={"trace_rate": "42"})
+        assert tclient.get_trace_settings(model_name="identity_fp32")["trace_rate"] == "1000"
+        got = tclient.update_trace_settings(model_name="identity_fp32", settings={"trace_rate": None})
+        assert got["trace_rate"] == "42"
+        tclient.update_trace_settings(settings={"trace_rate": "43"})
+        assert tclient.get_trace_settings(model_name="identity_fp32")["trace_rate"] == "43"
+        # Overriding another setting leaves the rate following.
+        tclient.update_trace_settings(model_name="identity_fp32", settings={"trace_count": "5"})
+        tclient.update_trace_settings(settings={"trace_rate": "44"})
+        s = tclient.get_trace_settings(model_name="identity_fp32")
+        assert (s["trace_rate"], s["trace_count"]) == ("44", "5")
+    finally:
+        tclient.update_trace_settings(model_name="identity_fp32", settings={"trace_count": None})
+        tclient.update_trace_settings(settings={"trace_rate": before})
+
+
 def test_bad_trace_settings(tclient):
     with pytest.raises(InferenceServerException) as e:
         tclient.update_trace_settings(settings={"trace_level": ["LOUD"]})

@@ -248,11 +248,11 @@ def test_a_client_hanging_up_cancels_the_request(server, tmp_path):
         3,
     )
     sock.close()
-    wait_for(lambda: marker.exists(), timeout=30)
+    assert wait_for(lambda: marker.exists(), timeout=30)
     outcome, sent = marker.read_text().split()
     assert outcome == "cancelled", marker.read_text()
     assert int(sent) < 200
-    wait_for(lambda: metric(server, "nv_inference_pending_request_count", "cancel_stream_loop") == 0, timeout=30)
+    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", "cancel_stream_loop") == 0, timeout=30)
 
 
 def test_a_client_hanging_up_stops_the_text_generator(server):
@@ -263,8 +263,8 @@ def test_a_client_hanging_up_stops_the_text_generator(server):
         3,
     )
     sock.close()
-    wait_for(
+    assert wait_for(
         lambda: any("text_generator: request cancelled after" in line for line in server.log_lines()),
         timeout=30,
     )
-    wait_for(lambda: metric(server, "nv_inference_pending_request_count", "text_generator") == 0, timeout=30)
+    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", "text_generator") == 0, timeout=30)

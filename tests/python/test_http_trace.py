@@ -177,7 +177,8 @@ def test_the_log_file_cannot_be_set_either(tclient, tmp_path):
 def test_a_bad_trace_config_flag_stops_the_server(tmp_path):
     repo = build_tiny_repository(tmp_path / "models")
     for flag, fragment in [
-        ("opentelemetry,file=x", "OpenTelemetry tracing is not supported"),
+        ("opentelemetry,file=x", "--trace-config opentelemetry,file: unknown setting"),
+        ("mode=zipkin", "invalid value for trace mode option: zipkin"),
         ("level=LOUD", "trace_level"),
         ("speed=3", "unknown setting 'speed'"),
     ]:

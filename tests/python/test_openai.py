@@ -254,11 +254,11 @@ def test_a_client_disconnecting_mid_stream_cancels_the_request(server):
         seen += chunk
     assert seen.startswith(b"HTTP/1.1 200"), seen
     sock.close()
-    wait_for(
+    assert wait_for(
         lambda: sum("text_generator: request cancelled after" in line for line in server.log_lines()) > before,
         timeout=30,
     )
-    wait_for(lambda: pending(server, "text_generator") == 0, timeout=30)
+    assert wait_for(lambda: pending(server, "text_generator") == 0, timeout=30)
 
 
 def test_the_api_on_a_port_of_its_own(repo):

@@ -44,11 +44,15 @@ impl Engine {
     pub async fn infer_on(
         &self,
         model: Arc<LoadedModel>,
-        request: InferRequest,
+        mut request: InferRequest,
     ) -> Result<InferResponse> {
         let start = Instant::now();
         let wall_start = SystemTime::now();
-        let sampled = self.inner.tracer.sample(&model.name);
+        let trace_context = request.trace_context.take();
+        let sampled = self
+            .inner
+            .tracer
+            .sample(&model.name, trace_context.is_some());
         self.inner.inflight.fetch_add(1, SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
         let stats = &model.stats;
@@ -169,9 +173,14 @@ impl Engine {
                 ("REQUEST_END", wall_start + start.elapsed()),
             ];
             let version = model.version.to_string();
-            self.inner
-                .tracer
-                .record(sampled, &model.name, &version, &stamps);
+            self.inner.tracer.record(
+                sampled,
+                &model.name,
+                &version,
+                &stamps,
+                &request.id,
+                trace_context.as_ref(),
+            );
         }
         Ok(InferResponse {
             model_name: model.name.clone(),

@@ -170,7 +170,7 @@ impl Engine {
                 )));
             }
         }
-        let tracer = Tracer::new(config.trace.clone());
+        let tracer = Tracer::new(config.trace.clone())?;
         let cache = config.cache.map(ResponseCache::new);
         let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let backend = crate::core::backend::BackendOptions {
@@ -643,6 +643,7 @@ impl Engine {
     /// Unloads every model (shutdown). Blocking.
     pub fn shutdown(&self) {
         self.inner.manager.unload_all();
+        self.inner.tracer.shutdown();
     }
 
     /// Registers a system shared memory region (only with

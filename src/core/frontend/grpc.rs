@@ -24,6 +24,7 @@ use crate::core::protocol::pb::inference::{
     repository_index_response::ModelIndex,
     *,
 };
+use crate::core::types::TraceContext;
 
 /// Triton's mapping of error kinds to gRPC codes.
 pub fn code_of(kind: ErrorKind) -> tonic::Code {
@@ -139,23 +140,30 @@ impl GrpcService {
         HealthServer::new(self.clone())
     }
 
-    async fn infer(engine: &Engine, req: ModelInferRequest) -> Result<ModelInferResponse, Error> {
+    async fn infer(
+        engine: &Engine,
+        req: ModelInferRequest,
+        trace: Option<TraceContext>,
+    ) -> Result<ModelInferResponse, Error> {
         let model = engine.model(&req.model_name, &req.model_version)?;
-        Self::infer_model(engine, model, req).await
+        Self::infer_model(engine, model, req, trace).await
     }
 
-    /// A unary inference on a model already looked up.
+    /// A unary inference on a model already looked up (`trace`: the
+    /// call's W3C trace context).
     async fn infer_model(
         engine: &Engine,
         model: std::sync::Arc<crate::core::repository::LoadedModel>,
         req: ModelInferRequest,
+        trace: Option<TraceContext>,
     ) -> Result<ModelInferResponse, Error> {
         if model.decoupled() {
             return Err(Error::unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             ));
         }
-        let request = grpc_convert::infer_request(req)?;
+        let mut request = grpc_convert::infer_request(req)?;
+        request.trace_context = trace;
         engine.admit(&request)?;
         let response = engine.infer_on(model, request).await?;
         Ok(grpc_convert::infer_response(response))
@@ -248,6 +256,11 @@ impl GrpcService {
     }
 }
 
+/// A call's W3C trace context (`traceparent`, `tracestate` metadata).
+fn trace_of(metadata: &tonic::metadata::MetadataMap) -> Option<TraceContext> {
+    TraceContext::from_headers(|name| metadata.get(name).map(|v| v.as_bytes()))
+}
+
 /// One request of a stream at work: its responses, each with its place
 /// among the stream's one-answer requests (`None`: a decoupled model's
 /// response, written as it comes).
@@ -287,6 +300,8 @@ struct StreamCall {
     /// Request parameters from the call's metadata
     /// (`--grpc-header-forward-pattern`), added to each request.
     forwarded: std::collections::HashMap<String, InferParameter>,
+    /// The call's W3C trace context, for each of its requests.
+    trace: Option<TraceContext>,
 }
 
 impl StreamCall {
@@ -302,6 +317,7 @@ impl StreamCall {
             held: Default::default(),
             due: Default::default(),
             forwarded: Default::default(),
+            trace: None,
         }
     }
 
@@ -323,9 +339,10 @@ impl StreamCall {
                 let place = self.next_place;
                 self.next_place += 1;
                 let id = request.id.clone();
+                let trace = self.trace.clone();
                 Box::pin(futures_util::stream::once(async move {
                     let answer = match looked_up {
-                        Ok(model) => GrpcService::infer_model(&engine, model, request).await,
+                        Ok(model) => GrpcService::infer_model(&engine, model, request, trace).await,
                         Err(e) => Err(e),
                     };
                     let response = match answer {
@@ -468,7 +485,8 @@ impl GrpcInferenceService for GrpcService {
         if let Some(forward) = &self.forward {
             forward.apply_grpc(&metadata, &mut request.parameters);
         }
-        let infer = Self::infer(&self.engine, request);
+        let trace = trace_of(&metadata);
+        let infer = Self::infer(&self.engine, request, trace);
         let answer = match deadline {
             // A request past the client's deadline ends as Triton's
             // (gRPC core's) DEADLINE_EXCEEDED, a moment before tonic's own
@@ -493,8 +511,11 @@ impl GrpcInferenceService for GrpcService {
         if let Some(forward) = &self.forward {
             forward.apply_grpc(req.metadata(), &mut forwarded);
         }
+        // The stream's trace context, for each of its requests (Triton).
+        let trace = trace_of(req.metadata());
         let mut responses = StreamCall::new(self.engine.clone(), req.into_inner());
         responses.forwarded = forwarded;
+        responses.trace = trace;
         Ok(Response::new(Box::pin(responses)))
     }
 

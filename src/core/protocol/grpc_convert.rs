@@ -125,6 +125,7 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
         timeout_us,
         sequence,
         parameters: backend_params(&req.parameters),
+        trace_context: None,
     })
 }
 

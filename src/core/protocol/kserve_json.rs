@@ -240,6 +240,7 @@ fn parse_parts(
             timeout_us,
             sequence,
             parameters,
+            trace_context: None,
         },
         format,
     ))

@@ -185,6 +185,8 @@ async fn run(
                 timeout_us,
                 sequence: sequence.clone(),
                 parameters: parameters.clone(),
+                // Steps are not traced as children yet (OpenTelemetry).
+                trace_context: None,
             };
             let version = step_version(step);
             running.push(async move {

@@ -221,6 +221,34 @@ pub struct InferRequest {
     /// The request's other `parameters` (not Triton's reserved keys), for
     /// the backend: a Python model reads them as `request.parameters()`.
     pub parameters: serde_json::Map<String, serde_json::Value>,
+    /// The caller's W3C trace context, when it sent one.
+    pub trace_context: Option<TraceContext>,
+}
+
+/// A caller's W3C trace context (the `traceparent` and `tracestate`
+/// headers, or gRPC metadata): in OpenTelemetry mode the request is traced
+/// and its spans are children of the caller's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// From a request's headers (`get` looks one up by its lower-case
+    /// name); none without a `traceparent`.
+    pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a [u8]>) -> Option<TraceContext> {
+        let text = |name: &str| {
+            get(name)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        Some(TraceContext {
+            traceparent: text("traceparent")?,
+            tracestate: text("tracestate"),
+        })
+    }
 }
 
 /// Whether a request parameter is one of Triton's own (the sequence and

@@ -1112,6 +1112,7 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default(),
+        trace_context: None,
     })
 }
 

@@ -20,8 +20,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
 use super::{
-    forward_headers, model_and_version, status_of, ApiBody, ApiError, ApiResult, AppState, Forward,
-    Params,
+    forward_headers, model_and_version, status_of, trace_context, ApiBody, ApiError, ApiResult,
+    AppState, Forward, Params,
 };
 use crate::core::error::{Error, Result};
 use crate::core::frontend::answers::answers;
@@ -73,6 +73,7 @@ pub(super) async fn generate(
     let model = s.engine.model(&name, &version)?;
     let mut request = parse_request(&body, &model.config, s.max_input_size)?;
     forward_headers(forward, &headers, &mut request.parameters);
+    request.trace_context = trace_context(&headers);
     let mut stream = answers(s.engine.clone(), model, request);
     let mut all = Vec::new();
     while let Some(answer) = stream.next().await {
@@ -96,6 +97,7 @@ pub(super) async fn generate_stream(
     let model = s.engine.model(&name, &version)?;
     let mut request = parse_request(&body, &model.config, s.max_input_size)?;
     forward_headers(forward, &headers, &mut request.parameters);
+    request.trace_context = trace_context(&headers);
     let mut stream = answers(s.engine.clone(), model, request);
     // The first response sets the status; until it comes nothing is sent.
     let first = stream.next().await;

@@ -536,6 +536,11 @@ pub(crate) type Forward = Option<axum::Extension<std::sync::Arc<super::forward::
 
 /// `--http-header-forward-pattern`: matching headers become parameters
 /// (those the request sets win).
+/// The caller's W3C trace context (`traceparent`, `tracestate`), if any.
+pub(crate) fn trace_context(headers: &HeaderMap) -> Option<crate::core::types::TraceContext> {
+    crate::core::types::TraceContext::from_headers(|name| headers.get(name).map(|v| v.as_bytes()))
+}
+
 pub(crate) fn forward_headers(
     forward: Forward,
     headers: &HeaderMap,
@@ -607,6 +612,7 @@ async fn infer(
         }
     };
     forward_headers(forward, &headers, &mut request.parameters);
+    request.trace_context = trace_context(&headers);
     s.engine.admit(&request)?;
     let response = s.engine.infer_on(model, request).await?;
     let (pieces, json_len) = kserve_json::build_response(response, &format)?;

@@ -12,6 +12,11 @@
 //! traced request stays flat however many came before. With
 //! `log_frequency` N > 0, every N traces start a new file `<file>.<k>`
 //! (k = 0, 1, ...), each a JSON array of its own, as Triton names them.
+//!
+//! `--trace-config mode=opentelemetry` sends the same requests' timestamps
+//! as OpenTelemetry spans to an OTLP collector instead (`otel`); a request
+//! that carries a W3C `traceparent` is then always traced, as a child of
+//! the caller's span (rate 0: only those).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -23,6 +28,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::core::error::{Error, Result};
+use crate::core::types::TraceContext;
+
+pub mod otel;
+
+/// Where sampled requests go: Triton's trace file, or OpenTelemetry spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceMode {
+    #[default]
+    Triton,
+    OpenTelemetry,
+}
 
 /// The settings Triton names, with their values as strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +51,10 @@ pub struct TraceSettings {
     /// Traces left to take; -1 is unlimited.
     pub count: i64,
     pub log_frequency: u64,
+    /// Chosen at start (`--trace-config mode=...`), never by the API.
+    pub mode: TraceMode,
+    /// OpenTelemetry mode's exporter settings.
+    pub otel: otel::OtelSettings,
 }
 
 impl Default for TraceSettings {
@@ -45,21 +65,34 @@ impl Default for TraceSettings {
             rate: 1000,
             count: -1,
             log_frequency: 0,
+            mode: TraceMode::Triton,
+            otel: otel::OtelSettings::default(),
         }
     }
 }
 
 impl TraceSettings {
     /// As the protocols report them: name → list of strings.
+    /// In OpenTelemetry mode the file and log frequency are absent and
+    /// the exporter's settings are there instead, as Triton answers.
     pub fn to_map(&self) -> BTreeMap<&'static str, Vec<String>> {
-        BTreeMap::from([
-            ("trace_file", vec![self.file.clone()]),
+        let mut map = BTreeMap::from([
             ("trace_level", self.level.clone()),
             ("trace_rate", vec![self.rate.to_string()]),
             ("trace_count", vec![self.count.to_string()]),
-            ("log_frequency", vec![self.log_frequency.to_string()]),
-            ("trace_mode", vec!["triton".to_string()]),
-        ])
+        ]);
+        match self.mode {
+            TraceMode::Triton => {
+                map.insert("trace_file", vec![self.file.clone()]);
+                map.insert("log_frequency", vec![self.log_frequency.to_string()]);
+                map.insert("trace_mode", vec!["triton".to_string()]);
+            }
+            TraceMode::OpenTelemetry => {
+                map.insert("trace_mode", vec!["opentelemetry".to_string()]);
+                map.extend(self.otel.entries());
+            }
+        }
+        map
     }
 
     /// Applies updates by the API's names; `None` takes the fallback's
@@ -99,8 +132,17 @@ impl TraceSettings {
                 }
                 "trace_rate" => {
                     let rate = number(one(key, values)?)?;
-                    if rate < 1 {
-                        return Err(Error::invalid_arg("'trace_rate' must be at least 1"));
+                    // OpenTelemetry mode: 0 traces only the requests that
+                    // carry a traceparent (Triton's documented workaround).
+                    let least = if self.mode == TraceMode::OpenTelemetry {
+                        0
+                    } else {
+                        1
+                    };
+                    if rate < least {
+                        return Err(Error::invalid_arg(format!(
+                            "'trace_rate' must be at least {least}"
+                        )));
                     }
                     self.rate = rate as u64;
                 }
@@ -114,11 +156,23 @@ impl TraceSettings {
 
     /// The settings given at start, from Triton's `--trace-config` values
     /// (`[triton,]key=value`: `file`, `level` (repeatable: the levels add
-    /// up), `rate`, `count`, `log-frequency`, `mode=triton`), applied in
-    /// order over the defaults. OpenTelemetry mode is refused with the
-    /// reason.
+    /// up), `rate`, `count`, `log-frequency`, `mode=triton|opentelemetry`;
+    /// `opentelemetry,key=value`: `url`, `resource=k=v` (repeatable),
+    /// `bsp_max_queue_size`, `bsp_schedule_delay`,
+    /// `bsp_max_export_batch_size`), applied in order over the defaults.
     pub fn from_config(values: &[String]) -> Result<TraceSettings> {
         let mut settings = TraceSettings::default();
+        // The mode first: it decides what a rate of 0 means.
+        for value in values {
+            if let Some(mode) = value.strip_prefix("mode=") {
+                check_mode(mode)?;
+                settings.mode = if mode.eq_ignore_ascii_case("opentelemetry") {
+                    TraceMode::OpenTelemetry
+                } else {
+                    TraceMode::Triton
+                };
+            }
+        }
         let mut levels: Vec<String> = Vec::new();
         for value in values {
             // `<mode>,<key>=<value>` or `<key>=<value>` (a comma after an
@@ -135,6 +189,10 @@ impl TraceSettings {
                     "--trace-config '{value}': expected [<mode>,]<setting>=<value>"
                 )));
             };
+            if mode.is_some_and(|m| m.eq_ignore_ascii_case("opentelemetry")) {
+                settings.otel.set(key, v)?;
+                continue;
+            }
             let api_key = match key {
                 "mode" => {
                     check_mode(v)?;
@@ -174,7 +232,8 @@ impl TraceSettings {
     }
 
     fn timestamps(&self) -> bool {
-        self.level.iter().any(|l| l == "TIMESTAMPS") && !self.file.is_empty()
+        self.level.iter().any(|l| l == "TIMESTAMPS")
+            && (self.mode == TraceMode::OpenTelemetry || !self.file.is_empty())
     }
 }
 
@@ -325,18 +384,17 @@ pub struct Tracer {
     seen: AtomicU64,
     next_id: AtomicU64,
     files: Mutex<Files>,
+    /// OpenTelemetry mode's exporter.
+    otel: Option<otel::Otel>,
 }
 
 fn check_mode(mode: &str) -> Result<()> {
-    match mode {
-        "triton" => Ok(()),
-        "opentelemetry" => Err(Error::unsupported(
-            "--trace-config opentelemetry: OpenTelemetry tracing is not supported; use mode triton",
-        )),
-        _ => Err(Error::invalid_arg(format!(
-            "--trace-config: unknown trace mode '{mode}' (triton)"
-        ))),
+    if mode.eq_ignore_ascii_case("triton") || mode.eq_ignore_ascii_case("opentelemetry") {
+        return Ok(());
     }
+    Err(Error::invalid_arg(format!(
+        "invalid value for trace mode option: {mode}. Available options are \"triton\" and \"opentelemetry\""
+    )))
 }
 
 fn one(key: &str, values: &[String]) -> Result<String> {
@@ -349,12 +407,25 @@ fn one(key: &str, values: &[String]) -> Result<String> {
 }
 
 impl Tracer {
-    /// A tracer starting from the settings given at start (`--trace-config`).
-    pub fn new(initial: TraceSettings) -> Tracer {
-        Tracer {
+    /// A tracer starting from the settings given at start (`--trace-config`);
+    /// in OpenTelemetry mode with its exporter started.
+    pub fn new(initial: TraceSettings) -> Result<Tracer> {
+        let otel = match initial.mode {
+            TraceMode::OpenTelemetry => Some(otel::Otel::start(&initial.otel)?),
+            TraceMode::Triton => None,
+        };
+        Ok(Tracer {
             active: AtomicBool::new(initial.timestamps()),
             global: Mutex::new(initial),
+            otel,
             ..Tracer::default()
+        })
+    }
+
+    /// Sends the spans still queued (OpenTelemetry mode), at shutdown.
+    pub fn shutdown(&self) {
+        if let Some(otel) = &self.otel {
+            otel.shutdown();
         }
     }
 
@@ -414,13 +485,25 @@ impl Tracer {
         Ok(result)
     }
 
-    /// Decides whether this request of `model` is traced.
-    pub fn sample(&self, model: &str) -> Option<Sampled> {
+    /// Decides whether this request of `model` is traced; in OpenTelemetry
+    /// mode one that carries a caller's trace context (`propagated`) always
+    /// is (while the level is not OFF), whatever the rate and count.
+    pub fn sample(&self, model: &str, propagated: bool) -> Option<Sampled> {
         if !self.active.load(Relaxed) {
             return None;
         }
         let s = self.settings(Some(model));
-        if !s.timestamps() || s.count == 0 {
+        if !s.timestamps() {
+            return None;
+        }
+        if propagated && s.mode == TraceMode::OpenTelemetry {
+            return Some(Sampled {
+                id: self.next_id.fetch_add(1, Relaxed) + 1,
+                file: s.file,
+                log_frequency: s.log_frequency,
+            });
+        }
+        if s.count == 0 || s.rate == 0 {
             return None;
         }
         let n = self.seen.fetch_add(1, Relaxed);
@@ -449,14 +532,21 @@ impl Tracer {
         })
     }
 
-    /// Writes a sampled request's timestamps (ns since the epoch).
+    /// Writes a sampled request's timestamps (ns since the epoch) to the
+    /// trace file, or sends them as spans (OpenTelemetry mode).
     pub fn record(
         &self,
         sampled: Sampled,
         model: &str,
         version: &str,
         timestamps: &[(&str, SystemTime)],
+        request_id: &str,
+        parent: Option<&TraceContext>,
     ) {
+        if let Some(otel) = &self.otel {
+            otel.emit(sampled.id, model, version, request_id, parent, timestamps);
+            return;
+        }
         let stamps: Vec<Value> = timestamps
             .iter()
             .map(|(name, t)| {
@@ -493,7 +583,7 @@ mod tests {
 
     #[test]
     fn a_cleared_model_override_follows_the_global_setting_again() {
-        let t = Tracer::new(TraceSettings::default());
+        let t = Tracer::new(TraceSettings::default()).unwrap();
         t.update(Some("m"), &set("trace_rate", Some("1000")))
             .unwrap();
         t.update(None, &set("trace_rate", Some("42"))).unwrap();

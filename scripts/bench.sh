@@ -28,6 +28,7 @@ benches=(
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
   "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"
   "streaming time to first token and tokens/s of the example text_generator over SSE (generate_stream, /v1/completions) vs gRPC streaming"
+  "tracing   OpenTelemetry spans over OTLP: server CPU per request untraced vs rate 1000 and 1, and with the collector down"
   "v1        the legacy v1 API vs KServe v2 on the same identity model and client shape"
   "ab        two builds of trtis (TRTIS_A, TRTIS_B) on identity over HTTP and gRPC, same run"
   "load      start to READY of 7-8 real models (classifiers, Python) loaded 4 at a time vs 1 (--model-load-thread-count)"

@@ -9,7 +9,10 @@ names, events, `triton.*` attributes, resource and scope; a W3C
 `traceparent` over HTTP and gRPC (unary and streaming) makes them children
 of the caller's span, and is traced whatever the rate (rate 0: only
 those); the trace settings API's view in this mode; Triton's message for a
-bad setting; a collector that is down costs the requests nothing.
+bad setting; a collector that is down or hangs costs the requests
+nothing, and what it costs the spans is counted on /metrics
+(`trtis_trace_spans_dropped_total`, `..._export_failed_total`) and logged
+once.
 
 Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest \
      tests/python/test_opentelemetry.py -q
@@ -19,9 +22,12 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -29,7 +35,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from trtis_harness import build_tiny_repository, free_port, running_server, trtis_bin, wait_for
+from trtis_harness import (
+    build_tiny_repository,
+    free_port,
+    running_server,
+    running_server_with_metrics,
+    trtis_bin,
+    wait_for,
+)
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -119,9 +132,26 @@ def collector():
     c.close()
 
 
+ENSEMBLE = """name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "identity_fp32" model_version: -1
+    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "MID" } },
+  { model_name: "identity_fp32" model_version: -1
+    input_map { key: "INPUT0" value: "MID" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+"""
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    return build_tiny_repository(tmp_path_factory.mktemp("otel") / "models")
+    repo = build_tiny_repository(tmp_path_factory.mktemp("otel") / "models")
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    return repo
 
 
 def otel_args(url: str, *more: str) -> list[str]:
@@ -190,6 +220,36 @@ def test_http_traceparent_makes_the_spans_the_callers_children(server, collector
     t1 = time.time_ns()
     client.close()
     check_request_spans(collector.trace(TRACE_ID), CLIENT_SPAN, "r-7", t0, t1)
+
+
+def test_an_ensembles_steps_are_its_children(server, collector):
+    """Triton's shape: InferRequest -> ens -> (a model span and its compute
+    per step); no compute span for the ensemble itself."""
+    trace_id = "33333333333333333333333333333333"
+    client = httpclient.InferenceServerClient(server.url)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    inp = httpclient.InferInput("IN", [1, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    t0 = time.time_ns()
+    r = client.infer("ens", [inp], headers={"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"})
+    t1 = time.time_ns()
+    client.close()
+    assert (r.as_numpy("OUT") == x).all()
+    spans = collector.trace(trace_id, n=6)
+    names = sorted(sp["name"] for sp in spans)
+    assert names == ["InferRequest", "compute", "compute", "ens", "identity_fp32", "identity_fp32"], names
+    ids = {sp["span_id"]: sp for sp in spans}
+    root = next(sp for sp in spans if sp["name"] == "InferRequest")
+    ens = next(sp for sp in spans if sp["name"] == "ens")
+    assert root["parent"] == CLIENT_SPAN and ens["parent"] == root["span_id"]
+    steps = [sp for sp in spans if sp["name"] == "identity_fp32"]
+    for step in steps:
+        assert step["parent"] == ens["span_id"]
+        assert step["attributes"]["triton.trace_parent_id"] == ens["attributes"]["triton.trace_id"]
+        assert ens["start"] <= step["start"] <= step["end"] <= ens["end"]
+    for c in (sp for sp in spans if sp["name"] == "compute"):
+        assert ids[c["parent"]]["name"] == "identity_fp32"
+    assert all(t0 <= sp["start"] <= sp["end"] <= t1 for sp in spans)
 
 
 def test_grpc_metadata_unary_and_streaming(server, collector):
@@ -277,3 +337,50 @@ def test_a_collector_that_is_down_costs_the_requests_nothing(repo):
             r = client.infer("identity_fp32", identity_input(httpclient), headers={"traceparent": TRACEPARENT})
             assert r.as_numpy("OUTPUT0").shape == (1, 4)
         client.close()
+
+
+def counter(server, name: str) -> float:
+    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_exported_spans_are_counted(repo, collector):
+    for server in running_server_with_metrics(repo, otel_args(collector.url), name="otel counted"):
+        client = httpclient.InferenceServerClient(server.url)
+        client.infer("identity_fp32", identity_input(httpclient))
+        client.close()
+        assert wait_for(lambda: counter(server, "trtis_trace_spans_exported_total") >= 3, timeout=30)
+        assert counter(server, "trtis_trace_spans_dropped_total") == 0
+        assert counter(server, "trtis_trace_spans_export_failed_total") == 0
+
+
+def test_a_hung_collector_drops_spans_not_requests(repo):
+    """A collector that takes the connection and never answers: the export
+    thread waits on it (10 s), the queue (2 spans) stays full, later spans
+    are dropped and counted, the requests go on; then the failure is
+    logged once and counted."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # never accepted, never answered
+    url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1/traces"
+    args = otel_args(
+        url, "opentelemetry,bsp_max_queue_size=2", "opentelemetry,bsp_max_export_batch_size=2"
+    )
+    try:
+        for server in running_server_with_metrics(repo, args, name="otel hung collector"):
+            client = httpclient.InferenceServerClient(server.url)
+            for _ in range(5):
+                r = client.infer("identity_fp32", identity_input(httpclient))
+                assert r.as_numpy("OUTPUT0").shape == (1, 4)
+            client.close()
+            # 15 spans, at most 2 queued while the export hangs.
+            assert wait_for(lambda: counter(server, "trtis_trace_spans_dropped_total") >= 10, timeout=30)
+            assert wait_for(lambda: counter(server, "trtis_trace_spans_export_failed_total") >= 2, timeout=60)
+            lines = [l for l in server.log_lines() if "OpenTelemetry: exporting spans to" in l]
+            assert len(lines) == 1 and url in lines[0], lines
+            assert re.search(r"(^|\s)W\d{4} ", lines[0]), lines  # a warning line
+    finally:
+        hung.close()

@@ -52,7 +52,7 @@ impl Engine {
         let sampled = self
             .inner
             .tracer
-            .sample(&model.name, trace_context.is_some());
+            .sample(&model.name, trace_context.as_ref());
         self.inner.inflight.fetch_add(1, SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
         let stats = &model.stats;
@@ -96,7 +96,10 @@ impl Engine {
         }
         let enqueued = Instant::now();
         let cancel = CancelToken::new();
-        let submission = submission(&request, inputs, &outputs, batch, enqueued, &cancel);
+        let children = sampled.as_ref().and_then(|s| s.child_context());
+        let submission = submission(
+            &request, inputs, &outputs, batch, enqueued, &cancel, children,
+        );
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             // A request the scheduler found wrong is a failed request; any
@@ -173,14 +176,15 @@ impl Engine {
                 ("REQUEST_END", wall_start + start.elapsed()),
             ];
             let version = model.version.to_string();
-            self.inner.tracer.record(
-                sampled,
-                &model.name,
-                &version,
-                &stamps,
-                &request.id,
-                trace_context.as_ref(),
-            );
+            let done = crate::core::trace::Finished {
+                model: &model.name,
+                version: &version,
+                request_id: &request.id,
+                parent: trace_context.as_ref(),
+                stamps: &stamps,
+                compute: model.config.platform != "ensemble",
+            };
+            self.inner.tracer.record(sampled, &done);
         }
         Ok(InferResponse {
             model_name: model.name.clone(),
@@ -248,7 +252,15 @@ impl Engine {
             }
         };
         let cancel = CancelToken::new();
-        let submission = submission(&request, inputs, &outputs, batch, Instant::now(), &cancel);
+        let submission = submission(
+            &request,
+            inputs,
+            &outputs,
+            batch,
+            Instant::now(),
+            &cancel,
+            None,
+        );
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
             Err(e) if e.kind == ErrorKind::InvalidArg => {
@@ -333,6 +345,7 @@ fn submission<'a>(
     batch: usize,
     enqueued: Instant,
     cancel: &'a CancelToken,
+    trace: Option<crate::core::types::TraceContext>,
 ) -> Submission<'a> {
     Submission {
         id: &request.id,
@@ -345,6 +358,7 @@ fn submission<'a>(
         enqueued,
         parameters: &request.parameters,
         cancel,
+        trace,
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -32,7 +32,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::answers::{answers, Answers};
-use super::http::{forward_headers, status_of, AppState, Forward};
+use super::http::{forward_headers, sse_event, sse_response, status_of, AppState, Forward};
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::openai::OpenAiModel;
 use crate::core::protocol::generate::bytes_input;
@@ -559,10 +559,7 @@ impl Head {
 }
 
 fn event(v: &Value) -> Bytes {
-    let mut out = b"data: ".to_vec();
-    out.extend_from_slice(v.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+    sse_event(v.to_string().as_bytes())
 }
 
 /// A completion request made ready to run: the prompt, what to ask, and
@@ -696,16 +693,8 @@ fn sse(job: Job, first: Option<Result<InferResponse>>, rest: Answers) -> Respons
         }
         Some((out, st))
     })
-    .flat_map(futures_util::stream::iter)
-    .map(Ok::<_, std::convert::Infallible>);
-    let mut r = Response::new(Body::from_stream(events));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    .flat_map(futures_util::stream::iter);
+    sse_response(StatusCode::OK, events)
 }
 
 /// What a text request needs of its model: a text output.

@@ -81,7 +81,14 @@ impl EnsembleScheduler {
         Completion::running(Box::pin(async move {
             let start = Instant::now();
             let s = submission;
-            let request = (s.id, s.priority, s.timeout_us, s.sequence, s.parameters);
+            let request = (
+                s.id,
+                s.priority,
+                s.timeout_us,
+                s.sequence,
+                s.parameters,
+                s.trace.clone(),
+            );
             let result = run(
                 steps,
                 &self.namespace,
@@ -116,12 +123,13 @@ async fn run(
     config: &ModelConfig,
     // The request's id, priority, timeout, sequence and backend parameters,
     // passed to every step (stateful composing models get the sequence).
-    (id, priority, timeout_us, sequence, parameters): (
+    (id, priority, timeout_us, sequence, parameters, trace): (
         &str,
         u64,
         u64,
         &SequenceParams,
         &serde_json::Map<String, serde_json::Value>,
+        Option<crate::core::types::TraceContext>,
     ),
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
@@ -185,8 +193,8 @@ async fn run(
                 timeout_us,
                 sequence: sequence.clone(),
                 parameters: parameters.clone(),
-                // Steps are not traced as children yet (OpenTelemetry).
-                trace_context: None,
+                // A traced ensemble's steps are its children.
+                trace_context: trace.clone(),
             };
             let version = step_version(step);
             running.push(async move {

@@ -62,6 +62,9 @@ pub struct Submission<'a> {
     /// Set when the caller stops waiting (the engine's drop guard); a
     /// backend that takes requests apart gets it in `RequestInfo`.
     pub cancel: &'a CancelToken,
+    /// For the requests this one makes (an ensemble's steps): its trace
+    /// context when it is traced, so theirs are its children.
+    pub trace: Option<crate::core::types::TraceContext>,
 }
 
 impl Submission<'_> {

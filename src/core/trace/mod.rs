@@ -237,11 +237,38 @@ impl TraceSettings {
     }
 }
 
+/// A traced request once it has ended: what its trace records.
+pub struct Finished<'a> {
+    pub model: &'a str,
+    pub version: &'a str,
+    pub request_id: &'a str,
+    /// The caller's trace context, or the parent request's.
+    pub parent: Option<&'a TraceContext>,
+    /// Its timestamps, by Triton's names (REQUEST_START, QUEUE_START, ...).
+    pub stamps: &'a [(&'a str, SystemTime)],
+    /// Whether it ran on instances (not an ensemble: no compute span).
+    pub compute: bool,
+}
+
 /// A request chosen for tracing.
 pub struct Sampled {
     id: u64,
     file: String,
     log_frequency: u64,
+    /// OpenTelemetry mode: the ids its spans will have.
+    spans: Option<otel::SpanIds>,
+}
+
+impl Sampled {
+    /// The trace context of the requests this one makes (an ensemble's
+    /// steps), so that their spans are its children (OpenTelemetry mode).
+    pub fn child_context(&self) -> Option<TraceContext> {
+        self.spans.map(|ids| TraceContext {
+            traceparent: ids.model_traceparent(),
+            tracestate: None,
+            parent_trace: Some(self.id),
+        })
+    }
 }
 
 /// The message Triton answers an update that names the trace file.
@@ -488,7 +515,7 @@ impl Tracer {
     /// Decides whether this request of `model` is traced; in OpenTelemetry
     /// mode one that carries a caller's trace context (`propagated`) always
     /// is (while the level is not OFF), whatever the rate and count.
-    pub fn sample(&self, model: &str, propagated: bool) -> Option<Sampled> {
+    pub fn sample(&self, model: &str, parent: Option<&TraceContext>) -> Option<Sampled> {
         if !self.active.load(Relaxed) {
             return None;
         }
@@ -496,11 +523,13 @@ impl Tracer {
         if !s.timestamps() {
             return None;
         }
-        if propagated && s.mode == TraceMode::OpenTelemetry {
+        let spans = self.otel.as_ref().map(|_| otel::SpanIds::new(parent));
+        if parent.is_some() && s.mode == TraceMode::OpenTelemetry {
             return Some(Sampled {
                 id: self.next_id.fetch_add(1, Relaxed) + 1,
                 file: s.file,
                 log_frequency: s.log_frequency,
+                spans,
             });
         }
         if s.count == 0 || s.rate == 0 {
@@ -529,25 +558,20 @@ impl Tracer {
             id: self.next_id.fetch_add(1, Relaxed) + 1,
             file: s.file,
             log_frequency: s.log_frequency,
+            spans,
         })
     }
 
     /// Writes a sampled request's timestamps (ns since the epoch) to the
     /// trace file, or sends them as spans (OpenTelemetry mode).
-    pub fn record(
-        &self,
-        sampled: Sampled,
-        model: &str,
-        version: &str,
-        timestamps: &[(&str, SystemTime)],
-        request_id: &str,
-        parent: Option<&TraceContext>,
-    ) {
-        if let Some(otel) = &self.otel {
-            otel.emit(sampled.id, model, version, request_id, parent, timestamps);
+    pub fn record(&self, sampled: Sampled, done: &Finished) {
+        if let (Some(otel), Some(ids)) = (&self.otel, sampled.spans) {
+            otel.emit(sampled.id, ids, done);
             return;
         }
-        let stamps: Vec<Value> = timestamps
+        let (model, version) = (done.model, done.version);
+        let stamps: Vec<Value> = done
+            .stamps
             .iter()
             .map(|(name, t)| {
                 let ns = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;

@@ -232,6 +232,10 @@ pub struct InferRequest {
 pub struct TraceContext {
     pub traceparent: String,
     pub tracestate: Option<String>,
+    /// Set on a request the server makes for a traced one (an ensemble's
+    /// step): the parent's trace id. Its spans then hang under the
+    /// parent's model span, with no `InferRequest` of their own.
+    pub parent_trace: Option<u64>,
 }
 
 impl TraceContext {
@@ -247,6 +251,7 @@ impl TraceContext {
         Some(TraceContext {
             traceparent: text("traceparent")?,
             tracestate: text("tracestate"),
+            parent_trace: None,
         })
     }
 }

@@ -16,7 +16,7 @@
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::StreamExt;
 
 use super::{
@@ -24,7 +24,7 @@ use super::{
     AppState, Forward, Params,
 };
 use crate::core::error::{Error, Result};
-use crate::core::frontend::answers::answers;
+use crate::core::frontend::answers::{answers, Answers};
 use crate::core::protocol::generate::{error_json, parse_request, response_json};
 use crate::core::types::InferResponse;
 
@@ -62,6 +62,22 @@ fn refused(answer: &Result<InferResponse>) -> Option<&Error> {
     answer.as_ref().err().filter(|e| !e.answered)
 }
 
+/// The request a generate body makes for the path's model, running.
+fn start(
+    s: &AppState,
+    p: &std::collections::HashMap<String, String>,
+    headers: &HeaderMap,
+    forward: Forward,
+    body: &[u8],
+) -> ApiResult<Answers> {
+    let (name, version) = model_and_version(p);
+    let model = s.engine.model(&name, &version)?;
+    let mut request = parse_request(body, &model.config, s.max_input_size)?;
+    forward_headers(forward, headers, &mut request.parameters);
+    request.trace_context = trace_context(headers);
+    Ok(answers(s.engine.clone(), model, request))
+}
+
 pub(super) async fn generate(
     State(s): State<AppState>,
     Params(p): Params,
@@ -69,12 +85,7 @@ pub(super) async fn generate(
     forward: Forward,
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
-    let (name, version) = model_and_version(&p);
-    let model = s.engine.model(&name, &version)?;
-    let mut request = parse_request(&body, &model.config, s.max_input_size)?;
-    forward_headers(forward, &headers, &mut request.parameters);
-    request.trace_context = trace_context(&headers);
-    let mut stream = answers(s.engine.clone(), model, request);
+    let mut stream = start(&s, &p, &headers, forward, &body)?;
     let mut all = Vec::new();
     while let Some(answer) = stream.next().await {
         all.push(answer);
@@ -93,12 +104,7 @@ pub(super) async fn generate_stream(
     forward: Forward,
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
-    let (name, version) = model_and_version(&p);
-    let model = s.engine.model(&name, &version)?;
-    let mut request = parse_request(&body, &model.config, s.max_input_size)?;
-    forward_headers(forward, &headers, &mut request.parameters);
-    request.trace_context = trace_context(&headers);
-    let mut stream = answers(s.engine.clone(), model, request);
+    let mut stream = start(&s, &p, &headers, forward, &body)?;
     // The first response sets the status; until it comes nothing is sent.
     let first = stream.next().await;
     if let Some(e) = first.as_ref().and_then(refused) {
@@ -107,7 +113,16 @@ pub(super) async fn generate_stream(
     let status = first.as_ref().map(status_for).unwrap_or(StatusCode::OK);
     let events = futures_util::stream::iter(first)
         .chain(stream)
-        .map(|answer| Ok::<_, std::convert::Infallible>(sse_event(&answer_json(&answer))));
+        .map(|answer| sse_event(&answer_json(&answer)));
+    Ok(sse_response(status, events))
+}
+
+/// A Server-Sent Events answer: `events` written as they come.
+pub(crate) fn sse_response(
+    status: StatusCode,
+    events: impl futures_util::Stream<Item = Bytes> + Send + 'static,
+) -> Response {
+    let events = events.map(Ok::<_, std::convert::Infallible>);
     let mut r = Response::new(Body::from_stream(events));
     *r.status_mut() = status;
     let h = r.headers_mut();
@@ -116,7 +131,7 @@ pub(super) async fn generate_stream(
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(r.into_response())
+    r
 }
 
 /// One Server-Sent Event carrying `json`.

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 mod admin;
 mod encoding;
 mod generate;
+pub(crate) use generate::{sse_event, sse_response};
 pub mod v1;
 
 use crate::core::engine::{Engine, TensorMetadata};
@@ -81,11 +82,14 @@ pub fn metrics_router(engine: Engine) -> Router {
         .route(
             "/metrics",
             get(|State(engine): State<Engine>| async move {
-                let body = crate::core::metrics::render_with(
+                let mut body = crate::core::metrics::render_with(
                     &engine.loaded_models(),
                     &engine.config().metrics,
                     &sampler.readings(),
                 );
+                if engine.config().trace.mode == crate::core::trace::TraceMode::OpenTelemetry {
+                    body.push_str(&crate::core::trace::otel::metrics_text());
+                }
                 (
                     [(
                         header::CONTENT_TYPE,

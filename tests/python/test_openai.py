@@ -31,6 +31,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -231,7 +232,10 @@ def test_bad_requests_get_openais_error_shape(server, client):
 
 
 def pending(server, model: str) -> float | None:
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    try:
+        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    except urllib.error.URLError:  # the metrics port starts after HTTP's
+        return None
     m = re.search(rf'^nv_inference_pending_request_count\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$', text, re.M)
     return float(m.group(1)) if m else None
 

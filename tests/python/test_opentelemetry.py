@@ -27,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -151,6 +152,16 @@ def repo(tmp_path_factory):
     repo = build_tiny_repository(tmp_path_factory.mktemp("otel") / "models")
     (repo / "ens" / "1").mkdir(parents=True)
     (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    # An echo through the OpenAI API: the prompt is the completion.
+    echo = repo / "echo"
+    (echo / "1").mkdir(parents=True)
+    (echo / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'parameters { key: "openai_text_input" value { string_value: "INPUT0" } }\n'
+        'parameters { key: "openai_text_output" value { string_value: "OUTPUT0" } }\n'
+    )
     return repo
 
 
@@ -252,6 +263,22 @@ def test_an_ensembles_steps_are_its_children(server, collector):
     assert all(t0 <= sp["start"] <= sp["end"] <= t1 for sp in spans)
 
 
+def test_the_openai_api_and_generate_propagate_too(server, collector):
+    for n, (path, body) in enumerate(
+        [
+            ("/v1/completions", {"model": "echo", "prompt": "hello"}),
+            ("/v2/models/echo/generate", {"INPUT0": "hello"}),
+        ]
+    ):
+        trace_id = f"4444444444444444444444444444444{n}"
+        status, _, data = server.post_json(path, body, headers={"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"})
+        assert status == 200, data
+        assert "hello" in data.decode()
+        s = by_name(collector.trace(trace_id))
+        assert set(s) == {"InferRequest", "echo", "compute"}
+        assert s["InferRequest"]["parent"] == CLIENT_SPAN
+
+
 def test_grpc_metadata_unary_and_streaming(server, collector):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     trace_id = "0af7651916cd43dd8448eb211c80319c"
@@ -340,7 +367,12 @@ def test_a_collector_that_is_down_costs_the_requests_nothing(repo):
 
 
 def counter(server, name: str) -> float:
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    """A counter on /metrics (-1 while the metrics port is not up yet: it
+    starts just after the HTTP and gRPC ones the harness waits for)."""
+    try:
+        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    except urllib.error.URLError:
+        return -1
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])

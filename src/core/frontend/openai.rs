@@ -32,7 +32,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::answers::{answers, Answers};
-use super::http::{forward_headers, sse_event, sse_response, status_of, AppState, Forward};
+use super::http::{
+    forward_headers, sse_event, sse_response, status_of, trace_context, AppState, Forward,
+};
 use crate::core::error::{Error, ErrorKind, Result};
 use crate::core::openai::OpenAiModel;
 use crate::core::protocol::generate::bytes_input;
@@ -587,6 +589,7 @@ async fn run(s: AppState, job: Job, headers: &HeaderMap, forward: Forward) -> Oa
     };
     // --http-header-forward-pattern: matching headers become parameters.
     forward_headers(forward, headers, &mut request.parameters);
+    request.trace_context = trace_context(headers);
     let mut stream = answers(s.engine.clone(), Arc::clone(&job.model), request);
     if job.sampling.stream {
         // The first response sets the status: an error before any text is
@@ -965,6 +968,7 @@ async fn embeddings(
                 ..Default::default()
             };
             forward_headers(forward.clone(), &headers, &mut r.parameters);
+            r.trace_context = trace_context(&headers);
             r
         });
         async move {

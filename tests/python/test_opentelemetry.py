@@ -25,6 +25,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -147,11 +148,44 @@ ensemble_scheduling { step [
 """
 
 
+BLS_CONFIG = """name: "bls"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            call = pb_utils.InferenceRequest(
+                model_name="identity_fp32", inputs=[x], requested_output_names=["OUTPUT0"],
+                trace=request.trace(),
+            )
+            r = call.exec()
+            if r.has_error():
+                raise pb_utils.TritonModelException(r.error().message())
+            y = pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", y)]))
+        return out
+"""
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     repo = build_tiny_repository(tmp_path_factory.mktemp("otel") / "models")
     (repo / "ens" / "1").mkdir(parents=True)
     (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    # A Python model calling identity_fp32 through BLS, with its trace.
+    (repo / "bls" / "1").mkdir(parents=True)
+    (repo / "bls" / "config.pbtxt").write_text(BLS_CONFIG)
+    (repo / "bls" / "1" / "model.py").write_text(BLS_MODEL)
     # An echo through the OpenAI API: the prompt is the completion.
     echo = repo / "echo"
     (echo / "1").mkdir(parents=True)
@@ -167,6 +201,7 @@ def repo(tmp_path_factory):
 
 def otel_args(url: str, *more: str) -> list[str]:
     args = [
+        "--python", sys.executable,
         "--trace-config", "mode=opentelemetry",
         "--trace-config", "level=TIMESTAMPS",
         "--trace-config", "rate=1",
@@ -261,6 +296,25 @@ def test_an_ensembles_steps_are_its_children(server, collector):
     for c in (sp for sp in spans if sp["name"] == "compute"):
         assert ids[c["parent"]]["name"] == "identity_fp32"
     assert all(t0 <= sp["start"] <= sp["end"] <= t1 for sp in spans)
+
+
+def test_a_bls_call_with_the_requests_trace_is_its_child(server, collector):
+    """Triton's shape: InferRequest -> bls -> {compute, identity_fp32 ->
+    compute} when the model passes trace=request.trace()."""
+    trace_id = "55555555555555555555555555555555"
+    client = httpclient.InferenceServerClient(server.url)
+    r = client.infer("bls", identity_input(httpclient), headers={"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"})
+    client.close()
+    assert r.as_numpy("OUTPUT0").shape == (1, 4)
+    spans = collector.trace(trace_id, n=5)
+    assert sorted(sp["name"] for sp in spans) == ["InferRequest", "bls", "compute", "compute", "identity_fp32"]
+    ids = {sp["span_id"]: sp for sp in spans}
+    bls = next(sp for sp in spans if sp["name"] == "bls")
+    called = next(sp for sp in spans if sp["name"] == "identity_fp32")
+    assert ids[bls["parent"]]["name"] == "InferRequest"
+    assert called["parent"] == bls["span_id"]
+    assert called["attributes"]["triton.trace_parent_id"] == bls["attributes"]["triton.trace_id"]
+    assert sorted(ids[c["parent"]]["name"] for c in spans if c["name"] == "compute") == ["bls", "identity_fp32"]
 
 
 def test_the_openai_api_and_generate_propagate_too(server, collector):

@@ -71,6 +71,8 @@ struct Req<'a> {
     timeout: u64,
     #[serde(default)]
     parameters: Option<Value>,
+    #[serde(default)]
+    trace: Option<Value>,
     #[serde(borrow, default)]
     outputs: Vec<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -355,6 +357,13 @@ impl Wire {
                     Some(Value::String(s)) => PyString::new(py, s).into_any(),
                     Some(other @ Value::Object(_)) => to_py(py, other)?,
                     _ => PyString::new(py, "{}").into_any(),
+                },
+            )?;
+            request.setattr(
+                "_trace",
+                match &r.trace {
+                    Some(v @ Value::Object(_)) => to_py(py, v)?,
+                    _ => none.clone(),
                 },
             )?;
             request.setattr(pyo3::intern!(py, "_state"), &state)?;

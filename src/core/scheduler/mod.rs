@@ -81,6 +81,7 @@ impl Submission<'_> {
             timeout_us: self.timeout_us,
             parameters: self.parameters.clone(),
             cancel: self.cancel.clone(),
+            trace: self.trace.clone(),
         }
     }
 }

@@ -285,6 +285,10 @@ pub struct RequestInfo {
     /// Set when nobody waits for the request's answers any more (Triton's
     /// `is_cancelled()`); never set for a request made by `Default`.
     pub cancel: CancelToken,
+    /// When the request is traced (OpenTelemetry mode): the context a BLS
+    /// call made for it takes (`request.trace()`), so its spans are
+    /// children of this request's.
+    pub trace: Option<TraceContext>,
 }
 
 /// A sequence's correlation id: the `sequence_id` request parameter, a

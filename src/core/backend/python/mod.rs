@@ -384,6 +384,10 @@ impl super::Pipeline for PythonInstance {
                 "flags": info.flags,
                 "timeout": info.timeout_us,
                 "parameters": Value::Object(info.parameters.clone()).to_string(),
+                "trace": info.trace.as_ref().map(|t| json!({
+                    "traceparent": t.traceparent,
+                    "parent_trace": t.parent_trace,
+                })),
                 "outputs": r.outputs,
                 "inputs": inputs,
             }));

@@ -701,6 +701,21 @@ class _FailedCall:
 # Requests
 
 
+class InferenceTrace:
+    """A request's trace, as `request.trace()` returns it."""
+
+    def __init__(self, context=None):
+        self._context = context
+
+    def get_context(self):
+        """The W3C context of the request's model span as JSON
+        (`{"traceparent": "00-..."}`), or None when it is not traced in
+        OpenTelemetry mode."""
+        if not self._context:
+            return None
+        return json.dumps({"traceparent": self._context["traceparent"]})
+
+
 class InferenceRequest:
     """A request the model received, or one it builds for a BLS call."""
 
@@ -715,7 +730,7 @@ class InferenceRequest:
         flags=0,
         timeout=0,
         preferred_memory=None,  # accepted for compatibility: trtis is CPU-only
-        trace=None,  # accepted for compatibility: BLS calls are not traced
+        trace=None,
         parameters=None,
     ):
         for arg, value in (
@@ -774,6 +789,9 @@ class InferenceRequest:
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._parameters = parameters
+        if trace is not None and not isinstance(trace, InferenceTrace):
+            raise TypeError("trace must be a pb_utils.InferenceTrace (request.trace()) or None")
+        self._trace = None if trace is None else trace._context
         self._state = None
         self._sender = None
 
@@ -790,6 +808,7 @@ class InferenceRequest:
         request._flags = header.get("flags", 0)
         request._timeout = header.get("timeout", 0)
         request._parameters = header.get("parameters", "{}")
+        request._trace = header.get("trace")
         request._state = state
         request._sender = None
         return request
@@ -817,6 +836,12 @@ class InferenceRequest:
 
     def requested_output_names(self):
         return set(self._outputs)
+
+    def trace(self):
+        """The request's trace (Triton's InferenceTrace): pass it to a BLS
+        request (`InferenceRequest(..., trace=request.trace())`) to trace
+        that call as a child of this request."""
+        return InferenceTrace(getattr(self, "_trace", None))
 
     def is_cancelled(self):
         return self._state is not None and self._state.is_cancelled()
@@ -855,6 +880,7 @@ class InferenceRequest:
                 "outputs": self._outputs,
                 "inputs": descs,
                 "decoupled": bool(decoupled),
+                "trace": getattr(self, "_trace", None),
             }
             replies = _runtime.start_bls(header, parts)
         except Exception as exc:  # exec never raises for failures

@@ -37,7 +37,9 @@ use crate::core::backend::Host;
 use crate::core::custom_metrics;
 use crate::core::error::{Error, Result};
 use crate::core::responder::Responder;
-use crate::core::types::{CancelToken, InferRequest, RequestedOutput, SequenceId, SequenceParams};
+use crate::core::types::{
+    CancelToken, InferRequest, RequestedOutput, SequenceId, SequenceParams, TraceContext,
+};
 
 const WORKER: &str = include_str!("worker.py");
 const UTILS: &str = include_str!("triton_python_backend_utils.py");
@@ -1112,7 +1114,15 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default(),
-        trace_context: None,
+        // `InferenceRequest(..., trace=request.trace())`: the call's spans
+        // hang under the calling request's.
+        trace_context: frame.header.get("trace").and_then(|t| {
+            Some(TraceContext {
+                traceparent: t.get("traceparent")?.as_str()?.to_string(),
+                tracestate: None,
+                parent_trace: t.get("parent_trace").and_then(Value::as_u64),
+            })
+        }),
     })
 }
 

@@ -177,6 +177,31 @@ class TritonPythonModel:
 """
 
 
+REPEAT_CONFIG = """name: "repeat"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+REPEAT_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            for _ in range(3):
+                sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", x)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     repo = build_tiny_repository(tmp_path_factory.mktemp("otel") / "models")
@@ -186,6 +211,10 @@ def repo(tmp_path_factory):
     (repo / "bls" / "1").mkdir(parents=True)
     (repo / "bls" / "config.pbtxt").write_text(BLS_CONFIG)
     (repo / "bls" / "1" / "model.py").write_text(BLS_MODEL)
+    # A decoupled model: three responses per request.
+    (repo / "repeat" / "1").mkdir(parents=True)
+    (repo / "repeat" / "config.pbtxt").write_text(REPEAT_CONFIG)
+    (repo / "repeat" / "1" / "model.py").write_text(REPEAT_MODEL)
     # An echo through the OpenAI API: the prompt is the completion.
     echo = repo / "echo"
     (echo / "1").mkdir(parents=True)
@@ -315,6 +344,38 @@ def test_a_bls_call_with_the_requests_trace_is_its_child(server, collector):
     assert called["parent"] == bls["span_id"]
     assert called["attributes"]["triton.trace_parent_id"] == bls["attributes"]["triton.trace_id"]
     assert sorted(ids[c["parent"]]["name"] for c in spans if c["name"] == "compute") == ["bls", "identity_fp32"]
+
+
+def test_a_decoupled_request_is_traced_once(server, collector):
+    trace_id = "66666666666666666666666666666666"
+    t0 = time.time_ns()
+    status, _, body = server.post_json(
+        "/v2/models/repeat/generate_stream", {"IN": "x"}, headers={"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+    )
+    t1 = time.time_ns()
+    assert status == 200 and body.count(b"data: ") == 3, body
+    spans = collector.trace(trace_id)
+    s = by_name(spans)
+    assert set(s) == {"InferRequest", "repeat", "compute"}, [sp["name"] for sp in spans]
+    assert s["InferRequest"]["parent"] == CLIENT_SPAN
+    assert s["repeat"]["parent"] == s["InferRequest"]["span_id"]
+    assert all(t0 <= sp["start"] <= sp["end"] <= t1 for sp in spans)
+    # Over a gRPC stream, the stream's metadata.
+    grpc_trace = "77777777777777777777777777777777"
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    done = []
+    client.start_stream(
+        callback=lambda result, error: done.append((result, error)),
+        headers={"traceparent": f"00-{grpc_trace}-{CLIENT_SPAN}-01"},
+    )
+    x = grpcclient.InferInput("IN", [1], "BYTES")
+    x.set_data_from_numpy(np.array([b"x"], dtype=np.object_))
+    client.async_stream_infer("repeat", [x])
+    assert wait_for(lambda: len(done) == 3)
+    client.stop_stream()
+    client.close()
+    s = by_name(collector.trace(grpc_trace))
+    assert set(s) == {"InferRequest", "repeat", "compute"} and s["InferRequest"]["parent"] == CLIENT_SPAN
 
 
 def test_the_openai_api_and_generate_propagate_too(server, collector):

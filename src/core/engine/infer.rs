@@ -158,33 +158,14 @@ impl Engine {
             .inspect_err(|_| stats.record_backend_failure(start.elapsed()))?;
         stats.record_success(batch, None, start.elapsed(), done.queue, compute);
         if let Some(sampled) = sampled {
-            let queue_start = wall_start + (enqueued - start);
-            let compute_start = queue_start + done.queue;
-            let stamps = [
-                ("REQUEST_START", wall_start),
-                ("QUEUE_START", queue_start),
-                ("COMPUTE_START", compute_start),
-                ("COMPUTE_INPUT_END", compute_start + done.input),
-                (
-                    "COMPUTE_OUTPUT_START",
-                    compute_start + done.input + done.compute,
-                ),
-                (
-                    "COMPUTE_END",
-                    compute_start + done.input + done.compute + done.output,
-                ),
-                ("REQUEST_END", wall_start + start.elapsed()),
-            ];
-            let version = model.version.to_string();
-            let done = crate::core::trace::Finished {
-                model: &model.name,
-                version: &version,
-                request_id: &request.id,
-                parent: trace_context.as_ref(),
-                stamps: &stamps,
-                compute: model.config.platform != "ensemble",
+            let times = TraceTimes {
+                wall_start,
+                start,
+                enqueued,
+                queue: done.queue,
+                compute: (done.input, done.compute, done.output),
             };
-            self.inner.tracer.record(sampled, &done);
+            self.record_trace(sampled, &model, &request.id, trace_context.as_ref(), times);
         }
         Ok(InferResponse {
             model_name: model.name.clone(),
@@ -195,7 +176,55 @@ impl Engine {
     }
 }
 
+/// When a traced request's parts happened (`start`, `enqueued`: the
+/// monotonic clock; the durations from its `Done`).
+struct TraceTimes {
+    wall_start: SystemTime,
+    start: Instant,
+    enqueued: Instant,
+    queue: std::time::Duration,
+    compute: (
+        std::time::Duration,
+        std::time::Duration,
+        std::time::Duration,
+    ),
+}
+
 impl Engine {
+    /// Records a sampled request's trace (Triton's timestamps; spans in
+    /// OpenTelemetry mode), now that it has ended.
+    fn record_trace(
+        &self,
+        sampled: crate::core::trace::Sampled,
+        model: &LoadedModel,
+        request_id: &str,
+        parent: Option<&crate::core::types::TraceContext>,
+        t: TraceTimes,
+    ) {
+        let (input, compute, output) = t.compute;
+        let queue_start = t.wall_start + (t.enqueued - t.start);
+        let compute_start = queue_start + t.queue;
+        let stamps = [
+            ("REQUEST_START", t.wall_start),
+            ("QUEUE_START", queue_start),
+            ("COMPUTE_START", compute_start),
+            ("COMPUTE_INPUT_END", compute_start + input),
+            ("COMPUTE_OUTPUT_START", compute_start + input + compute),
+            ("COMPUTE_END", compute_start + input + compute + output),
+            ("REQUEST_END", t.wall_start + t.start.elapsed()),
+        ];
+        let version = model.version.to_string();
+        let done = crate::core::trace::Finished {
+            model: &model.name,
+            version: &version,
+            request_id,
+            parent,
+            stamps: &stamps,
+            compute: model.config.platform != "ensemble",
+        };
+        self.inner.tracer.record(sampled, &done);
+    }
+
     /// Checks a request against its model: shared-memory inputs read,
     /// inputs and outputs validated (Triton's messages), the batch inputs'
     /// needs met, an ensemble's steps ready. Returns the request (its
@@ -241,6 +270,13 @@ impl Engine {
         mut each: impl FnMut(Result<InferResponse>),
     ) {
         let start = Instant::now();
+        let wall_start = SystemTime::now();
+        let mut request = request;
+        let trace_context = request.trace_context.take();
+        let sampled = self
+            .inner
+            .tracer
+            .sample(&model.name, trace_context.as_ref());
         self.inner.inflight.fetch_add(1, SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
         let stats = &model.stats;
@@ -252,14 +288,10 @@ impl Engine {
             }
         };
         let cancel = CancelToken::new();
+        let enqueued = Instant::now();
+        let children = sampled.as_ref().and_then(|s| s.child_context());
         let submission = submission(
-            &request,
-            inputs,
-            &outputs,
-            batch,
-            Instant::now(),
-            &cancel,
-            None,
+            &request, inputs, &outputs, batch, enqueued, &cancel, children,
         );
         let mut completion = match model.scheduler.submit(submission, self) {
             Ok(c) => c,
@@ -318,6 +350,17 @@ impl Engine {
         } else {
             let (queue, compute) = last.unwrap_or_default();
             stats.record_decoupled_success(batch, start.elapsed(), first, queue, compute);
+            if let Some(sampled) = sampled {
+                // The last response's timings, as the statistics take them.
+                let times = TraceTimes {
+                    wall_start,
+                    start,
+                    enqueued,
+                    queue,
+                    compute,
+                };
+                self.record_trace(sampled, &model, &request.id, trace_context.as_ref(), times);
+            }
         }
     }
 }

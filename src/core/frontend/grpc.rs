@@ -180,6 +180,7 @@ impl GrpcService {
         engine: Engine,
         model: std::sync::Arc<crate::core::repository::LoadedModel>,
         req: ModelInferRequest,
+        trace: Option<TraceContext>,
     ) -> impl Stream<Item = ModelStreamInferResponse> + Send + 'static {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = req.id.clone();
@@ -207,7 +208,10 @@ impl GrpcService {
         let run = async move {
             let request =
                 match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
-                    Ok(r) => r,
+                    Ok(mut r) => {
+                        r.trace_context = trace;
+                        r
+                    }
                     Err(e) => {
                         let _ = tx.send(error(&id, e));
                         return;
@@ -333,7 +337,10 @@ impl StreamCall {
         let engine = self.engine.clone();
         let running: Running = match engine.model(&request.model_name, &request.model_version) {
             Ok(model) if model.decoupled() => {
-                Box::pin(GrpcService::infer_decoupled(engine, model, request).map(|r| (None, r)))
+                let trace = self.trace.clone();
+                Box::pin(
+                    GrpcService::infer_decoupled(engine, model, request, trace).map(|r| (None, r)),
+                )
             }
             looked_up => {
                 let place = self.next_place;

@@ -42,13 +42,17 @@ pub struct OpenAiModel {
     pub counts_tokens: bool,
 }
 
-/// A chat template: its file's name and text, compiled once at load to
-/// check it.
+/// A chat template: its file's name and the template, compiled once at
+/// load (a request only renders it).
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
     pub file: String,
-    source: String,
+    /// Holds the template as `TEMPLATE`.
+    env: minijinja::Environment<'static>,
 }
+
+/// The template's name in its environment.
+const TEMPLATE: &str = "chat";
 
 /// A problem with a model's `openai_*` parameters: the key and what is
 /// wrong.
@@ -182,21 +186,21 @@ impl ChatTemplate {
                 format!("cannot read chat template '{file}' in the model's directory: {e}"),
             )
         })?;
-        let template = ChatTemplate {
-            file: file.to_string(),
-            source,
-        };
-        let env = template.environment();
-        env.template_from_str(&template.source).map_err(|e| {
+        let mut env = Self::environment();
+        env.add_template_owned(TEMPLATE, source).map_err(|e| {
             err(
                 key,
                 format!("chat template '{file}' does not compile: {e:#}"),
             )
         })?;
-        Ok(template)
+        Ok(ChatTemplate {
+            file: file.to_string(),
+            env,
+        })
     }
 
-    fn environment(&self) -> minijinja::Environment<'_> {
+    /// Jinja as Hugging Face sets it up for chat templates.
+    fn environment() -> minijinja::Environment<'static> {
         let mut env = minijinja::Environment::new();
         if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -221,14 +225,13 @@ impl ChatTemplate {
     /// The prompt for `messages` (the request's, as JSON), ending with the
     /// assistant's turn (`add_generation_prompt`).
     pub fn render(&self, messages: &serde_json::Value) -> Result<String, String> {
-        let env = self.environment();
-        let template = env
-            .template_from_str(&self.source)
-            .map_err(|e| format!("chat template '{}': {e}", self.file))?;
-        template
-            .render(minijinja::context! {
-                messages => minijinja::Value::from(minijinja::value::Serde(messages)),
-                add_generation_prompt => true,
+        self.env
+            .get_template(TEMPLATE)
+            .and_then(|template| {
+                template.render(minijinja::context! {
+                    messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+                    add_generation_prompt => true,
+                })
             })
             .map_err(|e| format!("chat template '{}': {e}", self.file))
     }

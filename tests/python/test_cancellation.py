@@ -29,13 +29,11 @@ Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest \
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import sys
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -45,6 +43,7 @@ from trtis_harness import (
     EXAMPLES,
     REPO_ROOT,
     StreamCollector,
+    metric,
     running_server_with_metrics,
     stop_stream_within,
     stream_client_for,
@@ -107,18 +106,6 @@ def read(path) -> str | None:
 def ids_of(collector: StreamCollector) -> list:
     with collector._cond:
         return [r.get_response().id if r is not None else None for r, _ in collector.items]
-
-
-def metric(server, name: str, **labels) -> float | None:
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    for line in text.splitlines():
-        m = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if all(have.get(k) == v for k, v in labels.items()):
-            return float(m.group(3))
-    return None
 
 
 def stats(client, model: str) -> dict:

@@ -23,25 +23,21 @@ Run: TRTIS_BIN=$PWD/target/debug/trtis .venv/bin/python -m pytest \
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
 from trtis_harness import (
     EXAMPLES,
     REPO_ROOT,
-    StreamCollector,
+    metric,
     running_server_with_metrics,
     stream_client_for,
+    streamed_text,
     wait_for,
 )
 
@@ -154,24 +150,8 @@ def test_generate_stream_gives_the_tokens_grpc_streaming_gives(server, grpc):
     status, _, body = server.post_json("/v2/models/text_generator/generate_stream", {**PROMPT, "stream": True})
     assert status == 200
     sse = [e["text_output"] for e in events(body)]
-    collector = StreamCollector()
-    grpc.start_stream(callback=collector)
-    text = grpcclient.InferInput("text_input", [1], "BYTES")
-    text.set_data_from_numpy(np.array([PROMPT["text_input"].encode()], dtype=np.object_))
-    grpc.async_stream_infer(
-        "text_generator",
-        [text],
-        parameters={"max_tokens": 12, "temperature": 0, "stream": True},
-        enable_empty_final_response=True,
-    )
-    tokens = []
-    for result, error in collector.wait_for(13):
-        assert error is None, error
-        r = result.get_response()
-        if r.parameters["triton_final_response"].bool_param:
-            break
-        tokens.append(result.as_numpy("text_output")[0].decode())
-    grpc.stop_stream()
+    params = {"max_tokens": 12, "temperature": 0, "stream": True}
+    tokens = streamed_text(grpc, "text_generator", PROMPT["text_input"], params, 12)
     assert tokens == sse
 
 
@@ -213,18 +193,6 @@ def test_infer_still_refuses_decoupled_models(server):
     assert json.loads(body)["error"] == "HTTP end point doesn't support models with decoupled transaction policy"
 
 
-def metric(server, name: str, model: str) -> float | None:
-    try:
-        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    except urllib.error.URLError:  # the metrics port starts after HTTP's
-        return None
-    for line in text.splitlines():
-        m = re.match(rf'^{name}\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$', line)
-        if m:
-            return float(m.group(1))
-    return None
-
-
 def open_stream(server, path: str, doc: dict, events_wanted: int) -> socket.socket:
     """Sends a streaming request on a raw socket and reads until
     `events_wanted` events arrived; returns the still open socket."""
@@ -256,7 +224,7 @@ def test_a_client_hanging_up_cancels_the_request(server, tmp_path):
     outcome, sent = marker.read_text().split()
     assert outcome == "cancelled", marker.read_text()
     assert int(sent) < 200
-    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", "cancel_stream_loop") == 0, timeout=30)
+    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", model="cancel_stream_loop") == 0, timeout=30)
 
 
 def test_a_client_hanging_up_stops_the_text_generator(server):
@@ -271,4 +239,4 @@ def test_a_client_hanging_up_stops_the_text_generator(server):
         lambda: any("text_generator: request cancelled after" in line for line in server.log_lines()),
         timeout=30,
     )
-    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", "text_generator") == 0, timeout=30)
+    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", model="text_generator") == 0, timeout=30)

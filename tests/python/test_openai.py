@@ -31,20 +31,18 @@ import shutil
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import numpy as np
 import openai
 import pytest
-import tritonclient.grpc as grpcclient
 
 from trtis_harness import (
     EXAMPLES,
-    StreamCollector,
     free_port,
+    metric,
     running_server_with_metrics,
     stream_client_for,
+    streamed_text,
     trtis_bin,
     wait_for,
 )
@@ -161,23 +159,8 @@ def test_streamed_tokens_match_grpc_streaming(client, grpc):
         model="text_generator", prompt=PROMPT, max_tokens=12, temperature=0, stream=True
     )
     sse = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
-    collector = StreamCollector()
-    grpc.start_stream(callback=collector)
-    text = grpcclient.InferInput("text_input", [1], "BYTES")
-    text.set_data_from_numpy(np.array([PROMPT.encode()], dtype=np.object_))
-    grpc.async_stream_infer(
-        "text_generator",
-        [text],
-        parameters={"max_tokens": 12, "temperature": 0, "stream": True},
-        enable_empty_final_response=True,
-    )
-    tokens = []
-    for result, error in collector.wait_for(13):
-        assert error is None, error
-        if result.get_response().parameters["triton_final_response"].bool_param:
-            break
-        tokens.append(result.as_numpy("text_output")[0].decode())
-    grpc.stop_stream()
+    params = {"max_tokens": 12, "temperature": 0, "stream": True}
+    tokens = streamed_text(grpc, "text_generator", PROMPT, params, 12)
     assert tokens == sse
 
 
@@ -231,15 +214,6 @@ def test_bad_requests_get_openais_error_shape(server, client):
     assert "could not parse the JSON body" in json.loads(body)["error"]["message"]
 
 
-def pending(server, model: str) -> float | None:
-    try:
-        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    except urllib.error.URLError:  # the metrics port starts after HTTP's
-        return None
-    m = re.search(rf'^nv_inference_pending_request_count\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def test_a_client_disconnecting_mid_stream_cancels_the_request(server):
     before = sum("text_generator: request cancelled after" in line for line in server.log_lines())
     # A raw connection, closed after a few chunks; the model would make
@@ -262,7 +236,7 @@ def test_a_client_disconnecting_mid_stream_cancels_the_request(server):
         lambda: sum("text_generator: request cancelled after" in line for line in server.log_lines()) > before,
         timeout=30,
     )
-    assert wait_for(lambda: pending(server, "text_generator") == 0, timeout=30)
+    assert wait_for(lambda: metric(server, "nv_inference_pending_request_count", model="text_generator") == 0, timeout=30)
 
 
 def test_the_api_on_a_port_of_its_own(repo):

@@ -28,8 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -40,6 +38,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from trtis_harness import (
     build_tiny_repository,
     free_port,
+    metric,
     running_server,
     running_server_with_metrics,
     trtis_bin,
@@ -482,16 +481,9 @@ def test_a_collector_that_is_down_costs_the_requests_nothing(repo):
 
 
 def counter(server, name: str) -> float:
-    """A counter on /metrics (-1 while the metrics port is not up yet: it
-    starts just after the HTTP and gRPC ones the harness waits for)."""
-    try:
-        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    except urllib.error.URLError:
-        return -1
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
+    """A counter on /metrics (-1 while the metrics port is not up yet)."""
+    value = metric(server, name)
+    return -1 if value is None else value
 
 
 def test_exported_spans_are_counted(repo, collector):

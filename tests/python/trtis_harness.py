@@ -28,6 +28,8 @@ import subprocess
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -559,6 +561,25 @@ def running_server(repo, args=None, name="server", env=None):
         stop_and_check(server)
 
 
+def metric(server, name: str, **labels) -> float | None:
+    """The value of the sample `name` on the server's /metrics (a server of
+    `running_server_with_metrics`) whose labels include `labels`; None when
+    there is none, or while the metrics port is not up yet (it starts just
+    after the HTTP and gRPC ones the harness waits for)."""
+    try:
+        text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    except urllib.error.URLError:
+        return None
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)(?:\{([^}]*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
 def running_server_with_metrics(repo, args=None, name="server"):
     """running_server with `--metrics-port` on a free port; the server has
     `metrics_url` (its /metrics)."""
@@ -751,6 +772,28 @@ class StreamCollector:
             assert rid not in results, f"two responses for request {rid!r}"
             results[rid] = result
         return results, errors
+
+
+def streamed_text(client, model: str, prompt: str, parameters: dict, n: int) -> list[str]:
+    """The `text_output` of each response of a decoupled text model to one
+    request over a fresh gRPC stream of `client` (`n` responses, then the
+    empty final one), as tritonclient's users stream it."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    collector = StreamCollector()
+    client.start_stream(callback=collector)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
+    client.async_stream_infer(model, [text], parameters=parameters, enable_empty_final_response=True)
+    tokens = []
+    for result, error in collector.wait_for(n + 1):
+        assert error is None, error
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+        tokens.append(result.as_numpy("text_output")[0].decode())
+    client.stop_stream()
+    return tokens
 
 
 def cancel_stream(client) -> None:

@@ -1,8 +1,9 @@
-//! A request's responses as a stream, for the routes that stream over HTTP
-//! (`generate_stream`, the OpenAI API): one response for a model that
-//! answers once, any number for a decoupled one. The request runs while the
-//! stream is polled; dropping the stream (a client that hung up) cancels
-//! it, as a cancelled gRPC stream does (`Engine::infer_each`).
+//! A request's responses as a stream, for the routes that stream (HTTP's
+//! `generate_stream` and the OpenAI API; gRPC's stream for a decoupled
+//! model): one response for a model that answers once, any number for a
+//! decoupled one. The request runs while the stream is polled; dropping the
+//! stream (a client that hung up, a cancelled gRPC call) cancels it
+//! (`Engine::infer_each`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,18 +22,22 @@ pub type Answers = Pin<Box<dyn Stream<Item = Result<InferResponse>> + Send>>;
 /// Runs `request` on `model` (admitted as every inference is: not while
 /// the server refuses new work).
 pub fn answers(engine: Engine, model: Arc<LoadedModel>, request: InferRequest) -> Answers {
+    if let Err(e) = engine.admit(&request) {
+        return Box::pin(futures_util::stream::once(std::future::ready(Err(e))));
+    }
     if !model.decoupled() {
         return Box::pin(futures_util::stream::once(async move {
-            engine.admit(&request)?;
             engine.infer_on(model, request).await
         }));
     }
+    each(engine, model, request)
+}
+
+/// The responses of an admitted request to a decoupled model
+/// (`Engine::infer_each`) as they come.
+pub fn each(engine: Engine, model: Arc<LoadedModel>, request: InferRequest) -> Answers {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let run = async move {
-        if let Err(e) = engine.admit(&request) {
-            let _ = tx.send(Err(e));
-            return;
-        }
         engine
             .infer_each(model, request, |answer| {
                 let _ = tx.send(answer);

@@ -4,7 +4,7 @@
 
 use std::pin::Pin;
 
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::load_override;
@@ -182,7 +182,6 @@ impl GrpcService {
         req: ModelInferRequest,
         trace: Option<TraceContext>,
     ) -> impl Stream<Item = ModelStreamInferResponse> + Send + 'static {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = req.id.clone();
         let empty_final = matches!(
             req.parameters
@@ -205,58 +204,44 @@ impl GrpcService {
                 ..Default::default()
             }),
         };
-        let run = async move {
-            let request =
-                match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
-                    Ok(mut r) => {
-                        r.trace_context = trace;
-                        r
+        let request =
+            match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
+                Ok(mut r) => {
+                    r.trace_context = trace;
+                    r
+                }
+                Err(e) => {
+                    let refused = error(&id, e);
+                    return futures_util::stream::iter(vec![refused]).left_stream();
+                }
+            };
+        let last = empty_final.then(|| ModelStreamInferResponse {
+            error_message: String::new(),
+            infer_response: Some(ModelInferResponse {
+                model_name: model.name.clone(),
+                model_version: model.version.to_string(),
+                id: id.clone(),
+                parameters: final_flag(true),
+                ..Default::default()
+            }),
+        });
+        let responses =
+            super::answers::each(engine, model, request).map(move |answer| match answer {
+                Ok(response) => {
+                    let mut response = grpc_convert::infer_response(response);
+                    if empty_final {
+                        response.parameters = final_flag(false);
                     }
-                    Err(e) => {
-                        let _ = tx.send(error(&id, e));
-                        return;
+                    ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(response),
                     }
-                };
-            let model_name = model.name.clone();
-            let model_version = model.version.to_string();
-            engine
-                .infer_each(model, request, |answer| {
-                    let item = match answer {
-                        Ok(response) => {
-                            let mut response = grpc_convert::infer_response(response);
-                            if empty_final {
-                                response.parameters = final_flag(false);
-                            }
-                            ModelStreamInferResponse {
-                                error_message: String::new(),
-                                infer_response: Some(response),
-                            }
-                        }
-                        Err(e) => error(&id, e),
-                    };
-                    let _ = tx.send(item);
-                })
-                .await;
-            if empty_final {
-                let _ = tx.send(ModelStreamInferResponse {
-                    error_message: String::new(),
-                    infer_response: Some(ModelInferResponse {
-                        model_name,
-                        model_version,
-                        id,
-                        parameters: final_flag(true),
-                        ..Default::default()
-                    }),
-                });
-            }
-        };
-        // The responses as they come; the run itself yields nothing and
-        // ends the channel (its sender) when it ends.
-        let run = run.into_stream().filter_map(|()| std::future::ready(None));
-        futures_util::stream::select(
-            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
-            run,
-        )
+                }
+                Err(e) => error(&id, e),
+            });
+        responses
+            .chain(futures_util::stream::iter(last))
+            .right_stream()
     }
 }
 

@@ -519,6 +519,20 @@ struct Head {
 }
 
 impl Head {
+    /// A new completion's: a fresh id (`cmpl-`, `chatcmpl-`), made now.
+    fn new(kind: Kind, model: &str) -> Head {
+        let prefix = match kind {
+            Kind::Completion => "cmpl-",
+            Kind::Chat => "chatcmpl-",
+        };
+        Head {
+            kind,
+            id: new_id(prefix),
+            created: unix_now(),
+            model: model.to_string(),
+        }
+    }
+
     fn object(&self, stream: bool) -> &'static str {
         match (self.kind, stream) {
             (Kind::Completion, _) => "text_completion",
@@ -756,12 +770,7 @@ async fn completions(
     let sampling = sampling(&f, &["max_tokens"])?;
     let echo = f.bool("echo")?.unwrap_or(false);
     let job = Job {
-        head: Head {
-            kind: Kind::Completion,
-            id: new_id("cmpl-"),
-            created: unix_now(),
-            model: model.name.clone(),
-        },
+        head: Head::new(Kind::Completion, &model.name),
         model,
         spec,
         prompt,
@@ -881,12 +890,7 @@ async fn chat_completions(
         .map_err(|e| OaiError::invalid(e).param("messages"))?;
     let sampling = sampling(&f, &["max_completion_tokens", "max_tokens"])?;
     let job = Job {
-        head: Head {
-            kind: Kind::Chat,
-            id: new_id("chatcmpl-"),
-            created: unix_now(),
-            model: model.name.clone(),
-        },
+        head: Head::new(Kind::Chat, &model.name),
         model,
         spec,
         prompt,

@@ -21,7 +21,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::kserve_json::{elements_to_bytes, json_values};
-use crate::core::config::pb::ModelConfig;
+use crate::core::config::pb::{ModelConfig, ModelInput};
 use crate::core::error::{Error, Result};
 use crate::core::types::{DataType, InferRequest, InferResponse, Tensor};
 
@@ -141,12 +141,7 @@ impl Builder<'_> {
                 datatype.name()
             ))
         })?;
-        let mut dims: Vec<i64> = Vec::with_capacity(input.dims.len() + 1);
-        if self.config.max_batch_size > 0 {
-            dims.push(-1);
-        }
-        dims.extend_from_slice(&input.dims);
-        let shape = derive_shape(&key, &dims, elements.len())?;
+        let shape = derive_shape(&key, &metadata_dims(self.config, input), elements.len())?;
         self.input_bytes += data.len();
         if self.input_bytes > self.max_input {
             return Err(bad(format!(
@@ -193,17 +188,22 @@ pub fn bytes_input(config: &ModelConfig, name: &str, value: &[u8]) -> Result<Ten
         .iter()
         .find(|i| i.name == name)
         .ok_or_else(|| bad(format!("the model has no input '{name}'")))?;
-    let mut dims: Vec<i64> = Vec::with_capacity(input.dims.len() + 1);
-    if config.max_batch_size > 0 {
-        dims.push(-1);
-    }
-    dims.extend_from_slice(&input.dims);
     Ok(Tensor {
         name: name.to_string(),
         datatype: DataType::Bytes,
-        shape: derive_shape(name, &dims, 1)?,
+        shape: derive_shape(name, &metadata_dims(config, input), 1)?,
         data: Tensor::serialize_bytes([value]),
     })
+}
+
+/// An input's shape as the model metadata reports it: the batch dimension
+/// (-1) first when the model batches.
+fn metadata_dims(config: &ModelConfig, input: &ModelInput) -> Vec<i64> {
+    let batch = (config.max_batch_size > 0).then_some(-1);
+    batch
+        .into_iter()
+        .chain(input.dims.iter().copied())
+        .collect()
 }
 
 /// The shape of `count` elements for an input of shape `dims` (-1:

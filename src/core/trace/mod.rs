@@ -523,43 +523,45 @@ impl Tracer {
         if !s.timestamps() {
             return None;
         }
-        let spans = self.otel.as_ref().map(|_| otel::SpanIds::new(parent));
-        if parent.is_some() && s.mode == TraceMode::OpenTelemetry {
-            return Some(Sampled {
-                id: self.next_id.fetch_add(1, Relaxed) + 1,
-                file: s.file,
-                log_frequency: s.log_frequency,
-                spans,
-            });
-        }
-        if s.count == 0 || s.rate == 0 {
+        // A caller's context is traced whatever the rate and count.
+        let propagated = parent.is_some() && s.mode == TraceMode::OpenTelemetry;
+        if !propagated && !self.take_by_rate(model, &s) {
             return None;
-        }
-        let n = self.seen.fetch_add(1, Relaxed);
-        if n % s.rate != 0 {
-            return None;
-        }
-        if s.count > 0 {
-            // The model's own count when it has one, else the global one.
-            let mut per_model = self.per_model.lock().unwrap();
-            match per_model.get_mut(model).and_then(|o| o.count.as_mut()) {
-                Some(count) if *count == 0 => return None,
-                Some(count) => *count -= 1,
-                None => {
-                    let mut g = self.global.lock().unwrap();
-                    if g.count == 0 {
-                        return None;
-                    }
-                    g.count -= 1;
-                }
-            }
         }
         Some(Sampled {
             id: self.next_id.fetch_add(1, Relaxed) + 1,
             file: s.file,
             log_frequency: s.log_frequency,
-            spans,
+            spans: self.otel.as_ref().map(|_| otel::SpanIds::new(parent)),
         })
+    }
+
+    /// Whether the rate picks this request of `model` (settings `s`) and a
+    /// trace is left to take (one is then counted off).
+    fn take_by_rate(&self, model: &str, s: &TraceSettings) -> bool {
+        if s.count == 0 || s.rate == 0 {
+            return false;
+        }
+        let n = self.seen.fetch_add(1, Relaxed);
+        if n % s.rate != 0 {
+            return false;
+        }
+        if s.count > 0 {
+            // The model's own count when it has one, else the global one.
+            let mut per_model = self.per_model.lock().unwrap();
+            match per_model.get_mut(model).and_then(|o| o.count.as_mut()) {
+                Some(count) if *count == 0 => return false,
+                Some(count) => *count -= 1,
+                None => {
+                    let mut g = self.global.lock().unwrap();
+                    if g.count == 0 {
+                        return false;
+                    }
+                    g.count -= 1;
+                }
+            }
+        }
+        true
     }
 
     /// Writes a sampled request's timestamps (ns since the epoch) to the

@@ -292,7 +292,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let n = batch.len() as u64;
         let result = self.inner.export(batch).await;
-        QUEUED.fetch_sub(n.min(QUEUED.load(Relaxed)), Relaxed);
+        let _ = QUEUED.fetch_update(Relaxed, Relaxed, |q| Some(q.saturating_sub(n)));
         match &result {
             Ok(()) => EXPORTED.fetch_add(n, Relaxed),
             Err(e) => {

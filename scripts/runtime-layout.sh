@@ -31,7 +31,8 @@
 #
 # The check (unless --assemble-only): copies the ONNX models simple and
 # efficientnet_lite0 (plus add_sub, a Python model, unless --no-python, and
-# efficientnet_lite0_pt with --with-torch) into DIR/models, starts
+# efficientnet_lite0_pt and the AOTInductor package efficientnet_lite0_pt2
+# with --with-torch) into DIR/models, starts
 # DIR/opt/trtis/bin/trtis serve with an environment holding only what the
 # Dockerfile's ENV sets (read from the Dockerfile, so the two cannot drift) on
 # free ports, waits for /v2/health/ready, runs one inference per model and
@@ -184,7 +185,7 @@ rm -rf "$models"
 mkdir -p "$models" "$dir/tmp"
 wanted="simple efficientnet_lite0"
 [ "$with_python" = 0 ] || wanted="$wanted add_sub"
-[ "$with_torch" = 0 ] || wanted="$wanted efficientnet_lite0_pt"
+[ "$with_torch" = 0 ] || wanted="$wanted efficientnet_lite0_pt efficientnet_lite0_pt2"
 for m in $wanted; do cp -r "$ROOT/examples/model_repository/$m" "$models/"; done
 
 log="$dir/serve.log"
@@ -251,7 +252,7 @@ assert out["OUTPUT1"]["data"] == [x - 1 for x in a], out
 print("runtime-layout: ok: simple (onnxruntime) OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1")
 
 image = [0.0] * (3 * 224 * 224)
-for model in ("efficientnet_lite0", "efficientnet_lite0_pt"):
+for model in ("efficientnet_lite0", "efficientnet_lite0_pt", "efficientnet_lite0_pt2"):
     if model not in models:
         continue
     # Both batch (max_batch_size 8): metadata says [-1, 3, 224, 224].

@@ -83,7 +83,8 @@ pub(crate) fn top3(model: &str, url: &str, protocol: &str, image: &str) -> Vec<V
 }
 
 /// The TorchScript classifier (PyTorch backend, `efficientnet_lite0_pt`)
-/// answers as the ONNX one does: coffee.jpg is an espresso, the top logits
+/// and its AOTInductor package (`efficientnet_lite0_pt2`) answer as the
+/// ONNX one does: coffee.jpg is an espresso, the top logits
 /// within 1e-3, over HTTP and gRPC, directly and through the ensemble that
 /// mixes the ONNX preprocessing model with it. So does the ensemble whose
 /// preprocessing step is a Python model (`preprocess_py`, run by the
@@ -98,6 +99,7 @@ fn the_torchscript_classifier_agrees_with_the_onnx_one() {
         let url = format!("127.0.0.1:{port}");
         for (torch, onnx) in [
             ("efficientnet_lite0_pt", "efficientnet_lite0"),
+            ("efficientnet_lite0_pt2", "efficientnet_lite0"),
             ("efficientnet_pt_ensemble", "efficientnet_ensemble"),
             ("efficientnet_py_ensemble", "efficientnet_ensemble"),
         ] {

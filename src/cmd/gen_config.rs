@@ -11,6 +11,13 @@
 //!   so those are placeholders (`TYPE_FP32`, `dims: [-1]`; `TYPE_STRING` for
 //!   a `List[str]`), and comment lines at the top of the output say what to
 //!   edit.
+//! - A PyTorch 2 AOTInductor package (`.pt2`): the `torch_aoti` platform,
+//!   inputs `INPUT__0`.. with the data types and dims the compiled code
+//!   checks (`backend::pytorch::pt2` reads them from the package's wrapper
+//!   source), batching when every input's dimension 0 is dynamic (up to 4,
+//!   as auto-complete's default, or the package's bound if lower);
+//!   outputs `OUTPUT__0`.. from the call spec, with placeholder types and
+//!   dims (a package does not record them), said in the comment lines.
 //! - A TensorFlow SavedModel (a `model.savedmodel` directory): what
 //!   auto-complete would make from its `serving_default` signature (read
 //!   without TensorFlow).
@@ -34,7 +41,8 @@ use trtis::core::config::ModelConfig;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The model file: an ONNX model (`model.onnx`), a TorchScript module
-    /// (`model.pt`) or a TensorFlow SavedModel (`model.savedmodel`).
+    /// (`model.pt`), an AOTInductor package (`model.pt2`) or a TensorFlow
+    /// SavedModel (`model.savedmodel`).
     model: PathBuf,
 
     /// The model name (default: the model directory's name when the file is
@@ -88,6 +96,7 @@ pub fn run(args: Args) -> ExitCode {
     let made = match args.model.extension().and_then(|e| e.to_str()) {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
+        Some("pt2") => pt2_config(&args, &mut config),
         Some("savedmodel") => savedmodel_config(&args, &mut config).map(|()| Vec::new()),
         Some("so") => {
             // A custom backend library (custom.h) declares no inputs or
@@ -104,7 +113,8 @@ pub fn run(args: Args) -> ExitCode {
         _ => {
             eprintln!(
                 "error: {}: gen-config reads ONNX models (a .onnx file), \
-                 TorchScript modules (a .pt file) and TensorFlow SavedModels (a .savedmodel directory)",
+                 TorchScript modules (a .pt file), AOTInductor packages (a .pt2 file) and TensorFlow \
+                 SavedModels (a .savedmodel directory)",
                 args.model.display()
             );
             return ExitCode::from(2);
@@ -190,6 +200,103 @@ fn complete_from(
         None => {}
     }
     Ok(())
+}
+
+/// The AOTInductor package's config, from its call spec and input checks;
+/// returns the comment lines that go above it.
+fn pt2_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<String>, String> {
+    use trtis::core::backend::pytorch::pt2::{self, Dim};
+    let shown = args.model.display();
+    let package = pt2::read_package(&args.model, pt2::MODEL_NAME).map_err(|e| e.to_string())?;
+    let (in_spec, out_spec) = package.call_spec.clone().ok_or_else(|| {
+        format!(
+            "{shown}: the package carries no wrapper source, so its inputs cannot be read without loading it: \
+             write the config by hand (platform: \"torch_aoti\", inputs INPUT__0.., outputs OUTPUT__0..)"
+        )
+    })?;
+    let leaves = pt2::leaves(&in_spec, &out_spec).map_err(|e| format!("{shown}: {e}"))?;
+    let info = package.inputs.clone().unwrap_or_default();
+    config.platform = "torch_aoti".into();
+    config.backend = "pytorch".into();
+    // Batching when every input's dimension 0 is dynamic.
+    let bound = |i: &pt2::LeafInput| match i.dims.first() {
+        Some(Dim::Range(_, hi)) => Some(*hi),
+        _ => None,
+    };
+    let batch_bound = if !info.is_empty() && info.len() == leaves.inputs.len() {
+        info.iter()
+            .map(bound)
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|b| b.into_iter().min())
+    } else {
+        None
+    };
+    config.max_batch_size = match (args.max_batch_size, batch_bound) {
+        (Some(n), Some(hi)) if i64::from(n) > hi => {
+            return Err(format!(
+                "{shown}: --max-batch-size {n}, but the package's batch dimension goes up to {hi}"
+            ))
+        }
+        (Some(n), None) if n > 0 => {
+            return Err(format!(
+                "{shown}: --max-batch-size {n}, but not every input of the package has a dynamic dimension 0"
+            ))
+        }
+        (Some(n), _) => n,
+        (None, Some(hi)) => hi.min(4) as i32,
+        (None, None) => 0,
+    };
+    let batching = config.max_batch_size > 0;
+    if batching && args.dynamic_batching != Some(false) {
+        config.scheduling_choice = dynamic_batching();
+    }
+    let mut header = vec![
+        format!("Made by `trtis gen-config` from the AOTInductor package {shown}."),
+        format!("Its inputs: {}.", leaves.inputs.join(", ")),
+        format!("Its outputs: {}.", leaves.outputs.join(", ")),
+        "Inputs and their types and shapes are the package's own; a package does not".into(),
+        "record its outputs' types or shapes: each output's data_type and dims below".into(),
+        "is a placeholder (TYPE_FP32, dims: [-1]): edit them before serving the model.".into(),
+    ];
+    for (i, name) in leaves.inputs.iter().enumerate() {
+        let leaf = info.get(i);
+        let datatype = leaf
+            .and_then(|l| l.datatype)
+            .map(|t| t.to_config())
+            .unwrap_or_else(|| {
+                header.push(format!(
+                    "INPUT__{i} ({name}): its type is not recorded, TYPE_FP32 is a placeholder."
+                ));
+                DataType::TypeFp32
+            });
+        let dims: Vec<i64> = leaf
+            .map(|l| {
+                l.dims
+                    .iter()
+                    .skip(usize::from(batching))
+                    .map(|d| match d {
+                        Dim::Fixed(v) => *v,
+                        Dim::Range(..) => -1,
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![-1]);
+        config.input.push(ModelInput {
+            name: format!("INPUT__{i}"),
+            data_type: datatype as i32,
+            dims,
+            ..Default::default()
+        });
+    }
+    for i in 0..leaves.outputs.len() {
+        config.output.push(ModelOutput {
+            name: format!("OUTPUT__{i}"),
+            data_type: DataType::TypeFp32 as i32,
+            dims: vec![-1],
+            ..Default::default()
+        });
+    }
+    Ok(header)
 }
 
 /// The TorchScript module's config, from forward()'s signature; returns the

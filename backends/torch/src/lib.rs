@@ -20,6 +20,8 @@
 //!   module may keep or change its inputs); an output is copied once, into
 //!   the server's response buffer. BYTES are `List[str]`.
 
+mod aoti;
+
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,6 +49,35 @@ static LOG: OnceLock<LogFn> = OnceLock::new();
 fn log(level: u32, message: &str) {
     if let Some(log) = LOG.get() {
         log(level, Str::of(message));
+    }
+}
+
+/// A loaded instance: a TorchScript module, or an AOTInductor package
+/// (`platform: "torch_aoti"`).
+enum Instance {
+    Script(TorchInstance),
+    Package(aoti::AotiInstance),
+}
+
+impl Instance {
+    fn load(
+        config: &ModelConfig,
+        version_dir: &Path,
+        instance: &str,
+        device: tch::Device,
+    ) -> Result<Self> {
+        if config.platform == "torch_aoti" {
+            aoti::AotiInstance::load(config, version_dir, instance, device).map(Instance::Package)
+        } else {
+            TorchInstance::load(config, version_dir, instance, device).map(Instance::Script)
+        }
+    }
+
+    fn execute(&self, inputs: &[View], outputs: &[&str], out: &OutputSink) -> Result<[u64; 2]> {
+        match self {
+            Instance::Script(i) => i.execute(inputs, outputs, out),
+            Instance::Package(i) => i.execute(inputs, outputs, out),
+        }
     }
 }
 
@@ -709,7 +740,7 @@ pub unsafe extern "C" fn trtis_torch_load(
         } else {
             tch::Device::Cuda(device as usize)
         };
-        TorchInstance::load(
+        Instance::load(
             &config,
             Path::new(version_dir.as_str()),
             instance.as_str(),
@@ -740,7 +771,7 @@ pub unsafe extern "C" fn trtis_torch_execute(
     timing_ns: *mut u64,
 ) -> i32 {
     let ran = guarded(|| {
-        let instance = &*(instance as *const TorchInstance);
+        let instance = &*(instance as *const Instance);
         let inputs = if n_inputs == 0 {
             &[][..]
         } else {
@@ -796,7 +827,7 @@ pub unsafe extern "C" fn trtis_torch_execute(
 pub unsafe extern "C" fn trtis_torch_unload(instance: *mut c_void) {
     if !instance.is_null() {
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            drop(Box::from_raw(instance as *mut TorchInstance))
+            drop(Box::from_raw(instance as *mut Instance))
         }));
     }
 }

@@ -315,6 +315,10 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
             if let Err(e) = pytorch::settings::TorchSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));
             }
+            if config.platform == "torch_aoti" {
+                out.extend(pytorch::check_package_config(config, version_dirs));
+                return out;
+            }
             let file = if config.default_model_filename.is_empty() {
                 "model.pt"
             } else {

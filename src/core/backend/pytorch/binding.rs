@@ -91,16 +91,16 @@ pub fn named_index(name: &str) -> Option<usize> {
 /// The tensors the engine hands to a PyTorch instance besides `input`:
 /// sequence control inputs, implicit-state inputs, batch inputs; and the
 /// state outputs it asks back.
-struct Extras {
-    controls: Vec<String>,
+pub(super) struct Extras {
+    pub(super) controls: Vec<String>,
     /// Controls whose value is a string (a TYPE_STRING correlation ID).
-    string_controls: Vec<String>,
-    state_inputs: Vec<(String, i32)>,
-    state_outputs: Vec<(String, i32)>,
-    batch_inputs: Vec<String>,
+    pub(super) string_controls: Vec<String>,
+    pub(super) state_inputs: Vec<(String, i32)>,
+    pub(super) state_outputs: Vec<(String, i32)>,
+    pub(super) batch_inputs: Vec<String>,
 }
 
-fn extras(config: &ModelConfig) -> Extras {
+pub(super) fn extras(config: &ModelConfig) -> Extras {
     let mut e = Extras {
         controls: Vec::new(),
         string_controls: Vec::new(),
@@ -132,14 +132,19 @@ fn extras(config: &ModelConfig) -> Extras {
     e
 }
 
-fn type_name(dt: i32) -> &'static str {
+pub(super) fn type_name(dt: i32) -> &'static str {
     ConfigType::try_from(dt)
         .map(|t| t.as_str_name())
         .unwrap_or("TYPE_INVALID")
 }
 
 /// The tensor type of a config datatype; `Ok(None)` for TYPE_STRING.
-fn tensor_type(dt: i32, what: &str, name: &str, model: &str) -> Result<Option<DataType>> {
+pub(super) fn tensor_type(
+    dt: i32,
+    what: &str,
+    name: &str,
+    model: &str,
+) -> Result<Option<DataType>> {
     match DataType::from_config(dt) {
         Some(DataType::Bytes) => Ok(None),
         Some(t) => Ok(Some(t)),

@@ -17,6 +17,7 @@
 
 pub mod abi;
 pub mod binding;
+pub mod pt2;
 pub mod settings;
 pub mod torchscript;
 
@@ -32,6 +33,81 @@ use crate::core::types::Tensor;
 
 use super::LoadContext;
 use abi::{ErrorSink, OutputSink, Str, TensorIn};
+
+/// What a load would refuse of a `torch_aoti` config, known from the
+/// package in each of `version_dirs` without libtorch (`validate-config`
+/// and `serve` report the same): the package's model, device and CPU ISA,
+/// and the config's names, types and shapes against its call spec and
+/// input checks. The torch version is checked at load (it needs the
+/// backend library's libtorch).
+pub fn check_package_config(
+    config: &crate::core::config::ModelConfig,
+    version_dirs: &[PathBuf],
+) -> Vec<crate::core::config::diagnostic::Issue> {
+    use crate::core::config::diagnostic::Issue;
+    let mut out: Vec<Issue> = Vec::new();
+    for key in [
+        "DISABLE_OPTIMIZED_EXECUTION",
+        "ENABLE_JIT_EXECUTOR",
+        "ENABLE_JIT_PROFILING",
+        "ENABLE_TENSOR_FUSER",
+    ] {
+        if config.parameters.contains_key(key) {
+            out.push(Issue::warning(
+                "parameters",
+                format!("parameter '{key}' applies to TorchScript's JIT and has no effect on an AOTInductor package"),
+            ));
+        }
+    }
+    let file = if config.default_model_filename.is_empty() {
+        "model.pt2"
+    } else {
+        config.default_model_filename.as_str()
+    };
+    use crate::core::config::pb::model_instance_group::Kind;
+    let gpu = config
+        .instance_group
+        .iter()
+        .any(|g| g.kind == Kind::Gpu as i32);
+    let instance = format!("{}_0", config.name);
+    for path in version_dirs
+        .iter()
+        .map(|d| d.join(file))
+        .filter(|p| p.is_file())
+    {
+        let shown: Vec<_> = path.iter().rev().take(2).collect();
+        let shown = format!(
+            "{}/{}",
+            shown[1].to_string_lossy(),
+            shown[0].to_string_lossy()
+        );
+        let relative = |m: &str| m.replace(&path.display().to_string(), &shown);
+        let issue = match pt2::bind_package(config, &path, &instance, gpu, None) {
+            Ok((_, Some(_))) => continue,
+            Ok((_, None)) => Issue::warning(
+                "default_model_filename",
+                format!(
+                    "{shown} carries no wrapper source: its call spec is read at load, and neither the config's types and \
+                     shapes nor requests' are checked against the compiled code"
+                ),
+            ),
+            Err(e) => {
+                let field = if e.message.contains("input") || e.message.contains("Input") {
+                    "input"
+                } else if e.message.contains("output") || e.message.contains("Output") {
+                    "output"
+                } else {
+                    "default_model_filename"
+                };
+                Issue::error(field, relative(&e.message))
+            }
+        };
+        if !out.contains(&issue) {
+            out.push(issue);
+        }
+    }
+    out
+}
 
 /// The library's file name.
 pub const LIBRARY: &str = "libtrtis_torch.so";

@@ -23,7 +23,7 @@ benches=(
   "infer     trtis infer IMAGE end to end, and the image preprocessing alone"
   "sequence  the sequence batcher under perf_analyzer vs the same graph served stateless"
   "ensemble  the example ensemble vs the client calling both models itself"
-  "pytorch   the PyTorch backend (TorchScript classifier, MLP) vs libtorch called directly"
+  "pytorch   the PyTorch backend (TorchScript and .pt2 classifiers, MLP) vs libtorch called directly"
   "tensorflow the TensorFlow backend (SavedModel classifier, dynamic batching, c=1/4/16) vs the C API called directly"
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
   "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"

@@ -10,6 +10,11 @@ In one run on this machine it measures:
   - the compute-bound MLP (8 x Linear 1024 + ReLU, traced with tch, FP32)
     with dynamic batching (one instance, preferred batch 16, 2 ms delay) at
     concurrency 16, against raw libtorch at batch 16 with the same threads;
+  - the same classifier as a PyTorch 2 AOTInductor package (examples'
+    efficientnet_lite0_pt2, torch.export + AOTInductor with freezing) against
+    the TorchScript one, both through the server at concurrency 1, 4 and 16
+    (perf_analyzer, gRPC), and against the package run in-process through the
+    backend's own loader (torch_direct on the .pt2) at batch 1, 4 and 8;
   - server CPU per inference (from /proc) and the batch sizes that formed.
 
 Run it with scripts/bench.sh pytorch. Results: target/bench/pytorch-bench.md.
@@ -46,6 +51,9 @@ def main():
     shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0_pt"),
                     os.path.join(repo, "efficientnet_lite0_pt"))
     classifier = os.path.join(repo, "efficientnet_lite0_pt", "1", "model.pt")
+    shutil.copytree(os.path.join(ROOT, "examples/model_repository/efficientnet_lite0_pt2"),
+                    os.path.join(repo, "efficientnet_lite0_pt2"))
+    package = os.path.join(repo, "efficientnet_lite0_pt2", "1", "model.pt2")
     os.makedirs(os.path.join(repo, "mlp_pt", "1"))
     os.symlink(mlp, os.path.join(repo, "mlp_pt", "1", "model.pt"))
     open(os.path.join(repo, "mlp_pt", "config.pbtxt"), "w").write(
@@ -61,7 +69,8 @@ def main():
              "| direct tch | batch | intra-op threads | infer/s | CPU µs/inf |", "| --- | --- | --- | --- | --- |"]
     ref = {}
     for name, model, shape, batches, threads in (
-            ("classifier", classifier, "3,224,224", (1, 2), (1,)),
+            ("classifier", classifier, "3,224,224", (1, 2, 4, 8), (1,)),
+            ("classifier.pt2", package, "3,224,224", (1, 4, 8), (1,)),
             ("mlp", mlp, "1024", (1, 16), (1, 2))):
         for b in batches:
             for t in threads:
@@ -81,7 +90,14 @@ def main():
             # The same load from trtis perf, a lighter client on the same
             # two cores.
             ("efficientnet_lite0_pt", "trtis perf", 2, ("classifier", 1, 1), ("classifier", 2, 1)),
-            ("mlp_pt", "perf_analyzer", 16, ("mlp", 1, 1), ("mlp", 16, 1))):
+            ("mlp_pt", "perf_analyzer", 16, ("mlp", 1, 1), ("mlp", 16, 1)),
+            # The AOTInductor package and the TorchScript module, same load
+            # (max batch 8: the best direct batch is 8 from concurrency 8 up).
+            ("efficientnet_lite0_pt", "perf_analyzer", 4, ("classifier", 1, 1), ("classifier", 4, 1)),
+            ("efficientnet_lite0_pt", "perf_analyzer", 16, ("classifier", 1, 1), ("classifier", 8, 1)),
+            ("efficientnet_lite0_pt2", "perf_analyzer", 1, ("classifier.pt2", 1, 1), ("classifier.pt2", 1, 1)),
+            ("efficientnet_lite0_pt2", "perf_analyzer", 4, ("classifier.pt2", 1, 1), ("classifier.pt2", 4, 1)),
+            ("efficientnet_lite0_pt2", "perf_analyzer", 16, ("classifier.pt2", 1, 1), ("classifier.pt2", 8, 1))):
         r = perf(server, model, conc, client)
         results[(model, client, conc)] = r
         if "error" in r:
@@ -104,6 +120,16 @@ def main():
     for client in ("perf_analyzer", "trtis perf"):
         r = results[("efficientnet_lite0_pt", client, 2)]
         lines.append(f"- {client}: {r.get('throughput', 0) / mean:.2f}")
+    lines += ["", "The AOTInductor package against the TorchScript module, through the server, same run "
+              "(throughput ratio pt2 / TorchScript, server CPU per inference ratio):"]
+    for conc in (1, 4, 16):
+        a = results[("efficientnet_lite0_pt2", "perf_analyzer", conc)]
+        b = results[("efficientnet_lite0_pt", "perf_analyzer", conc)]
+        if "error" in a or "error" in b:
+            lines.append(f"- concurrency {conc}: not measured ({a.get('error') or b.get('error')})")
+        else:
+            lines.append(f"- concurrency {conc}: {a['throughput'] / b['throughput']:.2f}x throughput, "
+                         f"{a['server_cpu_us'] / b['server_cpu_us']:.2f}x server CPU per inference")
     shutil.rmtree(repo)
     lines += ["", "The MLP's server instance uses 1 intra-op thread (the backend's default); "
               f"direct batch 16 with 2 threads: {ref[('mlp', 16, 2)]['infer_per_s']:.0f} infer/s.", ""]

@@ -1,10 +1,12 @@
 //! The in-process reference for the PyTorch backend's benchmark
 //! (`scripts/bench.sh pytorch`): a TorchScript module called directly
-//! through tch, as the backend calls it (CPU, eval mode, no-grad and, by
+//! through tch, or an AOTInductor package (`.pt2`) through the backend's
+//! own loader (src/loader.rs and the C++ shim), as the backend calls them
+//! (CPU, eval mode, no-grad and, by
 //! default as in the backend, InferenceMode), without a server. Prints one JSON line: inferences per second and process CPU
 //! microseconds per inference.
 //!
-//!   torch_direct run MODEL.pt --shape 3,224,224 --batch 1 --threads 1 --seconds 5
+//!   torch_direct run MODEL.pt|MODEL.pt2 --shape 3,224,224 --batch 1 --threads 1 --seconds 5
 //!                    [--inference-mode 0|1] [--data uniform|zero|normal]
 //!   torch_direct make-mlp OUT.pt     (8 x Linear 1024 + ReLU, traced, fixed seed)
 //!
@@ -13,6 +15,12 @@
 use std::time::Instant;
 
 use tch::{CModule, Device, Kind, Tensor};
+
+// The backend's package loader, the same code (it needs the shim, linked by
+// build.rs, and the libtorch.so stand-in from OUT_DIR).
+#[allow(dead_code)]
+#[path = "../src/loader.rs"]
+mod loader;
 
 // The backend's own shim (src/shim.cpp, linked by this package's build.rs):
 // the reference runs under c10::InferenceMode as the backend does by default.
@@ -71,8 +79,33 @@ fn run(args: &[String]) {
     let seconds: f64 = arg(args, "--seconds", "5").parse().expect("--seconds");
     let _ = tch::get_num_threads();
     tch::set_num_threads(threads);
-    let mut module = CModule::load_on_device(model, Device::Cpu).expect("load the module");
-    module.set_eval();
+    // A TorchScript module, or an AOTInductor package.
+    enum Model {
+        Script(CModule),
+        Package(loader::Loader),
+    }
+    let module = if model.ends_with(".pt2") {
+        let version = loader::libtorch_version();
+        Model::Package(
+            loader::Loader::load(std::path::Path::new(model), 1, -1, &version)
+                .expect("load the package"),
+        )
+    } else {
+        let mut m = CModule::load_on_device(model, Device::Cpu).expect("load the module");
+        m.set_eval();
+        Model::Script(m)
+    };
+    let forward = |x: &Tensor| -> Tensor {
+        match &module {
+            Model::Script(m) => m.forward_ts(&[x]).expect("forward"),
+            Model::Package(p) => p
+                .run(std::slice::from_ref(x))
+                .expect("run")
+                .into_iter()
+                .next()
+                .expect("an output"),
+        }
+    };
     let mut dims = vec![batch];
     dims.extend(&shape);
     // The data perf_analyzer sends by default (--input-data random: uniform
@@ -87,12 +120,12 @@ fn run(args: &[String]) {
     // SAFETY: entered and left on this thread, around the runs.
     let mode = unsafe { trtis_inference_mode_enter(i32::from(inference_mode)) };
     for _ in 0..3 {
-        let _ = module.forward_ts(&[&x]).expect("forward");
+        let _ = forward(&x);
     }
     let (start, cpu0) = (Instant::now(), cpu_seconds());
     let mut n = 0u64;
     while start.elapsed().as_secs_f64() < seconds {
-        let y = module.forward_ts(&[&x]).expect("forward");
+        let y = forward(&x);
         // Read the result as the server does (one copy out).
         let mut out = vec![0f32; y.numel()];
         y.copy_data(&mut out, y.numel());

@@ -21,6 +21,7 @@
 //!   the server's response buffer. BYTES are `List[str]`.
 
 mod aoti;
+mod loader;
 
 use std::collections::HashMap;
 use std::ffi::c_void;

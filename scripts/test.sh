@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
-export TRTIS_REQUIRE_PYTHON=1 TRTIS_REQUIRE_TORCH=1
+export TRTIS_REQUIRE_PYTHON=1 TRTIS_REQUIRE_TORCH=1 TRTIS_REQUIRE_OPENVINO=1
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 # The optional backends and tools stay buildable without their features.

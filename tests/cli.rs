@@ -88,7 +88,7 @@ fn the_example_repository_validates() {
     let out = trtis(&examples, &["validate-config", "model_repository"]);
     assert_eq!(
         stdout(&out),
-        "OK: 18 models checked, 0 errors, 0 warnings\n"
+        "OK: 19 models checked, 0 errors, 0 warnings\n"
     );
     assert_eq!(out.status.code(), Some(0));
 }

@@ -17,6 +17,8 @@ pub mod identity;
 // `onnx/mod.rs`: the same interface, every use failing with the reason.
 #[cfg_attr(not(feature = "onnx"), path = "onnx/disabled.rs")]
 pub mod onnx;
+#[cfg(feature = "openvino")]
+pub mod openvino;
 pub mod python;
 pub mod pytorch;
 mod reshape;
@@ -284,6 +286,8 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
         #[cfg(feature = "tensorflow")]
         "tensorflow" => Box::new(tensorflow::TfInstance::load(ctx)?),
+        #[cfg(feature = "openvino")]
+        "openvino" => Box::new(openvino::OvInstance::load(ctx)?),
         "python" => Box::new(python::PythonInstance::load(ctx)?),
         "custom" => Box::new(custom::CustomInstance::load(ctx)?),
         other => {
@@ -306,6 +310,8 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
         "custom" => out.extend(custom::check(config, version_dirs)),
         #[cfg(feature = "tensorflow")]
         "tensorflow" => out.extend(tensorflow::check(config, version_dirs)),
+        #[cfg(feature = "openvino")]
+        "openvino" => out.extend(openvino::check(config, version_dirs)),
         "onnxruntime" => {
             if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));

@@ -36,6 +36,7 @@ pub fn built_backends() -> &'static [&'static str] {
             ("onnxruntime", cfg!(feature = "onnx")),
             ("pytorch", true),
             ("tensorflow", cfg!(feature = "tensorflow")),
+            ("openvino", cfg!(feature = "openvino")),
             ("python", true),
             ("custom", true),
         ]
@@ -107,6 +108,19 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "TF_SIGNATURE_DEF",
             "TF_INIT_OPS_FILE",
             "MAX_SESSION_SHARE_COUNT",
+        ],
+        // What backend::openvino::settings reads.
+        "openvino" => &[
+            "PERFORMANCE_HINT",
+            "NUM_STREAMS",
+            "INFERENCE_NUM_THREADS",
+            "COMPILATION_NUM_THREADS",
+            "HINT_BF16",
+            "RESHAPE_IO_LAYERS",
+            "SKIP_OV_DYNAMIC_BATCHSIZE",
+            "ENABLE_BATCH_PADDING",
+            "TARGET_DEVICE",
+            "CPU_EXTENSION_PATH",
         ],
         // What backend::pytorch::settings reads (a test there checks).
         "pytorch" => &[
@@ -533,12 +547,12 @@ mod tests {
     #[test]
     fn unknown_backends_and_runtimes_are_refused_with_tritons_message() {
         let mut c = onnx();
-        c.backend = "openvino".into();
+        c.backend = "tensorrt".into();
         let issues = check(&c);
         assert_eq!(fields(&issues, Severity::Error), ["backend"]);
         assert!(issues[0]
             .message
-            .starts_with("unable to find backend library for backend 'openvino'"));
+            .starts_with("unable to find backend library for backend 'tensorrt'"));
         let mut c = onnx();
         c.runtime = "libtriton_onnxruntime.so".into();
         assert!(check(&c).is_empty(), "the default runtime is fine");

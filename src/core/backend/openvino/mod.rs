@@ -1,0 +1,542 @@
+//! The OpenVINO backend (`backend: "openvino"`; an IR `model.xml` with its
+//! `model.bin`, or through `default_model_filename` an ONNX model or a
+//! TensorFlow SavedModel directory), run on the CPU by OpenVINO's C API
+//! through the `openvino` crate (runtime linking: the library is loaded
+//! when the first OpenVINO model loads, from the `openvino` wheel's files
+//! that scripts/setup.sh unpacks into `.tools/openvino`, or
+//! `TRTIS_OPENVINO_LIB`).
+//!
+//! As Triton's OpenVINO backend: one compiled model and one infer request
+//! per instance, CPU properties from the parameters ([`settings`]), the
+//! config's names, count and dims checked against the model's ports with
+//! Triton's messages. Unlike Triton, the batch dimension stays dynamic (1 to
+//! `max_batch_size`), so the dynamic batcher's batches of any size run
+//! without padding; and a config datatype must be the model's (Triton
+//! inserts a conversion; the crate's pre/post-processing API has no element
+//! type setter for inputs yet).
+
+pub mod settings;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use openvino::{
+    CompiledModel, Core, DeviceType, Dimension, ElementType, InferRequest, Model, PartialShape,
+    RwPropertyKey, Shape, Tensor as OvTensor,
+};
+
+use self::settings::OvSettings;
+use super::LoadContext;
+use crate::core::config::pb::model_config::SchedulingChoice;
+use crate::core::config::ModelConfig;
+use crate::core::error::{Error, Result};
+use crate::core::types::{DataType, Tensor};
+
+/// What to do when the library is missing.
+pub const INSTALL_HINT: &str =
+    "scripts/setup.sh unpacks it from the openvino==2026.4.1 wheel into .tools/openvino; \
+     or set TRTIS_OPENVINO_LIB to its libopenvino_c.so.<version>";
+
+/// Locates `libopenvino_c.so.<version>`: `TRTIS_OPENVINO_LIB`; then the
+/// project's `.tools/openvino` (beside the working directory or any
+/// ancestor of the trtis executable).
+pub fn find_library() -> Result<PathBuf> {
+    if let Some(named) = super::library_from_env("TRTIS_OPENVINO_LIB", INSTALL_HINT) {
+        return named;
+    }
+    for root in &super::project_roots() {
+        let dir = root.join(".tools/openvino");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libopenvino_c.so."))
+            })
+            .collect();
+        found.sort();
+        if let Some(lib) = found.pop() {
+            return Ok(lib);
+        }
+    }
+    Err(Error::unavailable(format!(
+        "OpenVINO library (libopenvino_c.so.<version>) not found; {INSTALL_HINT}"
+    )))
+}
+
+/// Loads the C API once per process.
+fn ensure_loaded() -> Result<()> {
+    static LOADED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let path = find_library().map_err(|e| e.message)?;
+            openvino_sys::library::load_from(&path)
+                .map_err(|e| format!("failed to load OpenVINO from {}: {e}", path.display()))
+        })
+        .clone()
+        .map_err(Error::unavailable)
+}
+
+/// OpenVINO's element type of ours (every numeric type; not BYTES).
+pub fn ov_type(d: DataType) -> Option<ElementType> {
+    Some(match d {
+        DataType::Bool => ElementType::Boolean,
+        DataType::Uint8 => ElementType::U8,
+        DataType::Uint16 => ElementType::U16,
+        DataType::Uint32 => ElementType::U32,
+        DataType::Uint64 => ElementType::U64,
+        DataType::Int8 => ElementType::I8,
+        DataType::Int16 => ElementType::I16,
+        DataType::Int32 => ElementType::I32,
+        DataType::Int64 => ElementType::I64,
+        DataType::Fp16 => ElementType::F16,
+        DataType::Bf16 => ElementType::Bf16,
+        DataType::Fp32 => ElementType::F32,
+        DataType::Fp64 => ElementType::F64,
+        DataType::Bytes => return None,
+    })
+}
+
+fn data_type_of(e: ElementType) -> Option<DataType> {
+    DataType::ALL.into_iter().find(|d| ov_type(*d) == Some(e))
+}
+
+fn type_name(e: ElementType) -> String {
+    data_type_of(e).map_or_else(|| format!("{e:?}"), |d| format!("TYPE_{}", d.name()))
+}
+
+fn ov_error(step: &str) -> impl Fn(openvino::InferenceError) -> Error + '_ {
+    move |e| Error::internal(format!("openvino error in {step} : {e}"))
+}
+
+/// One dimension of a model port, read out of OpenVINO (so that the checks
+/// below are plain code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Dim {
+    dynamic: bool,
+    min: i64,
+    /// Negative or huge: unbounded.
+    max: i64,
+}
+
+impl Dim {
+    fn of(d: &Dimension) -> Dim {
+        Dim {
+            dynamic: d.is_dynamic(),
+            min: d.get_min(),
+            max: d.get_max(),
+        }
+    }
+
+    fn unbounded(self) -> bool {
+        self.max < 0 || self.max >= i64::from(u32::MAX)
+    }
+
+    fn to_ov(self) -> Dimension {
+        Dimension::new(self.min, self.max)
+    }
+}
+
+/// A model port: its name, element type and (partial) shape.
+struct Port {
+    name: String,
+    element: ElementType,
+    dims: Vec<Dim>,
+}
+
+fn ports(model: &Model, inputs: bool) -> Result<Vec<Port>> {
+    let step = "reading model";
+    let count = if inputs {
+        model.get_inputs_len()
+    } else {
+        model.get_outputs_len()
+    }
+    .map_err(ov_error(step))?;
+    (0..count)
+        .map(|i| {
+            let node = if inputs {
+                model.get_input_by_index(i)
+            } else {
+                model.get_output_by_index(i)
+            }
+            .map_err(ov_error(step))?;
+            Ok(Port {
+                name: node.get_name().map_err(ov_error(step))?,
+                element: node.get_element_type().map_err(ov_error(step))?,
+                dims: node
+                    .get_partial_shape()
+                    .map_err(ov_error(step))?
+                    .get_dimensions()
+                    .iter()
+                    .map(Dim::of)
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+fn dims_text(dims: &[Dim]) -> String {
+    let parts: Vec<String> = dims
+        .iter()
+        .map(|d| {
+            if !d.dynamic {
+                d.min.to_string()
+            } else if d.unbounded() {
+                "-1".to_string()
+            } else {
+                format!("{}..{}", d.min, d.max)
+            }
+        })
+        .collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// Whether a config dimension `c` (-1: any) fits the model's `d`.
+fn fits(c: i64, d: &Dim) -> bool {
+    if !d.dynamic {
+        return c == d.min;
+    }
+    c == -1 || (c >= d.min && (d.unbounded() || c <= d.max))
+}
+
+/// The tensors the config feeds the model (inputs, sequence controls and
+/// state) and the ones it fetches (outputs, state).
+fn fed_and_fetched(config: &ModelConfig) -> (Vec<String>, Vec<String>) {
+    let mut fed: Vec<String> = config.input.iter().map(|i| i.name.clone()).collect();
+    let mut fetched: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
+    if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
+        fed.extend(s.control_input.iter().map(|c| c.name.clone()));
+        fed.extend(s.state.iter().map(|st| st.input_name.clone()));
+        fetched.extend(s.state.iter().map(|st| st.output_name.clone()));
+    }
+    fed.extend(
+        config
+            .batch_input
+            .iter()
+            .flat_map(|b| b.target_name.iter().cloned()),
+    );
+    (fed, fetched)
+}
+
+/// The model file the config names (`model.xml` by default).
+pub fn model_file(config: &ModelConfig) -> &str {
+    if config.default_model_filename.is_empty() {
+        "model.xml"
+    } else {
+        &config.default_model_filename
+    }
+}
+
+/// What `validate-config` and `serve` find of an OpenVINO config without
+/// OpenVINO: the parameters, and the model file and an IR's weights file.
+pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core::config::Issue> {
+    use crate::core::config::Issue;
+    let mut out = Vec::new();
+    if let Err(e) = OvSettings::from_config(config) {
+        out.push(Issue::error("parameters", e.message));
+    }
+    let file = model_file(config);
+    for dir in version_dirs {
+        let path = dir.join(file);
+        if file.ends_with(".xml") && path.is_file() && !path.with_extension("bin").is_file() {
+            let issue = Issue::error(
+                "default_model_filename",
+                format!(
+                    "{}/{} has no weights file {} beside it",
+                    dir.file_name().unwrap_or_default().to_string_lossy(),
+                    file,
+                    Path::new(file).with_extension("bin").display()
+                ),
+            );
+            if !out.contains(&issue) {
+                out.push(issue);
+            }
+        }
+    }
+    out
+}
+
+pub struct OvInstance {
+    request: InferRequest,
+    _compiled: CompiledModel,
+    /// The model's inputs and outputs (config name → element type).
+    inputs: Vec<(String, ElementType)>,
+    timing: (Duration, Duration),
+}
+
+impl OvInstance {
+    pub fn load(ctx: &LoadContext) -> Result<Self> {
+        let config = ctx.config;
+        let model_name = &config.name;
+        let settings = OvSettings::from_config(config)?;
+        let file = model_file(config);
+        let path = ctx.version_dir.join(file);
+        if !path.exists() {
+            return Err(Error::unavailable(format!(
+                "unable to find '{}' for model '{model_name}'",
+                path.display()
+            )));
+        }
+        let weights = if file.ends_with(".xml") {
+            let bin = path.with_extension("bin");
+            if !bin.is_file() {
+                return Err(Error::unavailable(format!(
+                    "unable to find the weights '{}' of model '{model_name}' (an IR model.xml needs its model.bin beside it)",
+                    bin.display()
+                )));
+            }
+            bin.to_string_lossy().into_owned()
+        } else {
+            String::new()
+        };
+        ensure_loaded()?;
+        let mut core = Core::new()
+            .map_err(|e| Error::unavailable(format!("openvino error in creating core : {e}")))?;
+        for (key, value) in &settings.properties {
+            core.set_property(
+                &DeviceType::CPU,
+                &RwPropertyKey::Other((*key).into()),
+                value,
+            )
+            .map_err(ov_error("setting properties"))?;
+        }
+        let mut model = core
+            .read_model_from_file(&path.to_string_lossy(), &weights)
+            .map_err(ov_error("reading model"))?;
+        let inputs = ports(&model, true)?;
+        let outputs = ports(&model, false)?;
+        let (fed, fetched) = fed_and_fetched(config);
+        if fed.len() != inputs.len() {
+            return Err(Error::invalid_arg(format!(
+                "unable to load model '{model_name}', configuration expects {} inputs, model provides {}",
+                fed.len(),
+                inputs.len()
+            )));
+        }
+        let allowed = |ps: &[Port]| {
+            ps.iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let find = |ps: &'_ [Port], name: &str, what: &str| -> Result<usize> {
+            ps.iter().position(|p| p.name == name).ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "unexpected inference {what} '{name}', allowed {what}s are: {}",
+                    allowed(ps)
+                ))
+            })
+        };
+        for name in &fed {
+            find(&inputs, name, "input")?;
+        }
+        for name in &fetched {
+            find(&outputs, name, "output")?;
+        }
+        let batching = config.max_batch_size > 0;
+        let mut reshapes: Vec<(String, PartialShape)> = Vec::new();
+        for input in &config.input {
+            let port = &inputs[find(&inputs, &input.name, "input")?];
+            let want = DataType::from_config(input.data_type);
+            if want.and_then(ov_type) != Some(port.element) {
+                return Err(Error::invalid_arg(format!(
+                    "unable to load model '{model_name}', configuration expects datatype TYPE_{} for input '{}', model provides {}",
+                    want.map_or("STRING", |d| d.name()),
+                    input.name,
+                    type_name(port.element)
+                )));
+            }
+            let dims = input
+                .reshape
+                .as_ref()
+                .map(|r| r.shape.as_slice())
+                .unwrap_or(&input.dims);
+            let rank = dims.len() + usize::from(batching);
+            let mut new: Vec<Dimension> = Vec::with_capacity(rank);
+            if batching {
+                new.push(Dimension::new(1, i64::from(config.max_batch_size)));
+            }
+            if settings.reshape_io_layers {
+                for &d in dims {
+                    if d != -1 && d <= 0 {
+                        return Err(Error::invalid_arg(
+                            "openvino backend does not support dimensions values other than `-1` or positive integers",
+                        ));
+                    }
+                    new.push(if d == -1 {
+                        Dimension::new(-1, -1)
+                    } else {
+                        Dimension::new(d, d)
+                    });
+                }
+            } else {
+                let ok = port.dims.len() == rank
+                    && dims
+                        .iter()
+                        .zip(&port.dims[usize::from(batching)..])
+                        .all(|(c, d)| fits(*c, d));
+                let batch_ok = !batching
+                    || port.dims.first().is_some_and(|d| {
+                        d.dynamic || d.min == 1 || d.min == i64::from(config.max_batch_size)
+                    });
+                if !ok || !batch_ok {
+                    let shown: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                    return Err(Error::invalid_arg(format!(
+                        "unable to load model '{model_name}', input '{}': the model expects {} dimensions (shape {}) but the model configuration specifies {} dimensions ({}[{}])",
+                        input.name,
+                        port.dims.len(),
+                        dims_text(&port.dims),
+                        rank,
+                        if batching { "an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making complete shape " } else { "shape " },
+                        if batching { format!("-1,{}", shown.join(",")) } else { shown.join(",") }
+                    )));
+                }
+                new.extend(
+                    port.dims
+                        .iter()
+                        .skip(usize::from(batching))
+                        .map(|d| d.to_ov()),
+                );
+            }
+            reshapes.push((input.name.clone(), partial(&new)?));
+        }
+        if batching || settings.reshape_io_layers {
+            let pairs: Vec<(&str, &PartialShape)> =
+                reshapes.iter().map(|(n, s)| (n.as_str(), s)).collect();
+            model.reshape(&pairs).map_err(ov_error("reshaping model"))?;
+        }
+        let mut compiled = core
+            .compile_model(&model, DeviceType::CPU)
+            .map_err(ov_error("loading model"))?;
+        let request = compiled
+            .create_infer_request()
+            .map_err(ov_error("creating infer request"))?;
+        Ok(OvInstance {
+            request,
+            _compiled: compiled,
+            inputs: inputs.into_iter().map(|p| (p.name, p.element)).collect(),
+            timing: Default::default(),
+        })
+    }
+}
+
+fn partial(dims: &[Dimension]) -> Result<PartialShape> {
+    PartialShape::new(dims.len() as i64, dims).map_err(ov_error("reshaping model"))
+}
+
+impl super::InstanceExec for OvInstance {
+    fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
+        let start = Instant::now();
+        for t in &inputs {
+            let element = self
+                .inputs
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map(|(_, e)| *e)
+                .ok_or_else(|| {
+                    Error::invalid_arg(format!("unexpected inference input '{}'", t.name))
+                })?;
+            if ov_type(t.datatype) != Some(element) {
+                return Err(Error::invalid_arg(format!(
+                    "input '{}' is {}, the model takes {}",
+                    t.name,
+                    t.datatype.name(),
+                    type_name(element)
+                )));
+            }
+            let shape = Shape::new(&t.shape).map_err(ov_error("setting tensor data"))?;
+            let mut tensor =
+                OvTensor::new(element, &shape).map_err(ov_error("setting tensor data"))?;
+            let buffer = tensor
+                .get_raw_data_mut()
+                .map_err(ov_error("setting tensor data"))?;
+            if buffer.len() != t.data.len() {
+                return Err(Error::invalid_arg(format!(
+                    "expected {} bytes of data in input buffer, got {} bytes.",
+                    buffer.len(),
+                    t.data.len()
+                )));
+            }
+            buffer.copy_from_slice(&t.data);
+            self.request
+                .set_tensor(&t.name, &tensor)
+                .map_err(ov_error("setting tensor data"))?;
+        }
+        let converted = start.elapsed();
+        self.request
+            .infer()
+            .map_err(ov_error("running inference"))?;
+        let ran = Instant::now();
+        let mut out = Vec::with_capacity(outputs.len());
+        for name in outputs {
+            let tensor = self
+                .request
+                .get_tensor(name)
+                .map_err(ov_error("reading output"))?;
+            let element = tensor
+                .get_element_type()
+                .map_err(ov_error("reading output"))?;
+            let datatype = data_type_of(element).ok_or_else(|| {
+                Error::internal(format!(
+                    "output '{name}' has OpenVINO type {element:?}, which the protocol has no type for"
+                ))
+            })?;
+            let shape = tensor
+                .get_shape()
+                .map_err(ov_error("reading output"))?
+                .get_dimensions()
+                .to_vec();
+            let data = tensor
+                .get_raw_data()
+                .map_err(ov_error("reading output"))?
+                .to_vec();
+            out.push(Tensor {
+                name: name.clone(),
+                datatype,
+                shape,
+                data,
+            });
+        }
+        drop(inputs);
+        self.timing = (converted, ran.elapsed());
+        Ok(out)
+    }
+
+    fn timing(&self) -> (Duration, Duration) {
+        self.timing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_numeric_type_maps_both_ways() {
+        for d in DataType::ALL {
+            match ov_type(d) {
+                Some(e) => assert_eq!(data_type_of(e), Some(d)),
+                None => assert_eq!(d, DataType::Bytes),
+            }
+        }
+    }
+
+    #[test]
+    fn config_dims_fit_static_and_dynamic_model_dims() {
+        let d = |dynamic, min, max| Dim { dynamic, min, max };
+        assert!(fits(4, &d(false, 4, 4)));
+        assert!(!fits(-1, &d(false, 4, 4)));
+        assert!(fits(-1, &d(true, 0, -1)));
+        assert!(fits(7, &d(true, 0, -1)));
+        assert!(fits(3, &d(true, 1, 8)) && !fits(9, &d(true, 1, 8)));
+        assert_eq!(
+            dims_text(&[d(true, 0, -1), d(false, 4, 4), d(true, 1, 8)]),
+            "[-1,4,1..8]"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+"""The OpenVINO backend through Triton's own clients: IR models
+(tests/fixtures/openvino and the example EfficientNet-Lite0 IR, made by
+scripts/make-openvino-models.py with openvino 2026.4.1) and the project's ONNX
+classifier read by OpenVINO, served by a real `trtis serve` over HTTP and gRPC.
+
+Covered: IR and ONNX models; a dynamic batch dimension and the dynamic
+batcher (batches of any size, no padding); Triton's parameters (a bad value
+refused with Triton's words by `serve` and `validate-config`); the classifier
+says espresso with logits within 1e-3 of ONNX Runtime's; statistics; a bad IR,
+a missing .bin and wrong tensor names refused with the reason.
+
+Skipped when the OpenVINO libraries are not set up (scripts/setup.sh unpacks
+them into .tools/openvino), unless TRTIS_REQUIRE_OPENVINO=1 (scripts/test.sh
+sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from trtis_harness import EXAMPLES, REPO_ROOT, grpc_client_for, running_server_with_metrics, trtis_bin
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "openvino"
+ONNX = REPO_ROOT / "examples" / "model_repository" / "efficientnet_lite0" / "1" / "model.onnx"
+
+ADD_SUB = """name: "add_sub"
+backend: "openvino"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 100000 preferred_batch_size: [ 4 ] }
+parameters [ { key: "NUM_STREAMS" value: { string_value: "1" } },
+             { key: "INFERENCE_NUM_THREADS" value: { string_value: "1" } },
+             { key: "PERFORMANCE_HINT" value: { string_value: "LATENCY" } } ]
+"""
+
+# No batching, a static IR: the shape is the model's.
+ADD_SUB_FIXED = """name: "add_sub_fixed"
+backend: "openvino"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
+"""
+
+# The ONNX classifier, read by OpenVINO (Triton's way: backend openvino and
+# default_model_filename).
+ONNX_CONFIG = """name: "efficientnet_onnx_openvino"
+backend: "openvino"
+default_model_filename: "model.onnx"
+max_batch_size: 4
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+"""
+
+
+def openvino_set_up() -> bool:
+    if os.environ.get("TRTIS_OPENVINO_LIB"):
+        return True
+    return any(p.name.startswith("libopenvino_c.so.") for p in (REPO_ROOT / ".tools" / "openvino").glob("*"))
+
+
+def add(repo, name, config, files):
+    (repo / name / "1").mkdir(parents=True)
+    for src, dst in files:
+        shutil.copy(src, repo / name / "1" / dst)
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+def ir(name):
+    return [(FIXTURES / name / "model.xml", "model.xml"), (FIXTURES / name / "model.bin", "model.bin")]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("openvino") / "models"
+    add(repo, "add_sub", ADD_SUB, ir("add_sub"))
+    add(repo, "add_sub_fixed", ADD_SUB_FIXED, ir("add_sub_fixed"))
+    add(repo, "efficientnet_onnx_openvino", ONNX_CONFIG, [(ONNX, "model.onnx")])
+    for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
+        shutil.copytree(EXAMPLES / name, repo / name)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    if not openvino_set_up():
+        if os.environ.get("TRTIS_REQUIRE_OPENVINO") == "1":
+            pytest.fail("OpenVINO is not set up (TRTIS_REQUIRE_OPENVINO=1): scripts/setup.sh unpacks it")
+        pytest.skip("OpenVINO is not set up (scripts/setup.sh unpacks it into .tools/openvino)")
+    yield from running_server_with_metrics(
+        repo, args=["--model-control-mode", "explicit", "--load-model", "*"], name="openvino server"
+    )
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    c = httpclient.InferenceServerClient(server.url, network_timeout=120.0)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    c = grpc_client_for(server)
+    yield c
+    c.close()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def both(request, http, grpc):
+    return (http, httpclient) if request.param == "http" else (grpc, grpcclient)
+
+
+def infer(client, mod, model, arrays, **kw):
+    inputs = []
+    for name, arr in arrays.items():
+        i = mod.InferInput(name, list(arr.shape), "FP32")
+        i.set_data_from_numpy(arr)
+        inputs.append(i)
+    return client.infer(model, inputs, **kw)
+
+
+def test_ir_models_with_a_dynamic_batch_and_a_static_shape(both):
+    client, mod = both
+    for batch in (1, 3, 8):
+        a = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
+        b = np.full((batch, 4), 0.5, dtype=np.float32)
+        r = infer(client, mod, "add_sub", {"INPUT0": a, "INPUT1": b})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    a = np.ones((2, 4), dtype=np.float32)
+    r = infer(client, mod, "add_sub_fixed", {"INPUT0": a, "INPUT1": a * 3})
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - a * 3)
+
+
+def test_the_dynamic_batcher_forms_batches_of_any_size(server, http):
+    before = http.get_inference_statistics("add_sub")["model_stats"][0]
+    errors = []
+
+    def one(k):
+        try:
+            c = httpclient.InferenceServerClient(server.url, network_timeout=60.0)
+            a = np.full((1, 4), k, dtype=np.float32)
+            r = infer(c, httpclient, "add_sub", {"INPUT0": a, "INPUT1": a})
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    after = http.get_inference_statistics("add_sub")["model_stats"][0]
+    assert after["inference_count"] - before["inference_count"] == 7
+    assert after["execution_count"] - before["execution_count"] < 7, after
+    assert after["inference_stats"]["compute_infer"]["count"] >= 1
+
+
+def test_the_ir_and_the_onnx_classifier_agree_with_onnx_runtime(both):
+    client, mod = both
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, size=(3, 3, 224, 224)).astype(np.float32)
+    ort = infer(client, mod, "efficientnet_lite0", {"input": x}).as_numpy("output")
+    for model in ("efficientnet_lite0_openvino", "efficientnet_onnx_openvino"):
+        ov = infer(client, mod, model, {"input": x}).as_numpy("output")
+        assert ov.shape == (3, 1000)
+        assert np.max(np.abs(ov - ort)) < 1e-3, model
+        np.testing.assert_array_equal(np.argmax(ov, axis=1), np.argmax(ort, axis=1))
+
+
+def test_trtis_infer_says_espresso(server):
+    image = REPO_ROOT / "examples" / "images" / "coffee.jpg"
+    out = subprocess.run([str(trtis_bin()), "infer", "-m", "efficientnet_lite0_openvino", "-u", server.url,
+                          "-s", "INCEPTION", "-c", "1", str(image)],
+                         capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "967 (espresso)" in out.stdout, out.stdout
+
+
+def write_bad(repo, name, config, files):
+    add(repo, name, f'name: "{name}"\n' + config, files)
+
+
+# add_sub's config without its name and its dynamic batcher.
+ADD_SUB_BODY = "\n".join(line for line in ADD_SUB.splitlines()[1:] if not line.startswith("dynamic_batching"))
+
+
+def test_bad_models_and_configs_are_refused_with_the_reason(http, repo, tmp_path):
+    bad_xml = tmp_path / "bad.xml"
+    bad_xml.write_text("<net name='x'><layers><layer id='0' type='NoSuchOp'/></layers></net>")
+    cases = {
+        "missing_bin": (ADD_SUB_BODY, [(FIXTURES / "add_sub" / "model.xml", "model.xml")],
+                        "has no weights file model.bin beside it", True),
+        "bad_ir": (ADD_SUB_BODY, [(bad_xml, "model.xml"), (FIXTURES / "add_sub" / "model.bin", "model.bin")],
+                   "openvino error in reading model", False),
+        "wrong_name": (ADD_SUB_BODY.replace('"INPUT1"', '"INPUT9"'), ir("add_sub"),
+                       "unexpected inference input 'INPUT9', allowed inputs are: INPUT0, INPUT1", False),
+        "wrong_output": (ADD_SUB_BODY.replace('"OUTPUT1"', '"SUM"'), ir("add_sub"),
+                         "unexpected inference output 'SUM'", False),
+        "wrong_dims": (ADD_SUB_BODY.replace("dims: [ 4 ]", "dims: [ 5 ]", 1), ir("add_sub"),
+                       "the model expects 2 dimensions (shape [-1,4])", False),
+        "too_many_inputs": (ADD_SUB_FIXED.split("\n", 1)[1].replace(
+            'input [ ', 'input [ { name: "EXTRA" data_type: TYPE_FP32 dims: [ 1 ] }, '), ir("add_sub_fixed"),
+            "configuration expects 3 inputs, model provides 2", False),
+        "bad_hint": (ADD_SUB_BODY.replace('"LATENCY"', '"FAST"'), ir("add_sub"),
+                     "expected the parameter 'PERFORMANCE_HINT' to be LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got fast", True),
+        "gpu_device": (ADD_SUB_BODY.replace('{ key: "NUM_STREAMS"', '{ key: "TARGET_DEVICE" value: { string_value: "GPU" } }, { key: "NUM_STREAMS"'),
+                       ir("add_sub"), "runs on the CPU only", True),
+    }
+    for name, (config, files, message, static) in cases.items():
+        write_bad(repo, name, config, files)
+        with pytest.raises(InferenceServerException) as e:
+            http.load_model(name)
+        assert message in str(e.value), (name, str(e.value))
+        out = subprocess.run([str(trtis_bin()), "validate-config", str(repo / name)],
+                             capture_output=True, text=True, check=False)
+        if static:
+            assert out.returncode != 0 and message in out.stdout + out.stderr, (name, out.stdout + out.stderr)

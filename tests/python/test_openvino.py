@@ -61,6 +61,26 @@ output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
 """
 
 
+# Triton's ONNX Runtime model with the OpenVINO CPU accelerator: run by the
+# OpenVINO backend (the PyPI ONNX Runtime has no OpenVINO provider).
+ONNX_ACCELERATED = """name: "efficientnet_ort_openvino"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }
+"""
+
+# The FP32 IR served as FP64 and INT32: converted both ways, as Triton's
+# OpenVINO backend converts the config's type to the model's.
+ADD_SUB_CONVERTED = """name: "add_sub_converted"
+backend: "openvino"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP64 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP64 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+"""
+
+
 def openvino_set_up() -> bool:
     if os.environ.get("TRTIS_OPENVINO_LIB"):
         return True
@@ -84,6 +104,8 @@ def repo(tmp_path_factory):
     add(repo, "add_sub", ADD_SUB, ir("add_sub"))
     add(repo, "add_sub_fixed", ADD_SUB_FIXED, ir("add_sub_fixed"))
     add(repo, "efficientnet_onnx_openvino", ONNX_CONFIG, [(ONNX, "model.onnx")])
+    add(repo, "efficientnet_ort_openvino", ONNX_ACCELERATED, [(ONNX, "model.onnx")])
+    add(repo, "add_sub_converted", ADD_SUB_CONVERTED, ir("add_sub"))
     for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
         shutil.copytree(EXAMPLES / name, repo / name)
     return repo
@@ -172,11 +194,33 @@ def test_the_ir_and_the_onnx_classifier_agree_with_onnx_runtime(both):
     rng = np.random.default_rng(5)
     x = rng.uniform(-1, 1, size=(3, 3, 224, 224)).astype(np.float32)
     ort = infer(client, mod, "efficientnet_lite0", {"input": x}).as_numpy("output")
-    for model in ("efficientnet_lite0_openvino", "efficientnet_onnx_openvino"):
+    for model in ("efficientnet_lite0_openvino", "efficientnet_onnx_openvino", "efficientnet_ort_openvino"):
         ov = infer(client, mod, model, {"input": x}).as_numpy("output")
         assert ov.shape == (3, 1000)
         assert np.max(np.abs(ov - ort)) < 1e-3, model
         np.testing.assert_array_equal(np.argmax(ov, axis=1), np.argmax(ort, axis=1))
+
+
+def test_the_openvino_accelerator_of_an_onnx_model_runs_on_openvino_and_says_so(server, http):
+    config = http.get_model_config("efficientnet_ort_openvino")
+    assert config["platform"] == "onnxruntime_onnx"
+    said = [line for line in server.log_lines() if "cpu_execution_accelerator 'openvino'" in line]
+    assert said and "runs on trtis's OpenVINO backend" in said[0], server.log_tail()
+
+
+def test_config_datatypes_are_converted_to_and_from_the_models(both):
+    client, mod = both
+    a = np.array([[1.5, -2.0, 0.25, 1e3]], dtype=np.float64)
+    b = np.array([[1, 2, -3, 4]], dtype=np.int32)
+    inputs = [mod.InferInput("INPUT0", [1, 4], "FP64"), mod.InferInput("INPUT1", [1, 4], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    r = client.infer("add_sub_converted", inputs)
+    assert r.as_numpy("OUTPUT0").dtype == np.float64
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    # FP32 differences truncated toward zero into INT32.
+    assert r.as_numpy("OUTPUT1").dtype == np.int32
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), np.trunc(a - b).astype(np.int32))
 
 
 def test_trtis_infer_says_espresso(server):
@@ -215,6 +259,9 @@ def test_bad_models_and_configs_are_refused_with_the_reason(http, repo, tmp_path
             "configuration expects 3 inputs, model provides 2", False),
         "bad_hint": (ADD_SUB_BODY.replace('"LATENCY"', '"FAST"'), ir("add_sub"),
                      "expected the parameter 'PERFORMANCE_HINT' to be LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got fast", True),
+        "accelerator_parameter": (ONNX_ACCELERATED.split("\n", 1)[1].replace(
+            '{ name: "openvino" }', '{ name: "openvino" parameters { key: "device_type" value: "GPU_FP16" } }'),
+            [(ONNX, "model.onnx")], "'device_type: GPU_FP16' is not applied (device_type CPU or CPU_FP32 only)", True),
         "gpu_device": (ADD_SUB_BODY.replace('{ key: "NUM_STREAMS"', '{ key: "TARGET_DEVICE" value: { string_value: "GPU" } }, { key: "NUM_STREAMS"'),
                        ir("add_sub"), "runs on the CPU only", True),
     }

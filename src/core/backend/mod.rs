@@ -282,6 +282,10 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
     }
     let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
         "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
+        #[cfg(feature = "openvino")]
+        "onnxruntime" if openvino::wanted_by_onnx(ctx.config) => {
+            Box::new(openvino::OvInstance::load_for_onnx(ctx)?)
+        }
         "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
         "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
         #[cfg(feature = "tensorflow")]

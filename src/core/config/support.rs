@@ -309,16 +309,47 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
                 }
             }
             for (j, a) in accel.cpu_execution_accelerator.iter().enumerate() {
-                refuse(
-                    &mut out,
-                    format!(
-                        "optimization.execution_accelerators.cpu_execution_accelerator[{j}]"
-                    ),
-                    &format!(
-                        "CPU execution accelerator '{}': the ONNX Runtime library from PyPI has no such execution provider",
-                        a.name
-                    ),
-                );
+                let field =
+                    format!("optimization.execution_accelerators.cpu_execution_accelerator[{j}]");
+                // Triton's ONNX Runtime backend offers OpenVINO as a CPU
+                // accelerator; the PyPI library has no such provider, so the
+                // model runs on trtis's OpenVINO backend instead
+                // (backend::openvino::load_for_onnx).
+                let on_openvino = a.name == "openvino"
+                    && config.backend == "onnxruntime"
+                    && cfg!(feature = "openvino");
+                if !on_openvino {
+                    refuse(
+                        &mut out,
+                        field,
+                        &format!(
+                            "CPU execution accelerator '{}': the ONNX Runtime library from PyPI has no such execution provider{}",
+                            a.name,
+                            if a.name == "openvino" { ", and only an ONNX Runtime model is run on OpenVINO instead" } else { "" }
+                        ),
+                    );
+                    continue;
+                }
+                for (k, v) in &a.parameters {
+                    let cpu = k == "device_type" && (v == "CPU" || v == "CPU_FP32");
+                    if !cpu {
+                        refuse(
+                            &mut out,
+                            format!("{field}.parameters[\"{k}\"]"),
+                            &format!(
+                                "the OpenVINO accelerator runs the model on trtis's OpenVINO backend, on the CPU in FP32; \
+                                 '{k}: {v}' is not applied (device_type CPU or CPU_FP32 only)"
+                            ),
+                        );
+                    }
+                }
+                for key in config.parameters.keys() {
+                    hint(
+                        &mut out,
+                        format!("parameters[\"{key}\"]"),
+                        "the model runs on trtis's OpenVINO backend (cpu_execution_accelerator 'openvino'), which does not read ONNX Runtime's parameters",
+                    );
+                }
             }
         }
     }

@@ -235,9 +235,97 @@ pub(crate) fn to_f64s(datatype: DataType, data: &[u8]) -> Option<Vec<f64>> {
     datatype.with_element(ToF64(data))
 }
 
+/// Little-endian tensor data of one numeric type converted to another, as
+/// a cast does: to a float by value (rounded), to an integer truncated and
+/// saturated to its range, to BOOL as not-zero. None for BYTES.
+#[cfg_attr(not(feature = "openvino"), allow(dead_code))] // the OpenVINO backend
+pub(crate) fn cast(data: &[u8], from: DataType, to: DataType) -> Option<Vec<u8>> {
+    struct Read<'a>(&'a [u8]);
+    impl ElementFn for Read<'_> {
+        type Output = Vec<Scalar>;
+        fn call<T: Element>(self) -> Vec<Scalar> {
+            elements::<T>(self.0).map(Element::to_scalar).collect()
+        }
+    }
+    struct Write(Vec<Scalar>);
+    impl ElementFn for Write {
+        type Output = Option<Vec<u8>>;
+        fn call<T: Element>(self) -> Option<Vec<u8>> {
+            let mut out = Vec::with_capacity(self.0.len() * T::SIZE);
+            for value in self.0 {
+                T::from_scalar(convert(value, T::DATATYPE)?)?.write_le(&mut out);
+            }
+            Some(out)
+        }
+    }
+    /// The value as one the target type takes exactly.
+    fn convert(value: Scalar, to: DataType) -> Option<Scalar> {
+        let wide: i128 = match value {
+            Scalar::Bool(b) => i128::from(b),
+            Scalar::Int(i) => i128::from(i),
+            Scalar::Uint(u) => i128::from(u),
+            // Truncated toward zero, saturated (NaN is 0), as `as` does.
+            Scalar::Float(f) => f as i128,
+        };
+        let (lo, hi): (i128, i128) = match to {
+            DataType::Bool => return Some(Scalar::Bool(value.to_f64() != 0.0)),
+            DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16 => {
+                return Some(Scalar::Float(value.to_f64()))
+            }
+            DataType::Uint8 => (0, u8::MAX.into()),
+            DataType::Uint16 => (0, u16::MAX.into()),
+            DataType::Uint32 => (0, u32::MAX.into()),
+            DataType::Uint64 => (0, u64::MAX.into()),
+            DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
+            DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
+            DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+            DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
+            DataType::Bytes => return None,
+        };
+        let v = wide.clamp(lo, hi);
+        Some(if lo == 0 {
+            Scalar::Uint(v as u64)
+        } else {
+            Scalar::Int(v as i64)
+        })
+    }
+    let values = if from == DataType::Bool {
+        data.iter().map(|&b| Scalar::Bool(b != 0)).collect()
+    } else {
+        from.with_element(Read(data))?
+    };
+    to.with_element(Write(values))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn casts_convert_by_value_truncate_and_saturate() {
+        let f32s = encode(&[1.7f32, -2.5, 300.0, f32::NAN]);
+        assert_eq!(
+            cast(&f32s, DataType::Fp32, DataType::Uint8).unwrap(),
+            [1, 0, 255, 0]
+        );
+        let i8s = cast(&f32s, DataType::Fp32, DataType::Int8).unwrap();
+        assert_eq!(i8s, [1u8, (-2i8) as u8, 127, 0]);
+        let halves = cast(&f32s[..8], DataType::Fp32, DataType::Fp16).unwrap();
+        assert_eq!(
+            decode::<f16>(&halves),
+            [f16::from_f32(1.7), f16::from_f32(-2.5)]
+        );
+        let ints = encode(&[0i64, 5, -1]);
+        assert_eq!(
+            cast(&ints, DataType::Int64, DataType::Bool).unwrap(),
+            [0, 1, 1]
+        );
+        assert_eq!(
+            decode::<f64>(&cast(&ints, DataType::Int64, DataType::Fp64).unwrap()),
+            [0.0, 5.0, -1.0]
+        );
+        assert!(cast(b"ab", DataType::Bytes, DataType::Int8).is_none());
+    }
 
     /// The datatype and size `with_element` picks, checked against the type.
     struct Describe;

@@ -11,9 +11,9 @@
 //! config's names, count and dims checked against the model's ports with
 //! Triton's messages. Unlike Triton, the batch dimension stays dynamic (1 to
 //! `max_batch_size`), so the dynamic batcher's batches of any size run
-//! without padding; and a config datatype must be the model's (Triton
-//! inserts a conversion; the crate's pre/post-processing API has no element
-//! type setter for inputs yet).
+//! without padding. A config datatype other than the model's is converted
+//! both ways by trtis (`types::element::cast`), where Triton inserts a
+//! pre/post-processing step (the crate's has no input element type setter).
 
 pub mod settings;
 
@@ -261,11 +261,28 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
     out
 }
 
+/// Whether an ONNX Runtime model asks for `cpu_execution_accelerator {
+/// name: "openvino" }` (Triton's OpenVINO execution provider).
+pub fn wanted_by_onnx(config: &ModelConfig) -> bool {
+    config
+        .optimization
+        .as_ref()
+        .and_then(|o| o.execution_accelerators.as_ref())
+        .is_some_and(|a| {
+            a.cpu_execution_accelerator
+                .iter()
+                .any(|c| c.name == "openvino")
+        })
+}
+
 pub struct OvInstance {
     request: InferRequest,
     _compiled: CompiledModel,
-    /// The model's inputs and outputs (config name → element type).
-    inputs: Vec<(String, ElementType)>,
+    /// The model's inputs (name, element type, as ours).
+    inputs: Vec<(String, ElementType, DataType)>,
+    /// The config's type of each output (and state output): the model's
+    /// output is converted to it.
+    output_types: Vec<(String, DataType)>,
     timing: (Duration, Duration),
 }
 
@@ -342,13 +359,24 @@ impl OvInstance {
         let mut reshapes: Vec<(String, PartialShape)> = Vec::new();
         for input in &config.input {
             let port = &inputs[find(&inputs, &input.name, "input")?];
-            let want = DataType::from_config(input.data_type);
-            if want.and_then(ov_type) != Some(port.element) {
+            // The config's type may differ from the model's: converted both
+            // ways, as Triton's pre/post-processing step does.
+            match DataType::from_config(input.data_type) {
+                Some(d) if d != DataType::Bytes => {}
+                _ => {
+                    return Err(Error::invalid_arg(format!(
+                        "unsupported datatype {} for input '{}' for model '{model_name}'",
+                        crate::core::config::pb::DataType::try_from(input.data_type)
+                            .map(|t| t.as_str_name())
+                            .unwrap_or("TYPE_INVALID"),
+                        input.name
+                    )))
+                }
+            }
+            if data_type_of(port.element).is_none() {
                 return Err(Error::invalid_arg(format!(
-                    "unable to load model '{model_name}', configuration expects datatype TYPE_{} for input '{}', model provides {}",
-                    want.map_or("STRING", |d| d.name()),
-                    input.name,
-                    type_name(port.element)
+                    "unable to load model '{model_name}': input '{}' has OpenVINO type {:?}, which the protocol has no type for",
+                    input.name, port.element
                 )));
             }
             let dims = input
@@ -410,6 +438,23 @@ impl OvInstance {
                 reshapes.iter().map(|(n, s)| (n.as_str(), s)).collect();
             model.reshape(&pairs).map_err(ov_error("reshaping model"))?;
         }
+        let mut output_types: Vec<(String, DataType)> = config
+            .output
+            .iter()
+            .filter_map(|o| Some((o.name.clone(), DataType::from_config(o.data_type)?)))
+            .collect();
+        if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
+            for st in &sb.state {
+                if let Some(d) = DataType::from_config(st.data_type) {
+                    output_types.push((st.output_name.clone(), d));
+                }
+            }
+        }
+        if let Some((name, _)) = output_types.iter().find(|(_, d)| *d == DataType::Bytes) {
+            return Err(Error::invalid_arg(format!(
+                "unsupported datatype TYPE_STRING for output '{name}' for model '{model_name}'"
+            )));
+        }
         let mut compiled = core
             .compile_model(&model, DeviceType::CPU)
             .map_err(ov_error("loading model"))?;
@@ -419,8 +464,39 @@ impl OvInstance {
         Ok(OvInstance {
             request,
             _compiled: compiled,
-            inputs: inputs.into_iter().map(|p| (p.name, p.element)).collect(),
+            inputs: inputs
+                .into_iter()
+                .filter_map(|p| Some((p.name, p.element, data_type_of(p.element)?)))
+                .collect(),
+            output_types,
             timing: Default::default(),
+        })
+    }
+}
+
+impl OvInstance {
+    /// An ONNX Runtime model with the OpenVINO CPU accelerator: the ONNX
+    /// Runtime library from PyPI has no OpenVINO execution provider, so
+    /// this backend runs its ONNX file (said in the log, once per
+    /// instance). ONNX Runtime's parameters do not apply (`validate-config`
+    /// warns of each).
+    pub fn load_for_onnx(ctx: &LoadContext) -> Result<Self> {
+        tracing::info!(
+            "model '{}': cpu_execution_accelerator 'openvino': this build's ONNX Runtime has no OpenVINO execution \
+             provider, so instance '{}' runs on trtis's OpenVINO backend (OpenVINO reads the ONNX file)",
+            ctx.config.name,
+            ctx.instance_name
+        );
+        let mut config = ctx.config.clone();
+        config.backend = "openvino".into();
+        config.platform.clear();
+        config.parameters.clear();
+        if config.default_model_filename.is_empty() {
+            config.default_model_filename = "model.onnx".into();
+        }
+        OvInstance::load(&LoadContext {
+            config: &config,
+            ..ctx.clone()
         })
     }
 }
@@ -433,36 +509,43 @@ impl super::InstanceExec for OvInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = Instant::now();
         for t in &inputs {
-            let element = self
+            let (element, model_type) = self
                 .inputs
                 .iter()
-                .find(|(n, _)| *n == t.name)
-                .map(|(_, e)| *e)
+                .find(|(n, _, _)| *n == t.name)
+                .map(|(_, e, d)| (*e, *d))
                 .ok_or_else(|| {
                     Error::invalid_arg(format!("unexpected inference input '{}'", t.name))
                 })?;
-            if ov_type(t.datatype) != Some(element) {
-                return Err(Error::invalid_arg(format!(
-                    "input '{}' is {}, the model takes {}",
-                    t.name,
-                    t.datatype.name(),
-                    type_name(element)
-                )));
-            }
+            let cast;
+            let data: &[u8] = if t.datatype == model_type {
+                &t.data
+            } else {
+                cast = crate::core::types::element::cast(&t.data, t.datatype, model_type)
+                    .ok_or_else(|| {
+                        Error::invalid_arg(format!(
+                            "input '{}' of type {} cannot be converted to the model's {}",
+                            t.name,
+                            t.datatype.name(),
+                            type_name(element)
+                        ))
+                    })?;
+                &cast
+            };
             let shape = Shape::new(&t.shape).map_err(ov_error("setting tensor data"))?;
             let mut tensor =
                 OvTensor::new(element, &shape).map_err(ov_error("setting tensor data"))?;
             let buffer = tensor
                 .get_raw_data_mut()
                 .map_err(ov_error("setting tensor data"))?;
-            if buffer.len() != t.data.len() {
+            if buffer.len() != data.len() {
                 return Err(Error::invalid_arg(format!(
                     "expected {} bytes of data in input buffer, got {} bytes.",
                     buffer.len(),
-                    t.data.len()
+                    data.len()
                 )));
             }
-            buffer.copy_from_slice(&t.data);
+            buffer.copy_from_slice(data);
             self.request
                 .set_tensor(&t.name, &tensor)
                 .map_err(ov_error("setting tensor data"))?;
@@ -491,13 +574,26 @@ impl super::InstanceExec for OvInstance {
                 .map_err(ov_error("reading output"))?
                 .get_dimensions()
                 .to_vec();
-            let data = tensor
-                .get_raw_data()
-                .map_err(ov_error("reading output"))?
-                .to_vec();
+            let raw = tensor.get_raw_data().map_err(ov_error("reading output"))?;
+            let want = self
+                .output_types
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(datatype, |(_, d)| *d);
+            let data = if want == datatype {
+                raw.to_vec()
+            } else {
+                crate::core::types::element::cast(raw, datatype, want).ok_or_else(|| {
+                    Error::internal(format!(
+                        "output '{name}' of type {} cannot be converted to the configuration's {}",
+                        datatype.name(),
+                        want.name()
+                    ))
+                })?
+            };
             out.push(Tensor {
                 name: name.clone(),
-                datatype,
+                datatype: want,
                 shape,
                 data,
             });

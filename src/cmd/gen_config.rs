@@ -18,6 +18,8 @@
 //!   as auto-complete's default, or the package's bound if lower);
 //!   outputs `OUTPUT__0`.. from the call spec, with placeholder types and
 //!   dims (a package does not record them), said in the comment lines.
+//! - An OpenVINO IR (`model.xml`): what auto-complete would make of the
+//!   inputs and outputs its XML declares (`backend::openvino::ir`).
 //! - A TensorFlow SavedModel (a `model.savedmodel` directory): what
 //!   auto-complete would make from its `serving_default` signature (read
 //!   without TensorFlow).
@@ -97,6 +99,7 @@ pub fn run(args: Args) -> ExitCode {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
         Some("pt2") => pt2_config(&args, &mut config),
+        Some("xml") => openvino_config(&args, &mut config).map(|()| Vec::new()),
         Some("savedmodel") => savedmodel_config(&args, &mut config).map(|()| Vec::new()),
         Some("so") => {
             // A custom backend library (custom.h) declares no inputs or
@@ -113,8 +116,8 @@ pub fn run(args: Args) -> ExitCode {
         _ => {
             eprintln!(
                 "error: {}: gen-config reads ONNX models (a .onnx file), \
-                 TorchScript modules (a .pt file), AOTInductor packages (a .pt2 file) and TensorFlow \
-                 SavedModels (a .savedmodel directory)",
+                 TorchScript modules (a .pt file), AOTInductor packages (a .pt2 file), OpenVINO IRs \
+                 (a .xml file) and TensorFlow SavedModels (a .savedmodel directory)",
                 args.model.display()
             );
             return ExitCode::from(2);
@@ -158,6 +161,25 @@ fn onnx_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
     config.platform = "onnxruntime_onnx".into();
     config.backend = "onnxruntime".into();
     complete_from(args, config, &inputs, &outputs)
+}
+
+/// What auto-complete makes of an OpenVINO IR's inputs and outputs (read
+/// from its XML).
+#[cfg(feature = "openvino")]
+fn openvino_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", args.model.display());
+    let (inputs, outputs) =
+        trtis::core::backend::openvino::ir::model_io(&args.model).map_err(|e| fail(&e))?;
+    config.backend = "openvino".into();
+    complete_from(args, config, &inputs, &outputs)
+}
+
+#[cfg(not(feature = "openvino"))]
+fn openvino_config(args: &Args, _: &mut ModelConfig) -> Result<(), String> {
+    Err(format!(
+        "{}: this build has no OpenVINO backend (cargo feature `openvino`)",
+        args.model.display()
+    ))
 }
 
 /// What auto-complete makes of a SavedModel's serving signature.

@@ -15,6 +15,7 @@
 //! both ways by trtis (`types::element::cast`), where Triton inserts a
 //! pre/post-processing step (the crate's has no input element type setter).
 
+pub mod ir;
 pub mod settings;
 
 use std::path::{Path, PathBuf};
@@ -102,7 +103,8 @@ pub fn ov_type(d: DataType) -> Option<ElementType> {
     })
 }
 
-fn data_type_of(e: ElementType) -> Option<DataType> {
+/// Ours of an OpenVINO element type (None: a type the protocol lacks).
+pub fn data_type_of(e: ElementType) -> Option<DataType> {
     DataType::ALL.into_iter().find(|d| ov_type(*d) == Some(e))
 }
 
@@ -241,8 +243,32 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
         out.push(Issue::error("parameters", e.message));
     }
     let file = model_file(config);
+    let settings = OvSettings::from_config(config).unwrap_or_default();
     for dir in version_dirs {
         let path = dir.join(file);
+        // An IR's ports, read from its XML: checked as the load checks the
+        // model OpenVINO reads (an ONNX or TensorFlow model only at load).
+        if file.ends_with(".xml") && path.is_file() {
+            let checked = std::fs::read_to_string(&path)
+                .map_err(|e| Error::invalid_arg(format!("{}: {e}", path.display())))
+                .and_then(|xml| ir::read(&xml))
+                .and_then(|(i, o)| {
+                    let ports =
+                        |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
+                    plan(config, &settings, &ports(i), &ports(o))
+                });
+            if let Err(e) = checked {
+                let field = if e.message.contains("output") {
+                    "output"
+                } else {
+                    "input"
+                };
+                let issue = Issue::error(field, e.message);
+                if !out.contains(&issue) {
+                    out.push(issue);
+                }
+            }
+        }
         if file.ends_with(".xml") && path.is_file() && !path.with_extension("bin").is_file() {
             let issue = Issue::error(
                 "default_model_filename",
@@ -259,6 +285,134 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
         }
     }
     out
+}
+
+/// A config against the model's ports, with Triton's checks and messages
+/// (count, names, types the protocol has, dims); the shape each config
+/// input is reshaped to (the batch dimension dynamic up to
+/// `max_batch_size`). Pure: the load runs it on the model OpenVINO read,
+/// `validate-config` on the ports of the IR's XML.
+fn plan(
+    config: &ModelConfig,
+    settings: &OvSettings,
+    inputs: &[Port],
+    outputs: &[Port],
+) -> Result<Vec<(String, Vec<Dim>)>> {
+    let model_name = &config.name;
+    let (fed, fetched) = fed_and_fetched(config);
+    if fed.len() != inputs.len() {
+        return Err(Error::invalid_arg(format!(
+            "unable to load model '{model_name}', configuration expects {} inputs, model provides {}",
+            fed.len(),
+            inputs.len()
+        )));
+    }
+    let allowed = |ps: &[Port]| {
+        ps.iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let find = |ps: &'_ [Port], name: &str, what: &str| -> Result<usize> {
+        ps.iter().position(|p| p.name == name).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "unexpected inference {what} '{name}', allowed {what}s are: {}",
+                allowed(ps)
+            ))
+        })
+    };
+    for name in &fed {
+        find(inputs, name, "input")?;
+    }
+    for name in &fetched {
+        find(outputs, name, "output")?;
+    }
+    let batching = config.max_batch_size > 0;
+    let mut reshapes: Vec<(String, Vec<Dim>)> = Vec::new();
+    for input in &config.input {
+        let port = &inputs[find(inputs, &input.name, "input")?];
+        // The config's type may differ from the model's: converted both
+        // ways, as Triton's pre/post-processing step does.
+        match DataType::from_config(input.data_type) {
+            Some(d) if d != DataType::Bytes => {}
+            _ => {
+                return Err(Error::invalid_arg(format!(
+                    "unsupported datatype {} for input '{}' for model '{model_name}'",
+                    crate::core::config::pb::DataType::try_from(input.data_type)
+                        .map(|t| t.as_str_name())
+                        .unwrap_or("TYPE_INVALID"),
+                    input.name
+                )))
+            }
+        }
+        if data_type_of(port.element).is_none() {
+            return Err(Error::invalid_arg(format!(
+                "unable to load model '{model_name}': input '{}' has OpenVINO type {:?}, which the protocol has no type for",
+                input.name, port.element
+            )));
+        }
+        let dims = input
+            .reshape
+            .as_ref()
+            .map(|r| r.shape.as_slice())
+            .unwrap_or(&input.dims);
+        let rank = dims.len() + usize::from(batching);
+        let mut new: Vec<Dim> = Vec::with_capacity(rank);
+        if batching {
+            new.push(Dim {
+                dynamic: true,
+                min: 1,
+                max: i64::from(config.max_batch_size),
+            });
+        }
+        if settings.reshape_io_layers {
+            for &d in dims {
+                if d != -1 && d <= 0 {
+                    return Err(Error::invalid_arg(
+                        "openvino backend does not support dimensions values other than `-1` or positive integers",
+                    ));
+                }
+                new.push(if d == -1 {
+                    Dim {
+                        dynamic: true,
+                        min: 0,
+                        max: -1,
+                    }
+                } else {
+                    Dim {
+                        dynamic: false,
+                        min: d,
+                        max: d,
+                    }
+                });
+            }
+        } else {
+            let ok = port.dims.len() == rank
+                && dims
+                    .iter()
+                    .zip(&port.dims[usize::from(batching)..])
+                    .all(|(c, d)| fits(*c, d));
+            let batch_ok = !batching
+                || port.dims.first().is_some_and(|d| {
+                    d.dynamic || d.min == 1 || d.min == i64::from(config.max_batch_size)
+                });
+            if !ok || !batch_ok {
+                let shown: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                return Err(Error::invalid_arg(format!(
+                    "unable to load model '{model_name}', input '{}': the model expects {} dimensions (shape {}) but the model configuration specifies {} dimensions ({}[{}])",
+                    input.name,
+                    port.dims.len(),
+                    dims_text(&port.dims),
+                    rank,
+                    if batching { "an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making complete shape " } else { "shape " },
+                    if batching { format!("-1,{}", shown.join(",")) } else { shown.join(",") }
+                )));
+            }
+            new.extend(port.dims.iter().skip(usize::from(batching)).copied());
+        }
+        reshapes.push((input.name.clone(), new));
+    }
+    Ok(reshapes)
 }
 
 /// Whether an ONNX Runtime model asks for `cpu_execution_accelerator {
@@ -325,114 +479,21 @@ impl OvInstance {
         let mut model = core
             .read_model_from_file(&path.to_string_lossy(), &weights)
             .map_err(ov_error("reading model"))?;
-        let inputs = ports(&model, true)?;
-        let outputs = ports(&model, false)?;
-        let (fed, fetched) = fed_and_fetched(config);
-        if fed.len() != inputs.len() {
-            return Err(Error::invalid_arg(format!(
-                "unable to load model '{model_name}', configuration expects {} inputs, model provides {}",
-                fed.len(),
-                inputs.len()
-            )));
-        }
-        let allowed = |ps: &[Port]| {
-            ps.iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let find = |ps: &'_ [Port], name: &str, what: &str| -> Result<usize> {
-            ps.iter().position(|p| p.name == name).ok_or_else(|| {
-                Error::invalid_arg(format!(
-                    "unexpected inference {what} '{name}', allowed {what}s are: {}",
-                    allowed(ps)
-                ))
-            })
-        };
-        for name in &fed {
-            find(&inputs, name, "input")?;
-        }
-        for name in &fetched {
-            find(&outputs, name, "output")?;
-        }
+        let reshapes = plan(
+            config,
+            &settings,
+            &ports(&model, true)?,
+            &ports(&model, false)?,
+        )?;
         let batching = config.max_batch_size > 0;
-        let mut reshapes: Vec<(String, PartialShape)> = Vec::new();
-        for input in &config.input {
-            let port = &inputs[find(&inputs, &input.name, "input")?];
-            // The config's type may differ from the model's: converted both
-            // ways, as Triton's pre/post-processing step does.
-            match DataType::from_config(input.data_type) {
-                Some(d) if d != DataType::Bytes => {}
-                _ => {
-                    return Err(Error::invalid_arg(format!(
-                        "unsupported datatype {} for input '{}' for model '{model_name}'",
-                        crate::core::config::pb::DataType::try_from(input.data_type)
-                            .map(|t| t.as_str_name())
-                            .unwrap_or("TYPE_INVALID"),
-                        input.name
-                    )))
-                }
-            }
-            if data_type_of(port.element).is_none() {
-                return Err(Error::invalid_arg(format!(
-                    "unable to load model '{model_name}': input '{}' has OpenVINO type {:?}, which the protocol has no type for",
-                    input.name, port.element
-                )));
-            }
-            let dims = input
-                .reshape
-                .as_ref()
-                .map(|r| r.shape.as_slice())
-                .unwrap_or(&input.dims);
-            let rank = dims.len() + usize::from(batching);
-            let mut new: Vec<Dimension> = Vec::with_capacity(rank);
-            if batching {
-                new.push(Dimension::new(1, i64::from(config.max_batch_size)));
-            }
-            if settings.reshape_io_layers {
-                for &d in dims {
-                    if d != -1 && d <= 0 {
-                        return Err(Error::invalid_arg(
-                            "openvino backend does not support dimensions values other than `-1` or positive integers",
-                        ));
-                    }
-                    new.push(if d == -1 {
-                        Dimension::new(-1, -1)
-                    } else {
-                        Dimension::new(d, d)
-                    });
-                }
-            } else {
-                let ok = port.dims.len() == rank
-                    && dims
-                        .iter()
-                        .zip(&port.dims[usize::from(batching)..])
-                        .all(|(c, d)| fits(*c, d));
-                let batch_ok = !batching
-                    || port.dims.first().is_some_and(|d| {
-                        d.dynamic || d.min == 1 || d.min == i64::from(config.max_batch_size)
-                    });
-                if !ok || !batch_ok {
-                    let shown: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-                    return Err(Error::invalid_arg(format!(
-                        "unable to load model '{model_name}', input '{}': the model expects {} dimensions (shape {}) but the model configuration specifies {} dimensions ({}[{}])",
-                        input.name,
-                        port.dims.len(),
-                        dims_text(&port.dims),
-                        rank,
-                        if batching { "an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making complete shape " } else { "shape " },
-                        if batching { format!("-1,{}", shown.join(",")) } else { shown.join(",") }
-                    )));
-                }
-                new.extend(
-                    port.dims
-                        .iter()
-                        .skip(usize::from(batching))
-                        .map(|d| d.to_ov()),
-                );
-            }
-            reshapes.push((input.name.clone(), partial(&new)?));
-        }
+        let inputs = ports(&model, true)?;
+        let reshapes = reshapes
+            .into_iter()
+            .map(|(name, dims)| {
+                let dims: Vec<Dimension> = dims.iter().map(|d| d.to_ov()).collect();
+                Ok((name, partial(&dims)?))
+            })
+            .collect::<Result<Vec<(String, PartialShape)>>>()?;
         if batching || settings.reshape_io_layers {
             let pairs: Vec<(&str, &PartialShape)> =
                 reshapes.iter().map(|(n, s)| (n.as_str(), s)).collect();

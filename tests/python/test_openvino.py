@@ -82,6 +82,16 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP64 dims: [ 4 ] }, { name: "OUTPUT1"
 """
 
 
+# Triton's static batch: compiled at max_batch_size, smaller batches padded.
+ADD_SUB_PADDED = """name: "add_sub_padded"
+backend: "openvino"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters [ { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } } ]
+"""
+
+
 def openvino_set_up() -> bool:
     if os.environ.get("TRTIS_OPENVINO_LIB"):
         return True
@@ -107,6 +117,7 @@ def repo(tmp_path_factory):
     add(repo, "efficientnet_onnx_openvino", ONNX_CONFIG, [(ONNX, "model.onnx")])
     add(repo, "efficientnet_ort_openvino", ONNX_ACCELERATED, [(ONNX, "model.onnx")])
     add(repo, "add_sub_converted", ADD_SUB_CONVERTED, ir("add_sub"))
+    add(repo, "add_sub_padded", ADD_SUB_PADDED, ir("add_sub"))
     for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
         shutil.copytree(EXAMPLES / name, repo / name)
     return repo
@@ -162,6 +173,16 @@ def test_ir_models_with_a_dynamic_batch_and_a_static_shape(both):
     a = np.ones((2, 4), dtype=np.float32)
     r = infer(client, mod, "add_sub_fixed", {"INPUT0": a, "INPUT1": a * 3})
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - a * 3)
+
+
+def test_batch_padding_pads_to_the_static_batch_and_cuts_the_outputs_back(both):
+    client, mod = both
+    for batch in (1, 3, 4):
+        a = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
+        r = infer(client, mod, "add_sub_padded", {"INPUT0": a, "INPUT1": a * 2})
+        assert r.as_numpy("OUTPUT0").shape == (batch, 4)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a * 3)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), -a)
 
 
 def test_the_dynamic_batcher_forms_batches_of_any_size(server, http):

@@ -11,7 +11,8 @@
 //! config's names, count and dims checked against the model's ports with
 //! Triton's messages. Unlike Triton, the batch dimension stays dynamic (1 to
 //! `max_batch_size`), so the dynamic batcher's batches of any size run
-//! without padding. A config datatype other than the model's is converted
+//! without padding (with `ENABLE_BATCH_PADDING`, Triton's static batch and
+//! zero padding). A config datatype other than the model's is converted
 //! both ways by trtis (`types::element::cast`), where Triton inserts a
 //! pre/post-processing step (the crate's has no input element type setter).
 
@@ -359,10 +360,13 @@ fn plan(
         let rank = dims.len() + usize::from(batching);
         let mut new: Vec<Dim> = Vec::with_capacity(rank);
         if batching {
+            let max = i64::from(config.max_batch_size);
+            // Static at max_batch_size with batch padding (Triton's way),
+            // else dynamic up to it.
             new.push(Dim {
-                dynamic: true,
-                min: 1,
-                max: i64::from(config.max_batch_size),
+                dynamic: !settings.batch_padding,
+                min: if settings.batch_padding { max } else { 1 },
+                max,
             });
         }
         if settings.reshape_io_layers {
@@ -437,6 +441,8 @@ pub struct OvInstance {
     /// The config's type of each output (and state output): the model's
     /// output is converted to it.
     output_types: Vec<(String, DataType)>,
+    /// ENABLE_BATCH_PADDING: every batch is padded to this size.
+    pad_to: Option<i64>,
     timing: (Duration, Duration),
 }
 
@@ -530,6 +536,8 @@ impl OvInstance {
                 .filter_map(|p| Some((p.name, p.element, data_type_of(p.element)?)))
                 .collect(),
             output_types,
+            pad_to: (settings.batch_padding && config.max_batch_size > 0)
+                .then_some(i64::from(config.max_batch_size)),
             timing: Default::default(),
         })
     }
@@ -569,6 +577,8 @@ fn partial(dims: &[Dimension]) -> Result<PartialShape> {
 impl super::InstanceExec for OvInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = Instant::now();
+        // The batch of this execution (dimension 0), for batch padding.
+        let batch = inputs.first().and_then(|t| t.shape.first().copied());
         for t in &inputs {
             let (element, model_type) = self
                 .inputs
@@ -593,7 +603,28 @@ impl super::InstanceExec for OvInstance {
                     })?;
                 &cast
             };
-            let shape = Shape::new(&t.shape).map_err(ov_error("setting tensor data"))?;
+            let padded;
+            let (data, dims): (&[u8], std::borrow::Cow<[i64]>) =
+                match (self.pad_to, t.shape.first()) {
+                    (Some(max), Some(&batch)) if batch < max && batch > 0 => {
+                        // Zeros after the batch's items, up to max_batch_size.
+                        let item = data.len() / batch as usize;
+                        let mut bytes = data.to_vec();
+                        bytes.resize(item * max as usize, 0);
+                        padded = bytes;
+                        let mut dims = t.shape.clone();
+                        dims[0] = max;
+                        (&padded, dims.into())
+                    }
+                    (Some(max), Some(&batch)) if batch > max => {
+                        return Err(Error::invalid_arg(format!(
+                            "batch size {batch} for input '{}', max allowed is {max}",
+                            t.name
+                        )))
+                    }
+                    _ => (data, t.shape.as_slice().into()),
+                };
+            let shape = Shape::new(&dims).map_err(ov_error("setting tensor data"))?;
             let mut tensor =
                 OvTensor::new(element, &shape).map_err(ov_error("setting tensor data"))?;
             let buffer = tensor
@@ -630,12 +661,25 @@ impl super::InstanceExec for OvInstance {
                     "output '{name}' has OpenVINO type {element:?}, which the protocol has no type for"
                 ))
             })?;
-            let shape = tensor
+            let mut shape = tensor
                 .get_shape()
                 .map_err(ov_error("reading output"))?
                 .get_dimensions()
                 .to_vec();
-            let raw = tensor.get_raw_data().map_err(ov_error("reading output"))?;
+            let mut raw = tensor.get_raw_data().map_err(ov_error("reading output"))?;
+            if let (Some(max), Some(batch)) = (self.pad_to, batch) {
+                // The padded items' results are cut off.
+                if shape.first() != Some(&max) {
+                    return Err(Error::internal(format!(
+                        "expected the batch size of openvino model output to be {max}, got {}",
+                        shape.first().copied().unwrap_or(0)
+                    )));
+                }
+                if batch < max {
+                    raw = &raw[..raw.len() / max as usize * batch as usize];
+                    shape[0] = batch;
+                }
+            }
             let want = self
                 .output_types
                 .iter()

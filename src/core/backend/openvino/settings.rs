@@ -10,7 +10,7 @@
 //! | `HINT_BF16` | `YES`: `INFERENCE_PRECISION_HINT` bf16 |
 //! | `RESHAPE_IO_LAYERS` | `YES`: the config's dims (after the batch dimension) become the model inputs' shapes, -1 dynamic |
 //! | `SKIP_OV_DYNAMIC_BATCHSIZE` | read as Triton does; OpenVINO's automatic batching is a GPU feature its CPU plugin ignores, so either value serves the same |
-//! | `ENABLE_BATCH_PADDING` | `NO` only: trtis keeps the batch dimension dynamic (Triton makes it static at `max_batch_size` and pads), so there is nothing to pad; `YES` is refused, said why |
+//! | `ENABLE_BATCH_PADDING` | `YES`: as Triton, the batch dimension is compiled static at `max_batch_size` and every smaller batch is padded with zeros to it (outputs cut back); otherwise it stays dynamic (1 to `max_batch_size`: no padding needed, trtis's default) |
 //! | `TARGET_DEVICE` | `CPU` only (the plugin this installation carries) |
 //! | `CPU_EXTENSION_PATH` | refused: custom CPU extensions are not loaded by this backend yet |
 //!
@@ -26,6 +26,7 @@ pub struct OvSettings {
     pub properties: Vec<(&'static str, String)>,
     pub reshape_io_layers: bool,
     pub skip_dynamic_batchsize: bool,
+    pub batch_padding: bool,
 }
 
 /// The parameters the backend reads.
@@ -54,6 +55,7 @@ impl OvSettings {
         let mut s = OvSettings {
             reshape_io_layers: yes("RESHAPE_IO_LAYERS"),
             skip_dynamic_batchsize: yes("SKIP_OV_DYNAMIC_BATCHSIZE"),
+            batch_padding: yes("ENABLE_BATCH_PADDING"),
             ..Default::default()
         };
         if let Some(v) = param("PERFORMANCE_HINT") {
@@ -97,14 +99,6 @@ impl OvSettings {
             }
             s.properties
                 .push(("INFERENCE_PRECISION_HINT", "bf16".into()));
-        }
-        if yes("ENABLE_BATCH_PADDING") {
-            return Err(Error::unsupported(format!(
-                "parameter 'ENABLE_BATCH_PADDING' of model '{}' is YES, which this OpenVINO backend does not do: \
-                 it keeps the batch dimension dynamic (up to max_batch_size), so a batch of any size runs \
-                 without padding; remove the parameter or set it to NO",
-                config.name
-            )));
         }
         if let Some(v) = param("TARGET_DEVICE") {
             if !v.eq_ignore_ascii_case("cpu") {
@@ -175,7 +169,11 @@ mod tests {
         let e = with(&[("INFERENCE_NUM_THREADS", "x")]).unwrap_err();
         assert!(e.message.contains("to be a non-negative number, got x"));
         assert!(with(&[("HINT_BF16", "no")]).is_err());
-        assert!(with(&[("ENABLE_BATCH_PADDING", "YES")]).is_err());
+        assert!(
+            with(&[("ENABLE_BATCH_PADDING", "YES")])
+                .unwrap()
+                .batch_padding
+        );
         assert!(with(&[("TARGET_DEVICE", "GPU")])
             .unwrap_err()
             .message

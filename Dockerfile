@@ -5,6 +5,7 @@
 #   docker build -t trtis .                        # ONNX Runtime + Python backends
 #   docker build -t trtis:torch --build-arg WITH_TORCH=1 .   # + PyTorch (libtorch)
 #   docker build -t trtis:slim --build-arg WITH_PYTHON=0 .   # no python3/numpy
+#   docker build -t trtis:noov --build-arg WITH_OPENVINO=0 .  # no OpenVINO (98 MB less)
 #   docker run -p 8000-8002:8000-8002 -v "$PWD/models:/models:ro" trtis
 #
 # Stage 1 builds the binary (and with WITH_TORCH=1 the PyTorch backend
@@ -25,6 +26,7 @@ ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG WITH_TORCH=0
 ARG WITH_PYTHON=1
+ARG WITH_OPENVINO=1
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # python3-venv: the wheels' venvs and the runtime venv (Debian's python3, the
@@ -46,8 +48,21 @@ WORKDIR /src
 # .cargo/config.toml's LIBTORCH points.
 ARG ORT_VERSION=1.31.1
 ARG TORCH_REQ="torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85"
+ARG OPENVINO_REQ="openvino==2026.4.1"
 RUN python3 -m venv /opt/wheels \
  && /opt/wheels/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps "onnxruntime==${ORT_VERSION}"
+# OpenVINO's libraries (the wheel's openvino/libs), as scripts/setup.sh takes
+# them: installed without dependencies, the C API, core, CPU plugin, three
+# frontends and TBB copied out to /opt/openvino.
+RUN mkdir -p /opt/openvino \
+ && if [ "$WITH_OPENVINO" = 1 ]; then \
+      /opt/wheels/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps "$OPENVINO_REQ" \
+      && libs="$(echo /opt/wheels/lib/python3*/site-packages/openvino/libs)" \
+      && cp "$libs"/libopenvino.so.* "$libs"/libopenvino_c.so.* "$libs"/libopenvino_ir_frontend.so.* \
+            "$libs"/libopenvino_onnx_frontend.so.* "$libs"/libopenvino_tensorflow_frontend.so.* \
+            "$libs"/libopenvino_intel_cpu_plugin.so "$libs"/libtbb.so.* "$libs"/libtbbbind_2_5.so.* \
+            "$libs"/libhwloc.so.* /opt/openvino/; \
+    fi
 # hadolint ignore=SC2086
 RUN mkdir -p .venv-torch \
  && if [ "$WITH_TORCH" = 1 ]; then \
@@ -68,7 +83,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cp target/release/trtis target/release/lib_trtis_native.so /out/ \
  && if [ "$WITH_TORCH" = 1 ]; then cp target/release/libtrtis_torch.so /out/; fi
 
-# /stage/opt/trtis: bin/trtis, lib/libonnxruntime.so*, venv/ (numpy) and
+# /stage/opt/trtis: bin/trtis, lib/libonnxruntime.so*, lib/openvino/, venv/ (numpy) and
 # bin/lib_trtis_native.so (the Python worker's native core), and
 # with torch bin/libtrtis_torch.so + the libtorch libraries in lib/. The
 # script checks that every shared library resolves inside the layout or from
@@ -78,10 +93,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     flags=--assemble-only; \
     if [ "$WITH_TORCH" = 1 ]; then flags="$flags --with-torch"; fi; \
     if [ "$WITH_PYTHON" != 1 ]; then flags="$flags --no-python"; fi; \
+    if [ "$WITH_OPENVINO" != 1 ]; then flags="$flags --no-openvino"; fi; \
     TRTIS_BIN=/out/trtis TRTIS_TORCH_LIB=/out/libtrtis_torch.so \
     TRTIS_PYTHON_NATIVE_LIB=/out/lib_trtis_native.so \
     ORT_CAPI="$(echo /opt/wheels/lib/python3*/site-packages/onnxruntime/capi)" \
-    LIBTORCH=/src/.venv-torch/libtorch PYTHON=/usr/bin/python3 \
+    LIBTORCH=/src/.venv-torch/libtorch PYTHON=/usr/bin/python3 OPENVINO_DIR=/opt/openvino \
     scripts/runtime-layout.sh $flags /stage
 
 # -------------------------------------------------------------- 2. runtime
@@ -107,7 +123,8 @@ COPY --from=build /stage/opt/trtis /opt/trtis
 # reads these lines and runs its check with them).
 ENV PATH=/opt/trtis/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     ORT_DYLIB_PATH=/opt/trtis/lib/libonnxruntime.so \
-    TRTIS_PYTHON=/opt/trtis/venv/bin/python3
+    TRTIS_PYTHON=/opt/trtis/venv/bin/python3 \
+    TRTIS_OPENVINO_LIB=/opt/trtis/lib/openvino/libopenvino_c.so
 
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001:10001

@@ -101,6 +101,8 @@ need("/opt/trtis/bin" in env.get("PATH", "").split(":"), "PATH has /opt/trtis/bi
 need(env.get("ORT_DYLIB_PATH", "").startswith("/opt/trtis/lib/libonnxruntime.so"),
      "ORT_DYLIB_PATH names the layout's libonnxruntime.so")
 need(env.get("TRTIS_PYTHON") == "/opt/trtis/venv/bin/python3", "TRTIS_PYTHON is the layout's venv")
+need(env.get("TRTIS_OPENVINO_LIB") == "/opt/trtis/lib/openvino/libopenvino_c.so",
+     "TRTIS_OPENVINO_LIB names the layout's OpenVINO C API")
 need(instr(final, "HEALTHCHECK"), "a HEALTHCHECK")
 need(any("COPY --from=build /stage/opt/trtis /opt/trtis" in l for l in final["lines"]),
      "the final stage copies the layout scripts/runtime-layout.sh assembled")
@@ -118,6 +120,9 @@ need(ort and req and ort.group(1) == req.group(1),
 torch = re.search(r'ARG TORCH_REQ="([^"]+)"', text)
 setup = re.search(r'^TORCH_REQ="([^"]+)"', open("scripts/setup.sh").read(), re.M)
 need(torch and setup and torch.group(1) == setup.group(1), "TORCH_REQ = scripts/setup.sh's")
+ov = re.search(r'ARG OPENVINO_REQ="([^"]+)"', text)
+ov_setup = re.search(r'^OPENVINO_REQ="([^"]+)"', open("scripts/setup.sh").read(), re.M)
+need(ov and ov_setup and ov.group(1) == ov_setup.group(1), "OPENVINO_REQ = scripts/setup.sh's")
 for e in errors:
     print("  missing:", e)
 sys.exit(1 if errors else 0)

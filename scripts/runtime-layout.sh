@@ -3,7 +3,7 @@
 # final stage) into DIR/opt/trtis, then, unless --assemble-only, serves the
 # example models from it as the image would and checks them end to end.
 #
-#   scripts/runtime-layout.sh [--with-torch] [--no-python] [--assemble-only] [DIR]
+#   scripts/runtime-layout.sh [--with-torch] [--no-python] [--no-openvino] [--assemble-only] [DIR]
 #
 # The Dockerfile runs this same script (--assemble-only, DIR=/stage) and copies
 # DIR/opt/trtis into the image, so what is checked here is what ships. The
@@ -19,6 +19,12 @@
 #                              Python backend (TRTIS_PYTHON names it), no pip
 #   bin/lib_trtis_native.so    unless --no-python: the Python worker's native
 #                              core, found beside the executable
+#   lib/openvino/              unless --no-openvino: OpenVINO's C API, CPU
+#                              plugin, frontends and TBB as scripts/setup.sh
+#                              unpacks them (kept together: the core finds its
+#                              plugin and frontends beside itself), and
+#                              libopenvino_c.so naming the versioned C API
+#                              (TRTIS_OPENVINO_LIB names it)
 #
 # Inputs (defaults: this checkout after scripts/setup.sh and a release build):
 #   TRTIS_BIN        target/release/trtis
@@ -26,13 +32,15 @@
 #   TRTIS_PYTHON_NATIVE_LIB  lib_trtis_native.so beside TRTIS_BIN
 #   ORT_CAPI         the onnxruntime package's capi/ folder in .venv
 #   LIBTORCH         .venv-torch/libtorch (the torch package folder)
+#   OPENVINO_DIR     .tools/openvino (what scripts/setup.sh unpacks)
 #   PYTHON           /usr/bin/python3 (Debian's, as in the image), else python3
 #   NUMPY_SPEC       numpy==1.26.4 (the version the tests use)
 #
 # The check (unless --assemble-only): copies the ONNX models simple and
 # efficientnet_lite0 (plus add_sub, a Python model, unless --no-python, and
 # efficientnet_lite0_pt and the AOTInductor package efficientnet_lite0_pt2
-# with --with-torch) into DIR/models, starts
+# with --with-torch, and the IR efficientnet_lite0_openvino unless
+# --no-openvino) into DIR/models, starts
 # DIR/opt/trtis/bin/trtis serve with an environment holding only what the
 # Dockerfile's ENV sets (read from the Dockerfile, so the two cannot drift) on
 # free ports, waits for /v2/health/ready, runs one inference per model and
@@ -43,11 +51,12 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
-with_torch=0 with_python=1 assemble_only=0 dir=""
+with_torch=0 with_python=1 with_openvino=1 assemble_only=0 dir=""
 while [ $# -gt 0 ]; do
   case $1 in
     --with-torch) with_torch=1 ;;
     --no-python) with_python=0 ;;
+    --no-openvino) with_openvino=0 ;;
     --assemble-only) assemble_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "runtime-layout: unknown option $1" >&2; exit 2 ;;
@@ -81,6 +90,7 @@ if [ -z "${ORT_CAPI:-}" ]; then
   ORT_CAPI=$(echo "$ROOT"/.venv/lib/python3*/site-packages/onnxruntime/capi)
 fi
 LIBTORCH=${LIBTORCH:-$ROOT/.venv-torch/libtorch}
+OPENVINO_DIR=${OPENVINO_DIR:-$ROOT/.tools/openvino}
 if [ -z "${PYTHON:-}" ]; then
   if /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
 fi
@@ -118,6 +128,14 @@ if [ "$with_torch" = 1 ]; then
   "$patchelf" --set-rpath '$ORIGIN/../lib' "$opt/bin/libtrtis_torch.so"
 fi
 
+if [ "$with_openvino" = 1 ]; then
+  ov_c=("$OPENVINO_DIR"/libopenvino_c.so.*)
+  [ -f "${ov_c[0]}" ] || die "no libopenvino_c.so.* in $OPENVINO_DIR (scripts/setup.sh unpacks it, or set OPENVINO_DIR; --no-openvino leaves it out)"
+  mkdir -p "$opt/lib/openvino"
+  for lib in "$OPENVINO_DIR"/*.so*; do cp "$lib" "$opt/lib/openvino/"; done
+  ln -sfn "$(basename "${ov_c[-1]}")" "$opt/lib/openvino/libopenvino_c.so"
+fi
+
 if [ "$with_python" = 1 ]; then
   [ -f "$TRTIS_PYTHON_NATIVE_LIB" ] || die "no $TRTIS_PYTHON_NATIVE_LIB (cargo build --release --locked -p trtis-python-native, or set TRTIS_PYTHON_NATIVE_LIB)"
   cp "$TRTIS_PYTHON_NATIVE_LIB" "$opt/bin/lib_trtis_native.so"
@@ -130,7 +148,7 @@ if [ "$with_python" = 1 ]; then
 fi
 
 # Every shared library resolves, inside the layout or from the system.
-for obj in "$opt/bin/trtis" "$opt"/lib/*.so* "$opt"/bin/*.so; do
+for obj in "$opt/bin/trtis" "$opt"/lib/*.so* "$opt"/lib/openvino/*.so* "$opt"/bin/*.so; do
   [ -e "$obj" ] || continue
   out=$(env -i PATH=/usr/bin:/bin ldd "$obj" 2>&1) || die "ldd $obj: $out"
   if grep -q "not found" <<<"$out"; then die "unresolved libraries of $obj:
@@ -144,6 +162,7 @@ size() { du -sh "$1" 2>/dev/null | cut -f1; }
 report_size() {
   local parts="bin $(size "$opt/bin"), lib $(size "$opt/lib")"
   [ ! -d "$opt/venv" ] || parts="$parts, venv $(size "$opt/venv")"
+  [ ! -d "$opt/lib/openvino" ] || parts="$parts, of lib openvino $(size "$opt/lib/openvino")"
   say "layout size: $(size "$opt") ($parts)$( [ "$with_torch" = 1 ] && echo ', with libtorch')"
 }
 say "assembled $opt"
@@ -167,7 +186,7 @@ for line in final.splitlines():
             if "=" in tok:
                 k, v = tok.split("=", 1)
                 env[k] = v
-for key in ("ORT_DYLIB_PATH", "TRTIS_PYTHON"):
+for key in ("ORT_DYLIB_PATH", "TRTIS_PYTHON", "TRTIS_OPENVINO_LIB"):
     print(f"{key}={env.get(key, '')}")
 print("BIN_ON_PATH=" + ("1" if "/opt/trtis/bin" in env.get("PATH", "").split(":") else "0"))
 EOF
@@ -179,6 +198,9 @@ py_env=$(sed -n 's/^TRTIS_PYTHON=//p' <<<"$image_env")
 grep -q '^BIN_ON_PATH=1' <<<"$image_env" || die "the Dockerfile's final stage does not put /opt/trtis/bin on PATH"
 [ -f "$dir$ort_env" ] || die "ORT_DYLIB_PATH=$ort_env is not a file of the layout"
 if [ "$with_python" = 1 ]; then [ -x "$dir$py_env" ] || die "TRTIS_PYTHON=$py_env is not in the layout"; fi
+ov_env=$(sed -n 's/^TRTIS_OPENVINO_LIB=//p' <<<"$image_env")
+[ -n "$ov_env" ] || die "the Dockerfile's final stage sets no TRTIS_OPENVINO_LIB"
+if [ "$with_openvino" = 1 ]; then [ -f "$dir$ov_env" ] || die "TRTIS_OPENVINO_LIB=$ov_env is not a file of the layout"; fi
 
 models="$dir/models"
 rm -rf "$models"
@@ -186,6 +208,7 @@ mkdir -p "$models" "$dir/tmp"
 wanted="simple efficientnet_lite0"
 [ "$with_python" = 0 ] || wanted="$wanted add_sub"
 [ "$with_torch" = 0 ] || wanted="$wanted efficientnet_lite0_pt efficientnet_lite0_pt2"
+[ "$with_openvino" = 0 ] || wanted="$wanted efficientnet_lite0_openvino"
 for m in $wanted; do cp -r "$ROOT/examples/model_repository/$m" "$models/"; done
 
 log="$dir/serve.log"
@@ -195,7 +218,7 @@ exit_timeout=30
 # environment, so nothing is found outside the layout by accident (trtis
 # would otherwise look for a .venv beside the working directory).
 (cd "$dir" && exec env -i PATH="$opt/bin:/usr/bin:/bin" HOME="$dir/tmp" TMPDIR="$dir/tmp" \
-  ORT_DYLIB_PATH="$dir$ort_env" TRTIS_PYTHON="$dir$py_env" \
+  ORT_DYLIB_PATH="$dir$ort_env" TRTIS_PYTHON="$dir$py_env" TRTIS_OPENVINO_LIB="$dir$ov_env" \
   "$opt/bin/trtis" serve --model-store "$models" --http-address 127.0.0.1 --http-port 0 \
   --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 \
   --exit-timeout-secs "$exit_timeout") 2>"$log" &
@@ -252,7 +275,7 @@ assert out["OUTPUT1"]["data"] == [x - 1 for x in a], out
 print("runtime-layout: ok: simple (onnxruntime) OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1")
 
 image = [0.0] * (3 * 224 * 224)
-for model in ("efficientnet_lite0", "efficientnet_lite0_pt", "efficientnet_lite0_pt2"):
+for model in ("efficientnet_lite0", "efficientnet_lite0_pt", "efficientnet_lite0_pt2", "efficientnet_lite0_openvino"):
     if model not in models:
         continue
     # Both batch (max_batch_size 8): metadata says [-1, 3, 224, 224].

@@ -607,8 +607,10 @@ sequence_batching {
     );
     for instance in ["trtis:seqhops:0", "trtis:seqhops:1"] {
         let times = slept(&before, &after, instance);
+        // One sleep per request, give or take: the thread may not yet be
+        // back asleep after the last answer when the count is read.
         assert!(
-            (n as u64..=n as u64 + 4).contains(&times),
+            (n as u64 - 1..=n as u64 + 4).contains(&times),
             "{instance} slept {times} times for its sequence's {n} requests"
         );
     }

@@ -12,10 +12,9 @@
 //! tensors libtorch owns, outputs once into the server's buffers, as for
 //! TorchScript.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Instant, SystemTime};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use trtis::core::backend::pytorch::abi::OutputSink;
 use trtis::core::backend::pytorch::pt2::{self, LeafInput, Pt2Binding};
@@ -27,10 +26,8 @@ use crate::{apply_inter_op, emit_tensor, log, require_cuda, to_tch, InferenceGua
 
 use crate::loader::{libtorch_version, Loader};
 
-/// Packages loaded with ENABLE_WEIGHT_SHARING, by file (with its size and
-/// time) and device.
-type ShareKey = (PathBuf, u64, Option<SystemTime>, i32);
-static SHARED: Mutex<Option<HashMap<ShareKey, Weak<Loader>>>> = Mutex::new(None);
+/// Packages loaded once for a model's instances (ENABLE_WEIGHT_SHARING).
+static SHARED: crate::Shared<Loader> = crate::Shared::new();
 
 pub struct AotiInstance {
     loader: Arc<Loader>,
@@ -95,7 +92,14 @@ impl AotiInstance {
                 .map(|g| g.count.max(1) as usize)
                 .sum::<usize>()
                 .max(1);
-            load_shared(&path, runners, index, &libtorch, instance)?
+            SHARED.get_or_load(
+                &path,
+                index.to_string(),
+                &config.name,
+                "AOTInductor package",
+                instance,
+                || Loader::load(&path, runners, index, &libtorch),
+            )?
         } else {
             Arc::new(Loader::load(&path, 1, index, &libtorch)?)
         };
@@ -171,12 +175,7 @@ impl AotiInstance {
         let converted = start.elapsed();
         let results = {
             let _no_grad = tch::no_grad_guard();
-            let _inference = InferenceGuard(if self.settings.inference_mode {
-                // SAFETY: the guard ends on this thread, below.
-                unsafe { crate::trtis_inference_mode_enter(1) }
-            } else {
-                std::ptr::null_mut()
-            });
+            let _inference = InferenceGuard::new(self.settings.inference_mode);
             self.loader.run(&args)
         }
         .map_err(|e| {
@@ -204,29 +203,4 @@ impl AotiInstance {
         }
         Ok([converted.as_nanos() as u64, ran.elapsed().as_nanos() as u64])
     }
-}
-
-fn load_shared(
-    path: &Path,
-    runners: usize,
-    device: i32,
-    libtorch: &str,
-    instance: &str,
-) -> Result<Arc<Loader>> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
-    let key = (path.to_path_buf(), meta.len(), meta.modified().ok(), device);
-    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    let map = shared.get_or_insert_with(HashMap::new);
-    map.retain(|_, l| l.strong_count() > 0);
-    if let Some(loader) = map.get(&key).and_then(Weak::upgrade) {
-        log(
-            2,
-            &format!("Reusing AOTInductor package for instance '{instance}'"),
-        );
-        return Ok(loader);
-    }
-    let loader = Arc::new(Loader::load(path, runners, device, libtorch)?);
-    map.insert(key, Arc::downgrade(&loader));
-    Ok(loader)
 }

@@ -96,12 +96,47 @@ extern "C" {
     fn trtis_set_executor_mode(on: i32);
 }
 
-/// The modules loaded with ENABLE_WEIGHT_SHARING (tch's `CModule` is `Sync`:
-/// libtorch's `forward` may run on several threads at once, which Triton's
-/// weight sharing relies on too), by file (and its size and
-/// time, so that a changed file is loaded anew) and device.
+/// What a model's instances load once and share with ENABLE_WEIGHT_SHARING,
+/// by file (and its size and time, so that a changed file is loaded anew)
+/// and device: TorchScript modules (tch's `CModule` is `Sync`: libtorch's
+/// `forward` may run on several threads at once, which Triton's weight
+/// sharing relies on too) and AOTInductor packages.
 type ShareKey = (PathBuf, u64, Option<SystemTime>, String);
-static SHARED: Mutex<Option<HashMap<ShareKey, Weak<CModule>>>> = Mutex::new(None);
+struct Shared<T>(Mutex<Option<HashMap<ShareKey, Weak<T>>>>);
+
+impl<T> Shared<T> {
+    const fn new() -> Self {
+        Shared(Mutex::new(None))
+    }
+
+    /// The loaded `path` on `device` another instance holds (logged as
+    /// reusing `what`), else `load`'s, kept for the next.
+    fn get_or_load(
+        &self,
+        path: &Path,
+        device: String,
+        model: &str,
+        what: &str,
+        instance: &str,
+        load: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| Error::internal(format!("model '{model}': {}: {e}", path.display())))?;
+        let key = (path.to_path_buf(), meta.len(), meta.modified().ok(), device);
+        let mut shared = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let map = shared.get_or_insert_with(HashMap::new);
+        map.retain(|_, m| m.strong_count() > 0);
+        if let Some(loaded) = map.get(&key).and_then(Weak::upgrade) {
+            log(2, &format!("Reusing {what} for instance '{instance}'"));
+            return Ok(loaded);
+        }
+        let loaded = Arc::new(load()?);
+        map.insert(key, Arc::downgrade(&loaded));
+        Ok(loaded)
+    }
+}
+
+static SHARED: Shared<CModule> = Shared::new();
 
 pub struct TorchInstance {
     module: Arc<CModule>,
@@ -476,7 +511,14 @@ impl TorchInstance {
         apply_inter_op(&settings, &config.name);
         apply_thread_settings(&settings);
         let module = if settings.weight_sharing {
-            load_shared(&path, &config.name, instance, device)?
+            SHARED.get_or_load(
+                &path,
+                format!("{device:?}"),
+                &config.name,
+                "TorchScript model",
+                instance,
+                || load_module(&path, &config.name, device),
+            )?
         } else {
             Arc::new(load_module(&path, &config.name, device)?)
         };
@@ -516,38 +558,21 @@ fn load_module(path: &Path, model: &str, device: tch::Device) -> Result<CModule>
     Ok(module)
 }
 
-fn load_shared(
-    path: &Path,
-    model: &str,
-    instance: &str,
-    device: tch::Device,
-) -> Result<Arc<CModule>> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| Error::internal(format!("model '{model}': {}: {e}", path.display())))?;
-    // Shared by the instances on the same device.
-    let key = (
-        path.to_path_buf(),
-        meta.len(),
-        meta.modified().ok(),
-        format!("{device:?}"),
-    );
-    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    let map = shared.get_or_insert_with(HashMap::new);
-    map.retain(|_, m| m.strong_count() > 0);
-    if let Some(module) = map.get(&key).and_then(Weak::upgrade) {
-        log(
-            2,
-            &format!("Reusing TorchScript model for instance '{instance}'"),
-        );
-        return Ok(module);
-    }
-    let module = Arc::new(load_module(path, model, device)?);
-    map.insert(key, Arc::downgrade(&module));
-    Ok(module)
-}
-
 /// Ends an InferenceMode guard when dropped.
 struct InferenceGuard(*mut std::ffi::c_void);
+
+impl InferenceGuard {
+    /// `c10::InferenceMode` on this thread until dropped, when `enabled`
+    /// (Triton's INFERENCE_MODE); else nothing.
+    fn new(enabled: bool) -> Self {
+        InferenceGuard(if enabled {
+            // SAFETY: the guard ends on this thread, when dropped.
+            unsafe { trtis_inference_mode_enter(1) }
+        } else {
+            std::ptr::null_mut()
+        })
+    }
+}
 
 impl Drop for InferenceGuard {
     fn drop(&mut self) {
@@ -570,12 +595,7 @@ impl TorchInstance {
         let converted = start.elapsed();
         let result = {
             let _no_grad = tch::no_grad_guard();
-            let _inference = InferenceGuard(if self.settings.inference_mode {
-                // SAFETY: the guard ends on this thread, below.
-                unsafe { trtis_inference_mode_enter(1) }
-            } else {
-                std::ptr::null_mut()
-            });
+            let _inference = InferenceGuard::new(self.settings.inference_mode);
             self.module.forward_is(&args)
         }
         .map_err(|e| Error::internal(format!("PyTorch execute failure: {e}")))?;

@@ -240,11 +240,11 @@ pub fn model_file(config: &ModelConfig) -> &str {
 pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core::config::Issue> {
     use crate::core::config::Issue;
     let mut out = Vec::new();
-    if let Err(e) = OvSettings::from_config(config) {
+    let settings = OvSettings::from_config(config).unwrap_or_else(|e| {
         out.push(Issue::error("parameters", e.message));
-    }
+        OvSettings::default()
+    });
     let file = model_file(config);
-    let settings = OvSettings::from_config(config).unwrap_or_default();
     for dir in version_dirs {
         let path = dir.join(file);
         // An IR's ports, read from its XML: checked as the load checks the
@@ -485,14 +485,9 @@ impl OvInstance {
         let mut model = core
             .read_model_from_file(&path.to_string_lossy(), &weights)
             .map_err(ov_error("reading model"))?;
-        let reshapes = plan(
-            config,
-            &settings,
-            &ports(&model, true)?,
-            &ports(&model, false)?,
-        )?;
-        let batching = config.max_batch_size > 0;
         let inputs = ports(&model, true)?;
+        let reshapes = plan(config, &settings, &inputs, &ports(&model, false)?)?;
+        let batching = config.max_batch_size > 0;
         let reshapes = reshapes
             .into_iter()
             .map(|(name, dims)| {

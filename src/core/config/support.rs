@@ -109,8 +109,20 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "TF_INIT_OPS_FILE",
             "MAX_SESSION_SHARE_COUNT",
         ],
-        #[cfg(feature = "openvino")]
-        "openvino" => crate::core::backend::openvino::settings::PARAMETERS,
+        // What backend::openvino::settings reads (its PARAMETERS; core::config
+        // may not use core::backend, so a test there holds the two together).
+        "openvino" => &[
+            "PERFORMANCE_HINT",
+            "NUM_STREAMS",
+            "INFERENCE_NUM_THREADS",
+            "COMPILATION_NUM_THREADS",
+            "HINT_BF16",
+            "RESHAPE_IO_LAYERS",
+            "SKIP_OV_DYNAMIC_BATCHSIZE",
+            "ENABLE_BATCH_PADDING",
+            "TARGET_DEVICE",
+            "CPU_EXTENSION_PATH",
+        ],
         // What backend::pytorch::settings reads (a test there checks).
         "pytorch" => &[
             "DISABLE_OPTIMIZED_EXECUTION",

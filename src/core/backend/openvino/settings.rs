@@ -141,6 +141,14 @@ mod tests {
     }
 
     #[test]
+    fn config_support_lists_the_parameters_read_here() {
+        assert_eq!(
+            crate::core::config::support::backend_parameters("openvino"),
+            PARAMETERS
+        );
+    }
+
+    #[test]
     fn tritons_parameters_are_read_with_its_messages() {
         let s = with(&[
             ("PERFORMANCE_HINT", "Throughput"),

@@ -452,3 +452,26 @@ def test_the_committed_packages_match_the_pinned_torch():
             recorded = json.loads(z.read(meta[0]))
         assert recorded["torch_version"].startswith(pin + "."), (path, recorded)
         assert recorded["AOTI_CPU_ISA"] == "AVX2" and recorded["AOTI_DEVICE_KEY"] == "cpu", (path, recorded)
+
+
+def test_many_packages_load_at_once(tmp_path):
+    """libtorch's package loader parses each package's JSON into one shared
+    static object, so two packages constructed on two threads at once can
+    read each other's half-parsed metadata ("No device information found.",
+    seen once on CI). The backend takes package constructions in turn; here
+    sixteen models of two instances each load in parallel, twice over."""
+    if not torch_built():
+        pytest.skip("the PyTorch backend library was not built")
+    repo = tmp_path / "models"
+    names = [f"add_sub_{i}" for i in range(16)]
+    for name in names:
+        config = ADD_SUB.replace('name: "add_sub"', f'name: "{name}"') + "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+        add(repo, name, config, "add_sub.pt2")
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    for _ in range(2):
+        for server in running_server_with_metrics(repo, name="parallel pt2 loads"):
+            client = httpclient.InferenceServerClient(server.url)
+            for name in names:
+                assert client.is_model_ready(name), (name, server.log_tail())
+            r = infer(client, httpclient, names[-1], {"INPUT__0": (a, "FP32"), "INPUT__1": (a, "FP32")})
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT__0"), a + a)

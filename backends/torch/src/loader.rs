@@ -119,9 +119,19 @@ impl Loader {
             .map_err(|_| Error::invalid_arg("the model path holds a NUL byte"))?;
         let name = CString::new(pt2::MODEL_NAME).expect("no NUL");
         let mut err = std::ptr::null_mut();
+        // libtorch's package loader is not safe to construct on two threads
+        // at once: it parses each JSON file of the package into one
+        // function-local static object (`load_json_file`), so models
+        // loading in parallel read each other's metadata ("No device
+        // information found."). Constructions take turns; running does not.
+        static CONSTRUCTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = CONSTRUCTING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         // SAFETY: live C strings; the shim catches libtorch's exceptions.
         let handle =
             unsafe { trtis_aoti_load(c_path.as_ptr(), name.as_ptr(), runners, device, &mut err) };
+        drop(turn);
         if handle.is_null() {
             let message = take_string(err).unwrap_or_else(|| "unknown error".into());
             return Err(Error::internal(pt2::explain_load_error(

@@ -8,6 +8,10 @@ What it writes (every file is rewritten on each run):
     add_sub/model.xml, .bin            OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1,
                                        FP32 [-1, 4] (dynamic dimension 0)
     add_sub_fixed/model.xml, .bin      the same maths, static [2, 4]
+    add_sub_layout/model.xml, .bin     add_sub with the layout "N..." on every input and output
+                                       (what makes Triton's auto-complete batch an OpenVINO model)
+    accumulator/model.xml, .bin        a running sum for the sequence batcher's implicit state, FP32 [-1, 1]:
+                                       OUTPUT = OUTPUT_STATE = INPUT_STATE * (1 - START) + INPUT
     README.md                          what each model computes
   examples/model_repository/efficientnet_lite0_openvino/1/model.xml, model.bin
                                        the project's EfficientNet-Lite0 classifier converted from its
@@ -54,14 +58,33 @@ def pinned():
     raise SystemExit("no OPENVINO_REQ pin in scripts/setup.sh")
 
 
-def add_sub(shape):
+def add_sub(shape, layout=None):
     a = ops.parameter(shape, np.float32, name="INPUT0")
     b = ops.parameter(shape, np.float32, name="INPUT1")
     s = ops.add(a, b)
     d = ops.subtract(a, b)
     s.output(0).get_tensor().set_names({"OUTPUT0"})
     d.output(0).get_tensor().set_names({"OUTPUT1"})
-    return ov.Model([s, d], [a, b], "add_sub")
+    model = ov.Model([s, d], [a, b], "add_sub")
+    if layout:
+        ppp = ov.preprocess.PrePostProcessor(model)
+        for i in range(2):
+            ppp.input(i).model().set_layout(ov.Layout(layout))
+            ppp.output(i).model().set_layout(ov.Layout(layout))
+        model = ppp.build()
+    return model
+
+
+def accumulator():
+    x = ops.parameter([-1, 1], np.float32, name="INPUT")
+    start = ops.parameter([-1, 1], np.float32, name="START")
+    state = ops.parameter([-1, 1], np.float32, name="INPUT_STATE")
+    one = ops.constant(np.ones((1, 1), np.float32))
+    new = ops.add(ops.multiply(state, ops.subtract(one, start)), x)
+    out = ops.multiply(new, one)
+    new.output(0).get_tensor().set_names({"OUTPUT_STATE"})
+    out.output(0).get_tensor().set_names({"OUTPUT"})
+    return ov.Model([out, new], [x, start, state], "accumulator")
 
 
 def run(core, path, feeds):
@@ -74,21 +97,37 @@ def fixtures(core):
     shutil.rmtree(FIXTURES, ignore_errors=True)
     FIXTURES.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    for name, shape, batch in (("add_sub", [-1, 4], 3), ("add_sub_fixed", [2, 4], 2)):
+    for name, shape, batch, layout in (
+        ("add_sub", [-1, 4], 3, None),
+        ("add_sub_fixed", [2, 4], 2, None),
+        ("add_sub_layout", [-1, 4], 3, "N..."),
+    ):
         (FIXTURES / name).mkdir()
         xml = FIXTURES / name / "model.xml"
-        ov.save_model(add_sub(shape), xml, compress_to_fp16=False)
+        ov.save_model(add_sub(shape, layout), xml, compress_to_fp16=False)
         a = rng.standard_normal((batch, 4)).astype(np.float32)
         b = rng.standard_normal((batch, 4)).astype(np.float32)
         out = run(core, xml, {"INPUT0": a, "INPUT1": b})
         assert np.array_equal(out["OUTPUT0"], a + b) and np.array_equal(out["OUTPUT1"], a - b), name
         print(f"wrote {xml.relative_to(ROOT)}")
+    (FIXTURES / "accumulator").mkdir()
+    xml = FIXTURES / "accumulator" / "model.xml"
+    ov.save_model(accumulator(), xml, compress_to_fp16=False)
+    x = np.array([[2.0], [3.0]], np.float32)
+    start = np.array([[1.0], [0.0]], np.float32)
+    state = np.array([[5.0], [5.0]], np.float32)
+    out = run(core, xml, {"INPUT": x, "START": start, "INPUT_STATE": state})
+    assert np.array_equal(out["OUTPUT"], [[2.0], [8.0]]) and np.array_equal(out["OUTPUT_STATE"], [[2.0], [8.0]])
+    print(f"wrote {xml.relative_to(ROOT)}")
     (FIXTURES / "README.md").write_text(
         "# OpenVINO IR test models\n\n"
         f"Made by `scripts/make-openvino-models.py` with openvino {ov.__version__} from PyPI, from scratch "
         "(`openvino.opset13`).\n\n"
         "- `add_sub/`: `OUTPUT0 = INPUT0 + INPUT1`, `OUTPUT1 = INPUT0 - INPUT1`, FP32 `[-1, 4]`.\n"
         "- `add_sub_fixed/`: the same, static FP32 `[2, 4]`.\n"
+        "- `add_sub_layout/`: `add_sub` with the layout `N...` on every input and output (auto-complete batches it).\n"
+        "- `accumulator/`: a running sum for the sequence batcher's implicit state, FP32 `[-1, 1]`: "
+        "`OUTPUT = OUTPUT_STATE = INPUT_STATE * (1 - START) + INPUT`.\n"
     )
 
 

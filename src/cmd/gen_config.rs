@@ -99,7 +99,7 @@ pub fn run(args: Args) -> ExitCode {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
         Some("pt2") => pt2_config(&args, &mut config),
-        Some("xml") => openvino_config(&args, &mut config).map(|()| Vec::new()),
+        Some("xml") => openvino_config(&args, &mut config),
         Some("savedmodel") => savedmodel_config(&args, &mut config).map(|()| Vec::new()),
         Some("so") => {
             // A custom backend library (custom.h) declares no inputs or
@@ -163,19 +163,39 @@ fn onnx_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
     complete_from(args, config, &inputs, &outputs)
 }
 
-/// What auto-complete makes of an OpenVINO IR's inputs and outputs (read
-/// from its XML).
+/// What the server's auto-complete makes of an OpenVINO IR (its ports
+/// read from its XML, Triton's OpenVINO rules: batching only when every
+/// port's layout has a batch dimension); its warnings go above the config.
 #[cfg(feature = "openvino")]
-fn openvino_config(args: &Args, config: &mut ModelConfig) -> Result<(), String> {
+fn openvino_config(args: &Args, config: &mut ModelConfig) -> Result<Vec<String>, String> {
+    use trtis::core::backend::openvino;
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", args.model.display());
-    let (inputs, outputs) =
-        trtis::core::backend::openvino::ir::model_io(&args.model).map_err(|e| fail(&e))?;
+    let (inputs, outputs) = openvino::model_ports(&args.model).map_err(|e| fail(&e))?;
     config.backend = "openvino".into();
-    complete_from(args, config, &inputs, &outputs)
+    config.max_batch_size = args.max_batch_size.unwrap_or(0);
+    let notes = openvino::complete::complete(config, &inputs, &outputs).map_err(|e| fail(&e))?;
+    match args.dynamic_batching {
+        Some(true) => config.scheduling_choice = dynamic_batching(),
+        Some(false) => config.scheduling_choice = None,
+        None => {}
+    }
+    let mut header: Vec<String> = notes
+        .into_iter()
+        .filter(|(level, _)| *level == 'W')
+        .map(|(_, note)| note)
+        .collect();
+    if config.max_batch_size == 0 {
+        header.push(
+            "no batching: not every input and output has a layout with a batch dimension N (Triton's \
+             OpenVINO rule); --max-batch-size N makes dimension 0 the batch"
+                .into(),
+        );
+    }
+    Ok(header)
 }
 
 #[cfg(not(feature = "openvino"))]
-fn openvino_config(args: &Args, _: &mut ModelConfig) -> Result<(), String> {
+fn openvino_config(args: &Args, _: &mut ModelConfig) -> Result<Vec<String>, String> {
     Err(format!(
         "{}: this build has no OpenVINO backend (cargo feature `openvino`)",
         args.model.display()

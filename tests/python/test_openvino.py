@@ -92,6 +92,28 @@ parameters [ { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } } ]
 """
 
 
+# The sequence batcher on an IR: a running sum kept in implicit state,
+# reset by the START control.
+ACCUMULATOR = """name: "accumulator"
+backend: "openvino"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_FP32 dims: [ 1 ] } ]
+}
+"""
+
+# Auto-complete: the ONNX classifier read by OpenVINO, inputs and outputs
+# left to the model.
+ONNX_COMPLETED = """name: "auto_onnx"
+backend: "openvino"
+default_model_filename: "model.onnx"
+"""
+
+
 def openvino_set_up() -> bool:
     if os.environ.get("TRTIS_OPENVINO_LIB"):
         return True
@@ -102,7 +124,8 @@ def add(repo, name, config, files):
     (repo / name / "1").mkdir(parents=True)
     for src, dst in files:
         shutil.copy(src, repo / name / "1" / dst)
-    (repo / name / "config.pbtxt").write_text(config)
+    if config is not None:
+        (repo / name / "config.pbtxt").write_text(config)
 
 
 def ir(name):
@@ -118,6 +141,11 @@ def repo(tmp_path_factory):
     add(repo, "efficientnet_ort_openvino", ONNX_ACCELERATED, [(ONNX, "model.onnx")])
     add(repo, "add_sub_converted", ADD_SUB_CONVERTED, ir("add_sub"))
     add(repo, "add_sub_padded", ADD_SUB_PADDED, ir("add_sub"))
+    add(repo, "accumulator", ACCUMULATOR, ir("accumulator"))
+    # No config.pbtxt: auto-complete, with and without batch layouts.
+    add(repo, "auto_layout", None, ir("add_sub_layout"))
+    add(repo, "auto_plain", None, ir("add_sub"))
+    add(repo, "auto_onnx", ONNX_COMPLETED, [(ONNX, "model.onnx")])
     for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
         shutil.copytree(EXAMPLES / name, repo / name)
     return repo
@@ -286,6 +314,12 @@ def test_bad_models_and_configs_are_refused_with_the_reason(http, repo, tmp_path
             [(ONNX, "model.onnx")], "'device_type: GPU_FP16' is not applied (device_type CPU or CPU_FP32 only)", True),
         "gpu_device": (ADD_SUB_BODY.replace('{ key: "NUM_STREAMS"', '{ key: "TARGET_DEVICE" value: { string_value: "GPU" } }, { key: "NUM_STREAMS"'),
                        ir("add_sub"), "runs on the CPU only", True),
+        # ONNX models read by OpenVINO: validate-config has OpenVINO read
+        # them too, so it refuses what the load refuses.
+        "onnx_wrong_name": (ONNX_CONFIG.split("\n", 1)[1].replace('"input"', '"pixels"'), [(ONNX, "model.onnx")],
+                            "unexpected inference input 'pixels', allowed inputs are: input", True),
+        "accelerated_wrong_dims": (ONNX_ACCELERATED.split("\n", 1)[1].replace("dims: [ 3, 224, 224 ]", "dims: [ 224, 224, 3 ]"),
+                                   [(ONNX, "model.onnx")], "the model expects 4 dimensions (shape [-1,3,224,224])", True),
     }
     for name, (config, files, message, static) in cases.items():
         write_bad(repo, name, config, files)
@@ -299,12 +333,70 @@ def test_bad_models_and_configs_are_refused_with_the_reason(http, repo, tmp_path
         assert out.returncode != 0 and message in out.stdout + out.stderr, (name, out.stdout + out.stderr)
 
 
+def gen_config(name, fixture):
+    return subprocess.run([str(trtis_bin()), "gen-config", "--name", name, str(FIXTURES / fixture / "model.xml")],
+                          capture_output=True, text=True, check=True).stdout
+
+
 def test_gen_config_writes_an_ir_config_that_serves(http, repo):
-    out = subprocess.run([str(trtis_bin()), "gen-config", "--name", "generated", str(FIXTURES / "add_sub" / "model.xml")],
-                         capture_output=True, text=True, check=True)
-    assert 'backend: "openvino"' in out.stdout and "max_batch_size: 4" in out.stdout, out.stdout
-    add(repo, "generated", out.stdout, ir("add_sub"))
+    # Triton's OpenVINO rule: batching only when every port's layout has N.
+    out = gen_config("generated", "add_sub")
+    assert 'backend: "openvino"' in out and "max_batch_size" not in out and "no batching" in out, out
+    add(repo, "generated", out, ir("add_sub"))
     http.load_model("generated")
     a = np.ones((3, 4), dtype=np.float32)
     r = infer(http, httpclient, "generated", {"INPUT0": a, "INPUT1": a})
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+    out = gen_config("generated_batching", "add_sub_layout")
+    assert "max_batch_size: 4" in out and "dynamic_batching" in out, out
+    add(repo, "generated_batching", out, ir("add_sub_layout"))
+    http.load_model("generated_batching")
+    r = infer(http, httpclient, "generated_batching", {"INPUT0": a, "INPUT1": a})
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - a)
+
+
+def test_auto_complete_follows_tritons_openvino_rules(server, http):
+    """No config.pbtxt (or one without inputs and outputs): completed from
+    the model's ports. Batching only when every input and output has a
+    layout with N (the add_sub_layout IR). Each dimension is the model's
+    (Triton writes all -1 for a shape not fully static, which its own load
+    then refuses without batching: a deliberate difference)."""
+    layout = http.get_model_config("auto_layout")
+    assert layout["max_batch_size"] == 4 and "dynamic_batching" in layout, layout
+    assert [(i["name"], i["dims"]) for i in layout["input"]] == [("INPUT0", [4]), ("INPUT1", [4])], layout
+    assert [o["name"] for o in layout["output"]] == ["OUTPUT0", "OUTPUT1"], layout
+    assert any("autofilled max_batch_size to 4 for model 'auto_layout'" in line for line in server.log_lines())
+    plain = http.get_model_config("auto_plain")
+    assert plain.get("max_batch_size", 0) == 0 and "dynamic_batching" not in plain, plain
+    assert plain["input"][0]["dims"] == [-1, 4] and plain["input"][0]["data_type"] == "TYPE_FP32", plain
+    onnx = http.get_model_config("auto_onnx")
+    assert [(i["name"], i["dims"]) for i in onnx["input"]] == [("input", [-1, 3, 224, 224])], onnx
+    assert [o["name"] for o in onnx["output"]] == ["output"], onnx
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for name in ["auto_layout", "auto_plain"]:
+        r = infer(http, httpclient, name, {"INPUT0": a, "INPUT1": a})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+    x = np.zeros((1, 3, 224, 224), dtype=np.float32)
+    assert infer(http, httpclient, "auto_onnx", {"input": x}).as_numpy("output").shape == (1, 1000)
+    # validate-config says the config is left to auto-complete.
+    out = subprocess.run([str(trtis_bin()), "validate-config", str(server.repo / "auto_layout")],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "from 'model.xml' (auto-complete)" in out.stdout + out.stderr, out
+
+
+def test_sequences_accumulate_in_implicit_state(both):
+    client, mod = both
+    base = 7000 if mod is grpcclient else 7100
+
+    def step(seq, value, start=False, end=False):
+        r = infer(client, mod, "accumulator", {"INPUT": np.array([[value]], dtype=np.float32)},
+                  sequence_id=base + seq, sequence_start=start, sequence_end=end)
+        return float(r.as_numpy("OUTPUT")[0, 0])
+
+    assert step(1, 1.0, start=True) == 1.0
+    assert step(2, 10.0, start=True) == 10.0
+    assert step(1, 2.0) == 3.0
+    assert step(2, 20.0, end=True) == 30.0
+    assert step(1, 3.0, end=True) == 6.0
+    # A new sequence on the same id starts from zero again.
+    assert step(1, 5.0, start=True, end=True) == 5.0

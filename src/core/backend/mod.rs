@@ -320,6 +320,14 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
             if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));
             }
+            // The OpenVINO accelerator: this backend runs the ONNX file.
+            #[cfg(feature = "openvino")]
+            if openvino::wanted_by_onnx(config) {
+                out.extend(openvino::check(
+                    &openvino::onnx_as_openvino(config),
+                    version_dirs,
+                ));
+            }
         }
         "pytorch" => {
             if let Err(e) = pytorch::settings::TorchSettings::from_config(config) {

@@ -85,7 +85,11 @@ pub(super) fn auto_complete(
     // A Python model completes its own config when its class has
     // `auto_complete_config` (Triton calls it whenever auto-complete is on).
     let python = config.backend == "python";
-    if !opts.auto_complete || !(onnx || python || savedmodel) {
+    // An OpenVINO model completes as Triton's OpenVINO backend does: from
+    // its ports and their layouts, even when inputs and outputs are given
+    // (max_batch_size and batching).
+    let openvino = config.backend == "openvino";
+    if !opts.auto_complete || !(onnx || python || savedmodel || openvino) {
         return Ok(config);
     }
     let Some(version_dir) = model
@@ -115,6 +119,8 @@ pub(super) fn auto_complete(
         };
         crate::core::config::normalize::normalize(&mut config, &ctx)
             .map_err(|issue| fail(issue.message))?;
+    } else if openvino {
+        config = openvino_complete(config, &version_dir).map_err(|e| fail(e.message))?;
     } else {
         let file = version_dir.join(&config.default_model_filename);
         let (inputs, outputs) = if savedmodel {
@@ -137,6 +143,17 @@ pub(super) fn auto_complete(
     {
         return Err(fail(issue.message));
     }
+    Ok(config)
+}
+
+#[cfg(feature = "openvino")]
+fn openvino_complete(config: ModelConfig, version_dir: &Path) -> Result<ModelConfig> {
+    crate::core::backend::openvino::auto_complete(config, version_dir)
+}
+
+#[cfg(not(feature = "openvino"))]
+fn openvino_complete(config: ModelConfig, _: &Path) -> Result<ModelConfig> {
+    // The load refuses the model with the reason.
     Ok(config)
 }
 

@@ -24,6 +24,9 @@ pub struct IrPort {
     pub element: Option<ElementType>,
     /// -1: dynamic.
     pub dims: Vec<i64>,
+    /// The port's layout (`rt_info`'s `layout` attribute, e.g. `[N,C,H,W]`),
+    /// which auto-complete reads for batching; none in most IRs.
+    pub layout: Option<String>,
 }
 
 impl IrPort {
@@ -84,6 +87,7 @@ struct Port {
     names: Option<String>,
     precision: Option<String>,
     dims: Vec<i64>,
+    layout: Option<String>,
 }
 
 #[derive(Default)]
@@ -147,6 +151,7 @@ pub fn read(xml: &str) -> Result<(Vec<IrPort>, Vec<IrPort>)> {
                                 names: attr(e, "names"),
                                 precision: attr(e, "precision"),
                                 dims: Vec::new(),
+                                layout: None,
                             },
                         );
                         if empty {
@@ -162,6 +167,12 @@ pub fn read(xml: &str) -> Result<(Vec<IrPort>, Vec<IrPort>)> {
                         }
                     }
                     b"dim" => in_dim = !empty,
+                    // <rt_info><attribute name="layout" layout="[N,C]"/> in a port.
+                    b"attribute" if attr(e, "name").as_deref() == Some("layout") => {
+                        if let Some((_, p)) = port.as_mut() {
+                            p.layout = attr(e, "layout").or_else(|| attr(e, "value"));
+                        }
+                    }
                     b"edge" => {
                         let get = |k| attr(e, k).unwrap_or_default();
                         edges.insert(
@@ -226,6 +237,7 @@ pub fn read(xml: &str) -> Result<(Vec<IrPort>, Vec<IrPort>)> {
                     name: first_name(p, &l.name),
                     element: p.precision.as_deref().and_then(element_of),
                     dims: p.dims.clone(),
+                    layout: p.layout.clone(),
                 });
             }
             "Result" => {
@@ -257,6 +269,10 @@ pub fn read(xml: &str) -> Result<(Vec<IrPort>, Vec<IrPort>)> {
                         .or(p.precision.as_deref())
                         .and_then(element_of),
                     dims: p.dims.clone(),
+                    layout: p
+                        .layout
+                        .clone()
+                        .or_else(|| producer.and_then(|p| p.layout.clone())),
                 });
             }
             _ => {}
@@ -266,29 +282,6 @@ pub fn read(xml: &str) -> Result<(Vec<IrPort>, Vec<IrPort>)> {
         return Err(bad("the IR has no Result layer".into()));
     }
     Ok((inputs, outputs))
-}
-
-/// An IR's inputs and outputs as auto-complete's tensors.
-pub fn model_io(
-    path: &std::path::Path,
-) -> Result<(
-    Vec<crate::core::config::autocomplete::ModelTensor>,
-    Vec<crate::core::config::autocomplete::ModelTensor>,
-)> {
-    let xml = std::fs::read_to_string(path)
-        .map_err(|e| Error::invalid_arg(format!("{}: {e}", path.display())))?;
-    let (inputs, outputs) = read(&xml)?;
-    let tensors = |ports: Vec<IrPort>| {
-        ports
-            .into_iter()
-            .map(|p| crate::core::config::autocomplete::ModelTensor {
-                name: p.name,
-                datatype: p.element.and_then(super::data_type_of),
-                shape: p.dims,
-            })
-            .collect()
-    };
-    Ok((tensors(inputs), tensors(outputs)))
 }
 
 #[cfg(test)]

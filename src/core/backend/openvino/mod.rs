@@ -16,6 +16,7 @@
 //! both ways by trtis (`types::element::cast`), where Triton inserts a
 //! pre/post-processing step (the crate's has no input element type setter).
 
+pub mod complete;
 pub mod ir;
 pub mod settings;
 
@@ -141,7 +142,12 @@ impl Dim {
     }
 
     fn to_ov(self) -> Dimension {
-        Dimension::new(self.min, self.max)
+        // The C API's unbounded dimension is {-1, -1}; it refuses {0, -1}.
+        if self.dynamic && self.unbounded() {
+            Dimension::new(-1, -1)
+        } else {
+            Dimension::new(self.min, self.max)
+        }
     }
 }
 
@@ -235,8 +241,71 @@ pub fn model_file(config: &ModelConfig) -> &str {
     }
 }
 
-/// What `validate-config` and `serve` find of an OpenVINO config without
-/// OpenVINO: the parameters, and the model file and an IR's weights file.
+/// The model's inputs and outputs as auto-complete and the config checks
+/// see them: an IR's from its XML, without OpenVINO (layouts included);
+/// any other format (ONNX, a SavedModel) as OpenVINO reads it, which needs
+/// the library (and gives no layouts: such a model does not batch by
+/// auto-complete, as in Triton).
+pub fn model_ports(path: &Path) -> Result<(Vec<ir::IrPort>, Vec<ir::IrPort>)> {
+    if path.extension().is_some_and(|e| e == "xml") {
+        let xml = std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid_arg(format!("{}: {e}", path.display())))?;
+        return ir::read(&xml);
+    }
+    ensure_loaded()?;
+    let mut core = Core::new()
+        .map_err(|e| Error::unavailable(format!("openvino error in creating core : {e}")))?;
+    let model = core
+        .read_model_from_file(&path.to_string_lossy(), "")
+        .map_err(ov_error("reading model"))?;
+    let as_ir = |ports: Vec<Port>| -> Vec<ir::IrPort> {
+        ports
+            .into_iter()
+            .map(|p| ir::IrPort {
+                name: p.name,
+                element: Some(p.element),
+                dims: p
+                    .dims
+                    .iter()
+                    .map(|d| if d.dynamic { -1 } else { d.min })
+                    .collect(),
+                layout: None,
+            })
+            .collect()
+    };
+    Ok((as_ir(ports(&model, true)?), as_ir(ports(&model, false)?)))
+}
+
+/// Auto-complete of an OpenVINO model's config (Triton's rules,
+/// [`complete`]), its notes logged as Triton logs them.
+pub fn auto_complete(mut config: ModelConfig, version_dir: &Path) -> Result<ModelConfig> {
+    let path = version_dir.join(model_file(&config));
+    let (inputs, outputs) = model_ports(&path)?;
+    for (level, note) in complete::complete(&mut config, &inputs, &outputs)? {
+        crate::core::logging::log(level, &note);
+    }
+    Ok(config)
+}
+
+/// An ONNX Runtime model with `cpu_execution_accelerator { name:
+/// "openvino" }` as this backend runs it: OpenVINO reads its ONNX file,
+/// ONNX Runtime's parameters do not apply.
+pub fn onnx_as_openvino(config: &ModelConfig) -> ModelConfig {
+    let mut config = config.clone();
+    config.backend = "openvino".into();
+    config.platform.clear();
+    config.parameters.clear();
+    if config.default_model_filename.is_empty() {
+        config.default_model_filename = "model.onnx".into();
+    }
+    config
+}
+
+/// What `validate-config` and `serve` find of an OpenVINO config before
+/// loading it: the parameters, the model file and an IR's weights file,
+/// and the config (as auto-complete leaves it) against the model's ports:
+/// an IR's read from its XML, another format's read by OpenVINO (a
+/// warning when the library is missing: then only the load checks it).
 pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core::config::Issue> {
     use crate::core::config::Issue;
     let mut out = Vec::new();
@@ -247,17 +316,30 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
     let file = model_file(config);
     for dir in version_dirs {
         let path = dir.join(file);
-        // An IR's ports, read from its XML: checked as the load checks the
-        // model OpenVINO reads (an ONNX or TensorFlow model only at load).
-        if file.ends_with(".xml") && path.is_file() {
-            let checked = std::fs::read_to_string(&path)
-                .map_err(|e| Error::invalid_arg(format!("{}: {e}", path.display())))
-                .and_then(|xml| ir::read(&xml))
-                .and_then(|(i, o)| {
-                    let ports =
-                        |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
-                    plan(config, &settings, &ports(i), &ports(o))
-                });
+        // The config against the model's ports, as the load checks it
+        // (after auto-complete, which Triton runs unless disabled).
+        if path.exists() {
+            if !file.ends_with(".xml") {
+                if let Err(e) = ensure_loaded() {
+                    let issue = Issue::warning(
+                        "default_model_filename",
+                        format!(
+                            "{file} not checked against the config before loading: {}",
+                            e.message
+                        ),
+                    );
+                    if !out.contains(&issue) {
+                        out.push(issue);
+                    }
+                    continue;
+                }
+            }
+            let checked = model_ports(&path).and_then(|(i, o)| {
+                let mut completed = config.clone();
+                complete::complete(&mut completed, &i, &o)?;
+                let ports = |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
+                plan(&completed, &settings, &ports(i), &ports(o))
+            });
             if let Err(e) = checked {
                 let field = if e.message.contains("output") {
                     "output"
@@ -395,7 +477,8 @@ fn plan(
                 && dims
                     .iter()
                     .zip(&port.dims[usize::from(batching)..])
-                    .all(|(c, d)| fits(*c, d));
+                    // With batching, Triton skips an input's -1 dims.
+                    .all(|(c, d)| (batching && *c == -1) || fits(*c, d));
             let batch_ok = !batching
                 || port.dims.first().is_some_and(|d| {
                     d.dynamic || d.min == 1 || d.min == i64::from(config.max_batch_size)
@@ -488,14 +571,14 @@ impl OvInstance {
         let inputs = ports(&model, true)?;
         let reshapes = plan(config, &settings, &inputs, &ports(&model, false)?)?;
         let batching = config.max_batch_size > 0;
-        let reshapes = reshapes
-            .into_iter()
-            .map(|(name, dims)| {
-                let dims: Vec<Dimension> = dims.iter().map(|d| d.to_ov()).collect();
-                Ok((name, partial(&dims)?))
-            })
-            .collect::<Result<Vec<(String, PartialShape)>>>()?;
         if batching || settings.reshape_io_layers {
+            let reshapes = reshapes
+                .into_iter()
+                .map(|(name, dims)| {
+                    let dims: Vec<Dimension> = dims.iter().map(|d| d.to_ov()).collect();
+                    Ok((name, partial(&dims)?))
+                })
+                .collect::<Result<Vec<(String, PartialShape)>>>()?;
             let pairs: Vec<(&str, &PartialShape)> =
                 reshapes.iter().map(|(n, s)| (n.as_str(), s)).collect();
             model.reshape(&pairs).map_err(ov_error("reshaping model"))?;
@@ -551,13 +634,7 @@ impl OvInstance {
             ctx.config.name,
             ctx.instance_name
         );
-        let mut config = ctx.config.clone();
-        config.backend = "openvino".into();
-        config.platform.clear();
-        config.parameters.clear();
-        if config.default_model_filename.is_empty() {
-            config.default_model_filename = "model.onnx".into();
-        }
+        let config = onnx_as_openvino(ctx.config);
         OvInstance::load(&LoadContext {
             config: &config,
             ..ctx.clone()

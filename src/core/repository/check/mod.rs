@@ -409,7 +409,13 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
 /// file (as Triton's auto-complete does), otherwise an error.
 fn missing_config(m: &mut CheckedModel) {
     let entries = m.dir.first_version_entries();
-    let completable = ["model.onnx", "model.plan", "model.savedmodel", "model.py"];
+    let completable = [
+        "model.onnx",
+        "model.plan",
+        "model.savedmodel",
+        "model.py",
+        "model.xml",
+    ];
     match completable.iter().find(|f| entries.iter().any(|e| e == *f)) {
         Some(file) => m.push_dir(
             Severity::Warning,

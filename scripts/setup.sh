@@ -155,3 +155,12 @@ PY
   rm -rf .tools/ov-wheel
   echo "$OPENVINO_REQ" >"$OPENVINO_STAMP"
 fi
+
+# mdBook, which builds the user guide (docs/, an mdBook; scripts/test.sh
+# runs `mdbook build docs`), from crates.io into .tools/mdbook: ~7 min to
+# compile on 2 cores, once. Unless TRTIS_NO_MDBOOK=1.
+MDBOOK_VERSION=0.5.4
+if [ "${TRTIS_NO_MDBOOK:-0}" != 1 ] && [ "$(.tools/mdbook/bin/mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+  echo "setup: installing mdbook $MDBOOK_VERSION into .tools/mdbook"
+  cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search --root .tools/mdbook
+fi

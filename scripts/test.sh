@@ -26,3 +26,6 @@ TRTIS_BIN="$PWD/target/debug/trtis" .venv-v1/bin/python -m pytest tests/python_v
 # The Dockerfile and deploy/ checked statically, and the image's runtime
 # layout built from this checkout and served (no container engine here).
 ./scripts/check-deploy.sh
+# The user guide (docs/, an mdBook) builds into target/book; its commands
+# and config snippets ran with tests/python (test_docs.py).
+.tools/mdbook/bin/mdbook build docs

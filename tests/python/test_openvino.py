@@ -3,12 +3,15 @@
 scripts/make-openvino-models.py with openvino 2026.4.1) and the project's ONNX
 classifier read by OpenVINO, served by a real `trtis serve` over HTTP and gRPC.
 
-Covered: IR and ONNX models; a dynamic batch dimension and the dynamic
-batcher (batches of any size, no padding); Triton's parameters (a bad value
-refused with Triton's words by `serve` and `validate-config`); the classifier
-says espresso with logits within 1e-3 of ONNX Runtime's; statistics; a bad IR,
-a missing .bin and wrong tensor names refused with the reason, by `serve` and
-`validate-config` alike (it reads an IR's XML itself); `gen-config model.xml`.
+Covered: IR, ONNX and TensorFlow (SavedModel, frozen GraphDef) models; a
+dynamic batch dimension and the dynamic batcher (batches of any size, no
+padding); the sequence batcher with implicit state; auto-complete by Triton's
+OpenVINO rules (batching only with batch layouts); Triton's parameters (a bad
+value refused with Triton's words by `serve` and `validate-config`); the
+classifier says espresso with logits within 1e-3 of ONNX Runtime's;
+statistics; a bad IR, a missing .bin and wrong tensor names refused with the
+reason, by `serve` and `validate-config` alike (it reads an IR's XML itself
+and has OpenVINO read other formats); `gen-config model.xml`.
 
 Skipped when the OpenVINO libraries are not set up (scripts/setup.sh unpacks
 them into .tools/openvino), unless TRTIS_REQUIRE_OPENVINO=1 (scripts/test.sh
@@ -114,6 +117,17 @@ default_model_filename: "model.onnx"
 """
 
 
+TF_FIXTURES = REPO_ROOT / "tests" / "fixtures" / "tensorflow"
+
+
+def tf_through_openvino(name, fixture, file):
+    """The TensorFlow backend's add_sub config, read by OpenVINO instead:
+    Triton's way (backend openvino, default_model_filename)."""
+    config = (TF_FIXTURES / fixture / "config.pbtxt").read_text()
+    config = "\n".join(line for line in config.splitlines() if not line.startswith(("platform:", "name:")))
+    return f'name: "{name}"\nbackend: "openvino"\ndefault_model_filename: "{file}"\n' + config
+
+
 def openvino_set_up() -> bool:
     if os.environ.get("TRTIS_OPENVINO_LIB"):
         return True
@@ -146,6 +160,17 @@ def repo(tmp_path_factory):
     add(repo, "auto_layout", None, ir("add_sub_layout"))
     add(repo, "auto_plain", None, ir("add_sub"))
     add(repo, "auto_onnx", ONNX_COMPLETED, [(ONNX, "model.onnx")])
+    # TensorFlow models read by OpenVINO: a SavedModel directory and a frozen GraphDef.
+    shutil.copytree(TF_FIXTURES / "tf_savedmodel_add_sub" / "1" / "model.savedmodel",
+                    repo / "tf_savedmodel_openvino" / "1" / "model.savedmodel")
+    (repo / "tf_savedmodel_openvino" / "config.pbtxt").write_text(
+        tf_through_openvino("tf_savedmodel_openvino", "tf_savedmodel_add_sub", "model.savedmodel"))
+    # OpenVINO names a frozen graph's tensors as TensorFlow does ("INPUT0:0").
+    graphdef = tf_through_openvino("tf_graphdef_openvino", "tf_graphdef_add_sub", "model.graphdef")
+    for tensor in ["INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1"]:
+        graphdef = graphdef.replace(f'"{tensor}"', f'"{tensor}:0"')
+    add(repo, "tf_graphdef_openvino", graphdef,
+        [(TF_FIXTURES / "tf_graphdef_add_sub" / "1" / "model.graphdef", "model.graphdef")])
     for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
         shutil.copytree(EXAMPLES / name, repo / name)
     return repo
@@ -382,6 +407,20 @@ def test_auto_complete_follows_tritons_openvino_rules(server, http):
     out = subprocess.run([str(trtis_bin()), "validate-config", str(server.repo / "auto_layout")],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0 and "from 'model.xml' (auto-complete)" in out.stdout + out.stderr, out
+
+
+def test_tensorflow_models_run_on_openvino(both):
+    """The TensorFlow fixtures (SavedModel and frozen GraphDef, batching
+    up to 8) served by OpenVINO, which reads TensorFlow's formats itself."""
+    client, mod = both
+    rng = np.random.default_rng(3)
+    for name, suffix in [("tf_savedmodel_openvino", ""), ("tf_graphdef_openvino", ":0")]:
+        for batch in [1, 5]:
+            a = rng.standard_normal((batch, 16)).astype(np.float32)
+            b = rng.standard_normal((batch, 16)).astype(np.float32)
+            r = infer(client, mod, name, {"INPUT0" + suffix: a, "INPUT1" + suffix: b})
+            np.testing.assert_allclose(r.as_numpy("OUTPUT0" + suffix), a + b, rtol=1e-6)
+            np.testing.assert_allclose(r.as_numpy("OUTPUT1" + suffix), a - b, rtol=1e-6)
 
 
 def test_sequences_accumulate_in_implicit_state(both):

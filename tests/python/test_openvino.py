@@ -9,7 +9,7 @@ padding); the sequence batcher with implicit state; auto-complete by Triton's
 OpenVINO rules (batching only with batch layouts); Triton's parameters (a bad
 value refused with Triton's words by `serve` and `validate-config`); the
 classifier says espresso with logits within 1e-3 of ONNX Runtime's;
-statistics; a bad IR, a missing .bin and wrong tensor names refused with the
+warmup; statistics; a bad IR, a missing .bin and wrong tensor names refused with the
 reason, by `serve` and `validate-config` alike (it reads an IR's XML itself
 and has OpenVINO read other formats); `gen-config model.xml`.
 
@@ -85,13 +85,17 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP64 dims: [ 4 ] }, { name: "OUTPUT1"
 """
 
 
-# Triton's static batch: compiled at max_batch_size, smaller batches padded.
+# Triton's static batch: compiled at max_batch_size, smaller batches padded
+# (the warmup's batch of 3 too, before the model is ready).
 ADD_SUB_PADDED = """name: "add_sub_padded"
 backend: "openvino"
 max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 parameters [ { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } } ]
+model_warmup [ { name: "padded" batch_size: 3 inputs [
+  { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } },
+  { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } ] } ]
 """
 
 

@@ -157,10 +157,20 @@ PY
 fi
 
 # mdBook, which builds the user guide (docs/, an mdBook; scripts/test.sh
-# runs `mdbook build docs`), from crates.io into .tools/mdbook: ~7 min to
-# compile on 2 cores, once. Unless TRTIS_NO_MDBOOK=1.
+# runs `.tools/mdbook/bin/mdbook build docs`), from crates.io: ~5-7 min to
+# compile on 2 cores, so it is built once per machine into a cache outside
+# the checkout ($TRTIS_CACHE, default ~/.cache/trtis; a fresh clone, as CI
+# makes, links it) and .tools/mdbook points there. Unless TRTIS_NO_MDBOOK=1.
 MDBOOK_VERSION=0.5.4
-if [ "${TRTIS_NO_MDBOOK:-0}" != 1 ] && [ "$(.tools/mdbook/bin/mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
-  echo "setup: installing mdbook $MDBOOK_VERSION into .tools/mdbook"
-  cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search --root .tools/mdbook
+if [ "${TRTIS_NO_MDBOOK:-0}" != 1 ]; then
+  MDBOOK_ROOT="${TRTIS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trtis}/mdbook-$MDBOOK_VERSION"
+  if [ "$("$MDBOOK_ROOT/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+    echo "setup: installing mdbook $MDBOOK_VERSION into $MDBOOK_ROOT"
+    cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search --root "$MDBOOK_ROOT"
+  fi
+  mkdir -p .tools
+  if [ "$(readlink .tools/mdbook 2>/dev/null)" != "$MDBOOK_ROOT" ]; then
+    rm -rf .tools/mdbook
+    ln -s "$MDBOOK_ROOT" .tools/mdbook
+  fi
 fi

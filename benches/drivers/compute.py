@@ -23,7 +23,10 @@ Triton's.
 
 TRTIS_BENCH_COMPUTE_MODELS (comma separated) and TRTIS_BENCH_COMPUTE_C
 (concurrencies) narrow the run; TRTIS_BENCH_COMPUTE_TAKES sets the takes
-(default 3).
+(default 3). TRTIS_BENCH_COMPUTE_AA=1 is the control: the "Triton" side is
+a second trtis serving the same repository, so the ratios show how far
+this machine's drift alone moves a take (results:
+target/bench/compute-aa-bench.md).
 
 Run it with scripts/bench.sh compute. Results: target/bench/compute-bench.md.
 """
@@ -38,6 +41,7 @@ from triton import Triton, TritonUnavailable, run_setup, triton_settings  # noqa
 
 CONCURRENCY = tuple(int(c) for c in os.environ.get("TRTIS_BENCH_COMPUTE_C", "1,2,4,8,16,32").split(","))
 TAKES = int(os.environ.get("TRTIS_BENCH_COMPUTE_TAKES", "3"))
+AA = os.environ.get("TRTIS_BENCH_COMPUTE_AA") == "1"
 MLP = "mlp_dyn"
 CLASSIFIER = "efficientnet_lite0"
 MODELS = tuple(os.environ.get("TRTIS_BENCH_COMPUTE_MODELS", f"{MLP},{CLASSIFIER}").split(","))
@@ -56,14 +60,20 @@ def ratio(a, b):
 
 def main():
     try:
-        settings = triton_settings()
-        run_setup("scripts/setup-triton-ort.sh", timeout=1800)
+        settings = None if AA else triton_settings()
+        if not AA:
+            run_setup("scripts/setup-triton-ort.sh", timeout=1800)
     except TritonUnavailable as e:
         sys.exit(f"compute: Triton is not available here: {e}")
     repo = repository()
     trtis = Server(repo, 18800, args=["--model-control-mode", "explicit",
                                       *(f"--load-model={m}" for m in MODELS)])
-    triton = Triton(settings, repo, 18810, MODELS, os.path.join(OUT, "compute-triton.log"))
+    if AA:
+        # The control: a second trtis in Triton's place.
+        triton = Server(repo, 18810, args=["--model-control-mode", "explicit",
+                                           *(f"--load-model={m}" for m in MODELS)])
+    else:
+        triton = Triton(settings, repo, 18810, MODELS, os.path.join(OUT, "compute-triton.log"))
     servers = {"trtis": trtis, "Triton": triton}
     # results[(model, c)] = [{"trtis": run, "Triton": run} per take]
     results = {}
@@ -96,7 +106,8 @@ def main():
         triton.stop()
         shutil.rmtree(repo)
 
-    lines = ["# trtis against Triton 2.51's ONNX Runtime backend", "",
+    lines = ["# trtis against Triton 2.51's ONNX Runtime backend" if not AA else
+             "# Control (A/A): trtis against a second trtis, in the Triton column", "",
              f"{os.cpu_count()} CPUs; one repository served by both (each idle while the other runs); "
              f"perf_analyzer 2.51 over gRPC; {TAKES} takes, the server order alternating (take 1 Triton first). "
              "Ratios are trtis over Triton within a take. Models: `mlp_dyn` (compute MLP, preferred 8/16, "
@@ -144,7 +155,7 @@ def main():
               f"Triton {idle_cpu['Triton']:.2f} s.", "", "## Targets (each take counted)", ""] + verdicts
     report = "\n".join(lines)
     print(report)
-    open(os.path.join(OUT, "compute-bench.md"), "w").write(report + "\n")
+    open(os.path.join(OUT, "compute-aa-bench.md" if AA else "compute-bench.md"), "w").write(report + "\n")
 
 
 if __name__ == "__main__":

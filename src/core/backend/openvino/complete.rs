@@ -94,35 +94,44 @@ pub fn complete(
                 ))
             })
     };
-    if config.input.is_empty() {
-        for p in inputs {
-            config.input.push(ModelInput {
-                name: p.name.clone(),
-                data_type: data_type(p, "input")?,
-                dims: dims(p),
-                ..Default::default()
-            });
-        }
-    } else {
-        notes.push((
+    // Each port as (name, data type, dims), for the kind the config leaves empty.
+    let fill = |ports: &[IrPort], what: &str| -> Result<Vec<(String, i32, Vec<i64>)>> {
+        ports
+            .iter()
+            .map(|p| Ok((p.name.clone(), data_type(p, what)?, dims(p))))
+            .collect()
+    };
+    let skipped = |what: &str| {
+        (
             'I',
-            format!("skipping input model configuration auto-complete for '{name}': input already specified"),
-        ));
+            format!("skipping {what} model configuration auto-complete for '{name}': {what} already specified"),
+        )
+    };
+    if config.input.is_empty() {
+        config.input = fill(inputs, "input")?
+            .into_iter()
+            .map(|(name, data_type, dims)| ModelInput {
+                name,
+                data_type,
+                dims,
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        notes.push(skipped("input"));
     }
     if config.output.is_empty() {
-        for p in outputs {
-            config.output.push(ModelOutput {
-                name: p.name.clone(),
-                data_type: data_type(p, "output")?,
-                dims: dims(p),
+        config.output = fill(outputs, "output")?
+            .into_iter()
+            .map(|(name, data_type, dims)| ModelOutput {
+                name,
+                data_type,
+                dims,
                 ..Default::default()
-            });
-        }
+            })
+            .collect();
     } else {
-        notes.push((
-            'I',
-            format!("skipping output model configuration auto-complete for '{name}': output already specified"),
-        ));
+        notes.push(skipped("output"));
     }
     Ok(notes)
 }

@@ -41,24 +41,7 @@ impl IrPort {
     }
 
     fn dims(&self) -> Vec<Dim> {
-        self.dims
-            .iter()
-            .map(|&d| {
-                if d < 0 {
-                    Dim {
-                        dynamic: true,
-                        min: 0,
-                        max: -1,
-                    }
-                } else {
-                    Dim {
-                        dynamic: false,
-                        min: d,
-                        max: d,
-                    }
-                }
-            })
-            .collect()
+        self.dims.iter().map(|&d| Dim::from_config(d)).collect()
     }
 }
 

@@ -137,6 +137,32 @@ impl Dim {
         }
     }
 
+    /// A config's (or an IR's) dimension: -1 is unbounded dynamic.
+    fn from_config(d: i64) -> Dim {
+        if d < 0 {
+            Dim {
+                dynamic: true,
+                min: 0,
+                max: -1,
+            }
+        } else {
+            Dim {
+                dynamic: false,
+                min: d,
+                max: d,
+            }
+        }
+    }
+
+    /// As a config writes it: -1 for any dynamic dimension.
+    fn to_config(self) -> i64 {
+        if self.dynamic {
+            -1
+        } else {
+            self.min
+        }
+    }
+
     fn unbounded(self) -> bool {
         self.max < 0 || self.max >= i64::from(u32::MAX)
     }
@@ -264,11 +290,7 @@ pub fn model_ports(path: &Path) -> Result<(Vec<ir::IrPort>, Vec<ir::IrPort>)> {
             .map(|p| ir::IrPort {
                 name: p.name,
                 element: Some(p.element),
-                dims: p
-                    .dims
-                    .iter()
-                    .map(|d| if d.dynamic { -1 } else { d.min })
-                    .collect(),
+                dims: p.dims.iter().map(|d| d.to_config()).collect(),
                 layout: None,
             })
             .collect()
@@ -280,7 +302,16 @@ pub fn model_ports(path: &Path) -> Result<(Vec<ir::IrPort>, Vec<ir::IrPort>)> {
 /// [`complete`]), its notes logged as Triton logs them.
 pub fn auto_complete(mut config: ModelConfig, version_dir: &Path) -> Result<ModelConfig> {
     let path = version_dir.join(model_file(&config));
-    let (inputs, outputs) = model_ports(&path)?;
+    // Only an IR carries layouts; another format's ports matter only when
+    // the config leaves inputs or outputs to fill (the load reads it anyway).
+    let needs_ports = path.extension().is_some_and(|e| e == "xml")
+        || config.input.is_empty()
+        || config.output.is_empty();
+    let (inputs, outputs) = if needs_ports {
+        model_ports(&path)?
+    } else {
+        Default::default()
+    };
     for (level, note) in complete::complete(&mut config, &inputs, &outputs)? {
         crate::core::logging::log(level, &note);
     }
@@ -314,46 +345,50 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
         OvSettings::default()
     });
     let file = model_file(config);
+    let ir = file.ends_with(".xml");
+    // Another format is read by OpenVINO itself: without the library, only
+    // the load checks it.
+    let library = if ir { Ok(()) } else { ensure_loaded() };
+    let mut push_once = |issue: Issue| {
+        if !out.contains(&issue) {
+            out.push(issue);
+        }
+    };
     for dir in version_dirs {
         let path = dir.join(file);
+        if !path.exists() {
+            continue;
+        }
         // The config against the model's ports, as the load checks it
         // (after auto-complete, which Triton runs unless disabled).
-        if path.exists() {
-            if !file.ends_with(".xml") {
-                if let Err(e) = ensure_loaded() {
-                    let issue = Issue::warning(
-                        "default_model_filename",
-                        format!(
-                            "{file} not checked against the config before loading: {}",
-                            e.message
-                        ),
-                    );
-                    if !out.contains(&issue) {
-                        out.push(issue);
-                    }
-                    continue;
-                }
-            }
-            let checked = model_ports(&path).and_then(|(i, o)| {
-                let mut completed = config.clone();
-                complete::complete(&mut completed, &i, &o)?;
-                let ports = |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
-                plan(&completed, &settings, &ports(i), &ports(o))
-            });
-            if let Err(e) = checked {
-                let field = if e.message.contains("output") {
-                    "output"
-                } else {
-                    "input"
-                };
-                let issue = Issue::error(field, e.message);
-                if !out.contains(&issue) {
-                    out.push(issue);
+        match &library {
+            Err(e) => push_once(Issue::warning(
+                "default_model_filename",
+                format!(
+                    "{file} not checked against the config before loading: {}",
+                    e.message
+                ),
+            )),
+            Ok(()) => {
+                let checked = model_ports(&path).and_then(|(i, o)| {
+                    let mut completed = config.clone();
+                    complete::complete(&mut completed, &i, &o)?;
+                    let ports =
+                        |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
+                    plan(&completed, &settings, &ports(i), &ports(o))
+                });
+                if let Err(e) = checked {
+                    let field = if e.message.contains("output") {
+                        "output"
+                    } else {
+                        "input"
+                    };
+                    push_once(Issue::error(field, e.message));
                 }
             }
         }
-        if file.ends_with(".xml") && path.is_file() && !path.with_extension("bin").is_file() {
-            let issue = Issue::error(
+        if ir && path.is_file() && !path.with_extension("bin").is_file() {
+            push_once(Issue::error(
                 "default_model_filename",
                 format!(
                     "{}/{} has no weights file {} beside it",
@@ -361,10 +396,7 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
                     file,
                     Path::new(file).with_extension("bin").display()
                 ),
-            );
-            if !out.contains(&issue) {
-                out.push(issue);
-            }
+            ));
         }
     }
     out
@@ -458,19 +490,7 @@ fn plan(
                         "openvino backend does not support dimensions values other than `-1` or positive integers",
                     ));
                 }
-                new.push(if d == -1 {
-                    Dim {
-                        dynamic: true,
-                        min: 0,
-                        max: -1,
-                    }
-                } else {
-                    Dim {
-                        dynamic: false,
-                        min: d,
-                        max: d,
-                    }
-                });
+                new.push(Dim::from_config(d));
             }
         } else {
             let ok = port.dims.len() == rank

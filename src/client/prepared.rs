@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use crate::core::protocol::pb::inference::{
     infer_parameter::ParameterChoice, InferParameter, ModelInferRequest,
 };
+use prost::Message;
+
 use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
 use super::{grpc, http, Client, ClientError};
@@ -55,8 +57,9 @@ pub enum Prepared {
         json_len: usize,
     },
     Grpc {
-        stub: grpc::Stub,
-        request: Box<ModelInferRequest>,
+        service: grpc::Service,
+        /// The request's protobuf encoding, made once.
+        encoded: bytes::Bytes,
     },
 }
 
@@ -93,10 +96,10 @@ impl Client {
                 }
             }
             Client::Grpc(c) => Prepared::Grpc {
-                stub: c.stub(),
-                request: Box::new(grpc::infer_request_shm(
-                    model, version, inputs, input_shm, outputs,
-                )),
+                service: c.service(),
+                encoded: grpc::infer_request_shm(model, version, inputs, input_shm, outputs)
+                    .encode_to_vec()
+                    .into(),
             },
             Client::V1(_) => {
                 return Err(ClientError::Unsupported(
@@ -158,31 +161,16 @@ impl Prepared {
                 };
                 Ok((timing, response))
             }
-            Prepared::Grpc { stub, request } => {
+            Prepared::Grpc { service, encoded } => {
                 let t0 = Instant::now();
-                let mut stub = stub.clone();
-                let mut request = request.as_ref().clone();
+                let mut parts = vec![encoded.clone()];
                 if let Some(seq) = seq {
-                    let param = |c| InferParameter {
-                        parameter_choice: Some(c),
-                    };
-                    let p = &mut request.parameters;
-                    p.insert(
-                        "sequence_id".into(),
-                        param(ParameterChoice::Int64Param(seq.id as i64)),
-                    );
-                    p.insert(
-                        "sequence_start".into(),
-                        param(ParameterChoice::BoolParam(seq.start)),
-                    );
-                    p.insert(
-                        "sequence_end".into(),
-                        param(ParameterChoice::BoolParam(seq.end)),
-                    );
+                    // Protobuf merges concatenated messages: these map
+                    // entries join the encoded request's parameters.
+                    parts.push(sequence_parameters(&seq).encode_to_vec().into());
                 }
-                let req = tonic::Request::new(request);
                 let t1 = Instant::now();
-                let resp = stub.model_infer(req).await?.into_inner();
+                let resp = grpc::send_encoded(service.clone(), parts).await?;
                 let t2 = Instant::now();
                 let response = grpc::infer_response(resp)?;
                 let timing = Timing {
@@ -194,6 +182,29 @@ impl Prepared {
             }
         }
     }
+}
+
+/// A request holding only `seq`'s sequence parameters, to be encoded after
+/// (merged into) a whole request's encoding.
+fn sequence_parameters(seq: &SeqFlags) -> ModelInferRequest {
+    let param = |c| InferParameter {
+        parameter_choice: Some(c),
+    };
+    let mut request = ModelInferRequest::default();
+    let p = &mut request.parameters;
+    p.insert(
+        "sequence_id".into(),
+        param(ParameterChoice::Int64Param(seq.id as i64)),
+    );
+    p.insert(
+        "sequence_start".into(),
+        param(ParameterChoice::BoolParam(seq.start)),
+    );
+    p.insert(
+        "sequence_end".into(),
+        param(ParameterChoice::BoolParam(seq.end)),
+    );
+    request
 }
 
 /// The HTTP body with the sequence parameters added to the request's
@@ -225,6 +236,43 @@ fn with_sequence(body: &bytes::Bytes, json_len: usize, seq: &SeqFlags) -> (bytes
 mod tests {
     use super::*;
     use crate::core::types::DataType;
+
+    #[test]
+    fn grpc_sequence_parameters_merge_into_the_encoded_request() {
+        // What the server decodes from the two parts sent one after the
+        // other: the request with the sequence parameters added, and a
+        // parameter it already had kept.
+        let mut request = grpc::infer_request(
+            "m",
+            "",
+            vec![Tensor {
+                name: "IN".into(),
+                datatype: DataType::Int32,
+                shape: vec![1],
+                data: vec![1, 0, 0, 0],
+            }],
+            vec![],
+        );
+        request.parameters.insert(
+            "priority".into(),
+            InferParameter {
+                parameter_choice: Some(ParameterChoice::Uint64Param(2)),
+            },
+        );
+        let seq = SeqFlags {
+            id: 7,
+            start: false,
+            end: true,
+        };
+        let mut wire = request.encode_to_vec();
+        wire.extend(sequence_parameters(&seq).encode_to_vec());
+        let decoded = ModelInferRequest::decode(wire.as_slice()).unwrap();
+        let mut expected = request.clone();
+        expected.parameters.extend(sequence_parameters(&seq).parameters);
+        assert_eq!(decoded, expected);
+        assert_eq!(decoded.parameters.len(), 4);
+        assert_eq!(decoded.raw_input_contents, request.raw_input_contents);
+    }
 
     #[test]
     fn sequence_parameters_join_the_top_level_parameters() {

@@ -268,7 +268,9 @@ mod tests {
         wire.extend(sequence_parameters(&seq).encode_to_vec());
         let decoded = ModelInferRequest::decode(wire.as_slice()).unwrap();
         let mut expected = request.clone();
-        expected.parameters.extend(sequence_parameters(&seq).parameters);
+        expected
+            .parameters
+            .extend(sequence_parameters(&seq).parameters);
         assert_eq!(decoded, expected);
         assert_eq!(decoded.parameters.len(), 4);
         assert_eq!(decoded.raw_input_contents, request.raw_input_contents);

@@ -64,6 +64,10 @@ struct Args {
     /// not in the latencies.
     #[arg(long, default_value_t = 0.0)]
     pause_ms: f64,
+    /// The session's ConfigProto with TensorFlow's thread spinning off (the
+    /// model parameter `TF_DISABLE_THREAD_SPINNING`).
+    #[arg(long)]
+    disable_thread_spinning: bool,
 }
 
 /// `op:index` (or `op`) → the graph's output.
@@ -99,7 +103,11 @@ fn quantile(xs: &[f64], q: f64) -> f64 {
 fn main() {
     let args = Args::parse();
     let api = capi::api().unwrap_or_else(|e| panic!("{}", e.message));
-    let proto = TfSettings::default().config_proto();
+    let proto = TfSettings {
+        disable_thread_spinning: args.disable_thread_spinning,
+        ..TfSettings::default()
+    }
+    .config_proto();
     let (session, _meta) = Session::load_saved_model(api, &args.model, &[&args.tag], &proto)
         .unwrap_or_else(|(code, m)| panic!("loading {}: {m} (code {code})", args.model.display()));
     let input = tensor(&session.graph, &args.input);

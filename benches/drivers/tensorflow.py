@@ -18,9 +18,9 @@ In one run on this machine it measures:
   - the same model with a 1 ms batcher queue delay (the ONNX twin's
     setting), at concurrency 1 only: what the delay costs a lone request
     (not a target row);
-  - concurrency 1 again in interleaved pairs (direct batch 1, then the
-    server), whose median ratio is the concurrency-1 figure least moved by
-    the machine's drift;
+  - concurrency 1 again in 8 interleaved pairs (direct batch 1, then the
+    server; every other pair the server first), whose median ratio is the
+    concurrency-1 figure least moved by the machine's drift;
   - concurrency 1 again with `trtis perf` as the client (same options),
     which takes less CPU than perf_analyzer on the cores the server shares
     (not a target row).
@@ -48,7 +48,7 @@ EXAMPLE = os.path.join(ROOT, "examples/tensorflow_repository", MODEL)
 DELAY = "efficientnet_lite0_delay_1ms"
 CONCURRENCY = (1, 4, 16)
 TARGETS = {1: (1, 0.9), 16: (8, 0.7)}  # concurrency: (direct batch, least ratio)
-PAIRS = 4  # interleaved (direct batch 1, trtis c=1) pairs
+PAIRS = 8  # interleaved (direct batch 1, trtis c=1) pairs
 
 
 def direct(batch, seconds=6.0):
@@ -143,11 +143,15 @@ def main():
     # ratio compares runs seconds apart on this noisy machine.
     # Each pair measures the server with both clients: perf_analyzer, and
     # trtis perf, which takes less CPU on the cores TensorFlow runs on.
+    # Every other pair runs the server first and the direct run last (ABBA
+    # order), so that a steady drift of the machine favours neither side.
     pairs = []
-    for _ in range(PAIRS):
-        d = direct(1, seconds=4.0)["infer_per_s"]
+    for i in range(PAIRS):
+        d = direct(1, seconds=4.0)["infer_per_s"] if i % 2 == 0 else None
         r = perf(server, MODEL, 1)
         light = perf(server, MODEL, 1, client="trtis perf")
+        if d is None:
+            d = direct(1, seconds=4.0)["infer_per_s"]
         if "error" not in r and "error" not in light:
             pairs.append((d, r["throughput"], light["throughput"]))
     server.stop()
@@ -188,7 +192,8 @@ def main():
             return (ratios[(len(ratios) - 1) // 2] + ratios[len(ratios) // 2]) / 2
 
         lines += ["", "Concurrency 1 in interleaved pairs (direct batch 1 for 4 s, then trtis c=1 with "
-                  "perf_analyzer, then with trtis perf as the client), in order:", "",
+                  "perf_analyzer, then with trtis perf as the client; every other pair the direct run last), "
+                  "in order:", "",
                   "| direct infer/s | trtis infer/s, perf_analyzer | ratio | trtis infer/s, trtis perf | ratio |",
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {d:.1f} | {t:.1f} | {t / d:.2f} | {u:.1f} | {u / d:.2f} |" for d, t, u in pairs]

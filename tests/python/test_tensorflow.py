@@ -193,7 +193,10 @@ def with_config(repo, name, edit):
 
 def test_dynamic_batching_forms_batches(tmp_path):
     repo = fixture_repo(tmp_path, ["tf_savedmodel_add_sub"])
-    with_config(repo, "tf_savedmodel_add_sub", lambda t: t + "\ndynamic_batching { max_queue_delay_microseconds: 200000 }\n")
+    # With trtis's TF_DISABLE_THREAD_SPINNING too: accepted, and the model
+    # serves.
+    with_config(repo, "tf_savedmodel_add_sub", lambda t: t + "\ndynamic_batching { max_queue_delay_microseconds: 200000 }\n"
+                'parameters { key: "TF_DISABLE_THREAD_SPINNING" value { string_value: "true" } }\n')
     server = start_or_fail(TrtisServer(repo, name="tf batching"))
     try:
         errors = []
@@ -246,6 +249,11 @@ BROKEN = {
         "tf_savedmodel_add_sub",
         lambda t: t + '\nparameters { key: "TF_SIGNATURE_DEF" value { string_value: "nope" } }\n',
         "unable to load model 'tf_savedmodel_add_sub', expected 'nope' signature",
+    ),
+    "bad_spinning_flag": (
+        "tf_savedmodel_add_sub",
+        lambda t: t + '\nparameters { key: "TF_DISABLE_THREAD_SPINNING" value { string_value: "maybe" } }\n',
+        "failed to convert 'maybe' to boolean",
     ),
     "unknown_input": (
         "tf_savedmodel_add_sub",
@@ -311,7 +319,7 @@ def test_broken_models_fail_alone_and_validate_config_agrees(tmp_path):
     # validate-config finds what needs no TensorFlow to know.
     out = subprocess.run([str(trtis_bin()), "validate-config", str(repo)], capture_output=True, text=True)
     assert out.returncode != 0
-    for case in ["missing_signature", "unknown_input", "unknown_graph_input", "wrong_datatype", "corrupt_graphdef"]:
+    for case in ["missing_signature", "bad_spinning_flag", "unknown_input", "unknown_graph_input", "wrong_datatype", "corrupt_graphdef"]:
         assert f"{case}/" in out.stdout + out.stderr, (case, out.stdout, out.stderr)
 
 

@@ -104,6 +104,7 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "TF_NUM_INTRA_THREADS",
             "TF_NUM_INTER_THREADS",
             "TF_USE_PER_SESSION_THREADS",
+            "TF_DISABLE_THREAD_SPINNING",
             "TF_GRAPH_TAG",
             "TF_SIGNATURE_DEF",
             "TF_INIT_OPS_FILE",

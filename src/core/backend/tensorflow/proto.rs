@@ -103,6 +103,17 @@ pub struct ConfigProto {
     pub allow_soft_placement: bool,
     #[prost(bool, tag = "9")]
     pub use_per_session_threads: bool,
+    #[prost(message, optional, tag = "16")]
+    pub experimental: Option<Experimental>,
+}
+
+/// `ConfigProto.Experimental`, the one field the backend sets.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Experimental {
+    /// Worker threads sleep as soon as they find no work, instead of
+    /// spinning a while first.
+    #[prost(bool, tag = "9")]
+    pub disable_thread_spinning: bool,
 }
 
 /// The signature a SavedModel serves: `wanted` when given (an error when
@@ -176,6 +187,14 @@ mod tests {
             ..c
         };
         assert_eq!(c.encode_to_vec(), [0x10, 0x02, 0x28, 0x01, 0x48, 0x01]);
+        // experimental (16, a message) { disable_thread_spinning (9): true }
+        let c = ConfigProto {
+            experimental: Some(Experimental {
+                disable_thread_spinning: true,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(c.encode_to_vec(), [0x82, 0x01, 0x02, 0x48, 0x01]);
         // A negative count is a ten-byte varint.
         let c = ConfigProto {
             inter_op_parallelism_threads: -1,

@@ -7,6 +7,7 @@
 //! | `TF_NUM_INTRA_THREADS` | 0 (TensorFlow chooses) | `intra_op_parallelism_threads` of the session |
 //! | `TF_NUM_INTER_THREADS` | 0 (TensorFlow chooses) | `inter_op_parallelism_threads`; negative runs ops on the caller's thread |
 //! | `TF_USE_PER_SESSION_THREADS` | false | `use_per_session_threads`: the session's own pools instead of the process's |
+//! | `TF_DISABLE_THREAD_SPINNING` | false | trtis's own (not in Triton): `experimental.disable_thread_spinning`, TensorFlow's threads sleep at once when out of work instead of spinning a while (they share the cores with the frontend and the client) |
 //! | `TF_GRAPH_TAG` | `serve` | the SavedModel MetaGraph's tag |
 //! | `TF_SIGNATURE_DEF` | `serving_default` | the SavedModel signature served |
 //! | `TF_INIT_OPS_FILE` | none | a JSON file `{"init_ops": [...]}` (in the version directory, else the model's): each op runs once after the load |
@@ -26,6 +27,7 @@ pub struct TfSettings {
     pub intra_threads: i32,
     pub inter_threads: i32,
     pub per_session_threads: bool,
+    pub disable_thread_spinning: bool,
     pub graph_tag: Option<String>,
     pub signature: Option<String>,
     pub init_ops_file: Option<String>,
@@ -37,6 +39,7 @@ pub const PARAMETERS: &[&str] = &[
     "TF_NUM_INTRA_THREADS",
     "TF_NUM_INTER_THREADS",
     "TF_USE_PER_SESSION_THREADS",
+    "TF_DISABLE_THREAD_SPINNING",
     "TF_GRAPH_TAG",
     "TF_SIGNATURE_DEF",
     "TF_INIT_OPS_FILE",
@@ -74,16 +77,22 @@ impl TfSettings {
         if let Some(n) = int("TF_NUM_INTER_THREADS")? {
             s.inter_threads = n.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
         }
-        if let Some(v) = param("TF_USE_PER_SESSION_THREADS") {
-            s.per_session_threads = match v.to_ascii_lowercase().as_str() {
-                "true" | "on" | "1" => true,
-                "false" | "off" | "0" => false,
-                _ => {
-                    return Err(Error::invalid_arg(format!(
+        let boolean = |key: &str| -> Result<Option<bool>> {
+            param(key)
+                .map(|v| match v.to_ascii_lowercase().as_str() {
+                    "true" | "on" | "1" => Ok(true),
+                    "false" | "off" | "0" => Ok(false),
+                    _ => Err(Error::invalid_arg(format!(
                         "failed to convert '{v}' to boolean"
-                    )))
-                }
-            };
+                    ))),
+                })
+                .transpose()
+        };
+        if let Some(b) = boolean("TF_USE_PER_SESSION_THREADS")? {
+            s.per_session_threads = b;
+        }
+        if let Some(b) = boolean("TF_DISABLE_THREAD_SPINNING")? {
+            s.disable_thread_spinning = b;
         }
         if let Some(n) = int("MAX_SESSION_SHARE_COUNT")? {
             if n <= 0 {
@@ -113,6 +122,11 @@ impl TfSettings {
             inter_op_parallelism_threads: self.inter_threads,
             allow_soft_placement: true,
             use_per_session_threads: self.per_session_threads,
+            experimental: self
+                .disable_thread_spinning
+                .then_some(super::proto::Experimental {
+                    disable_thread_spinning: true,
+                }),
         }
         .encode_to_vec()
     }
@@ -168,13 +182,20 @@ mod tests {
             ("TF_NUM_INTRA_THREADS", "2"),
             ("TF_NUM_INTER_THREADS", "-1"),
             ("TF_USE_PER_SESSION_THREADS", "On"),
+            ("TF_DISABLE_THREAD_SPINNING", "1"),
             ("TF_SIGNATURE_DEF", "triple"),
         ])
         .unwrap();
         assert_eq!(
-            (s.intra_threads, s.inter_threads, s.per_session_threads),
-            (2, -1, true)
+            (
+                s.intra_threads,
+                s.inter_threads,
+                s.per_session_threads,
+                s.disable_thread_spinning
+            ),
+            (2, -1, true, true)
         );
+        assert!(!with(&[]).unwrap().disable_thread_spinning);
         assert_eq!(s.signature.as_deref(), Some("triple"));
         assert_eq!(s.tag(), "serve");
         let err = |p: &[(&str, &str)]| with(p).unwrap_err().message;
@@ -189,6 +210,10 @@ mod tests {
         assert_eq!(
             err(&[("TF_USE_PER_SESSION_THREADS", "yes")]),
             "failed to convert 'yes' to boolean"
+        );
+        assert_eq!(
+            err(&[("TF_DISABLE_THREAD_SPINNING", "maybe")]),
+            "failed to convert 'maybe' to boolean"
         );
         assert!(err(&[("MAX_SESSION_SHARE_COUNT", "0")]).contains("must be positive number"));
         assert!(err(&[("MAX_SESSION_SHARE_COUNT", "2")]).contains("not supported by trtis"));

@@ -147,10 +147,12 @@ def main():
     # order), so that a steady drift of the machine favours neither side.
     pairs = []
     for i in range(PAIRS):
-        d = direct(1, seconds=4.0)["infer_per_s"] if i % 2 == 0 else None
+        server_first = i % 2 == 1
+        if not server_first:
+            d = direct(1, seconds=4.0)["infer_per_s"]
         r = perf(server, MODEL, 1)
         light = perf(server, MODEL, 1, client="trtis perf")
-        if d is None:
+        if server_first:
             d = direct(1, seconds=4.0)["infer_per_s"]
         if "error" not in r and "error" not in light:
             pairs.append((d, r["throughput"], light["throughput"]))

@@ -32,18 +32,20 @@ pub(super) type Stub = GrpcInferenceServiceClient<InterceptedService<Channel, He
 
 pub struct GrpcClient {
     stub: Stub,
-    /// The stub's channel with its headers, for requests sent as bytes
-    /// encoded once (`send_encoded`).
-    service: Service,
+    /// The stub's channel with its headers and message size limits, for
+    /// requests sent as bytes encoded once (`send_encoded`).
+    raw: Raw,
 }
 
-/// The channel that adds the connection's headers (the stub's inside).
-pub(super) type Service = InterceptedService<Channel, Headers>;
+/// A gRPC client over the stub's channel (with the connection's headers)
+/// that sends any codec's messages.
+pub(super) type Raw = tonic::client::Grpc<InterceptedService<Channel, Headers>>;
 
 impl GrpcClient {
-    /// The stub's channel and headers (cheap to clone, as the stub).
-    pub(super) fn service(&self) -> Service {
-        self.service.clone()
+    /// The stub's channel, headers and limits (cheap to clone, as the
+    /// stub).
+    pub(super) fn raw(&self) -> Raw {
+        self.raw.clone()
     }
 
     pub async fn connect(
@@ -56,7 +58,9 @@ impl GrpcClient {
             stub: GrpcInferenceServiceClient::new(service.clone())
                 .max_decoding_message_size(usize::MAX)
                 .max_encoding_message_size(usize::MAX),
-            service,
+            raw: tonic::client::Grpc::new(service)
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
         })
     }
 
@@ -303,12 +307,9 @@ impl GrpcClient {
 /// cloning the request (its tensors) and encoding the clone, two copies of
 /// every input byte on the cores the server shares.
 pub(super) async fn send_encoded(
-    service: Service,
+    mut grpc: Raw,
     parts: Vec<bytes::Bytes>,
 ) -> Result<ModelInferResponse, ClientError> {
-    let mut grpc = tonic::client::Grpc::new(service)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
     grpc.ready()
         .await
         .map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;

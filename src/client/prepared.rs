@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use prost::Message;
+
 use crate::core::protocol::pb::inference::{
     infer_parameter::ParameterChoice, InferParameter, ModelInferRequest,
 };
-use prost::Message;
-
 use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
 use super::{grpc, http, Client, ClientError};
@@ -57,7 +57,7 @@ pub enum Prepared {
         json_len: usize,
     },
     Grpc {
-        service: grpc::Service,
+        raw: grpc::Raw,
         /// The request's protobuf encoding, made once.
         encoded: bytes::Bytes,
     },
@@ -96,7 +96,7 @@ impl Client {
                 }
             }
             Client::Grpc(c) => Prepared::Grpc {
-                service: c.service(),
+                raw: c.raw(),
                 encoded: grpc::infer_request_shm(model, version, inputs, input_shm, outputs)
                     .encode_to_vec()
                     .into(),
@@ -161,7 +161,7 @@ impl Prepared {
                 };
                 Ok((timing, response))
             }
-            Prepared::Grpc { service, encoded } => {
+            Prepared::Grpc { raw, encoded } => {
                 let t0 = Instant::now();
                 let mut parts = vec![encoded.clone()];
                 if let Some(seq) = seq {
@@ -170,7 +170,7 @@ impl Prepared {
                     parts.push(sequence_parameters(&seq).encode_to_vec().into());
                 }
                 let t1 = Instant::now();
-                let resp = grpc::send_encoded(service.clone(), parts).await?;
+                let resp = grpc::send_encoded(raw.clone(), parts).await?;
                 let t2 = Instant::now();
                 let response = grpc::infer_response(resp)?;
                 let timing = Timing {

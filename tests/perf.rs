@@ -1,8 +1,8 @@
 //! `trtis perf` against a real `trtis serve` on 127.0.0.1:0: a short sweep
 //! over HTTP and gRPC writes perf_analyzer's CSV (exact header, one row per
 //! step) and a valid SVG; the -d/-l/-c sweep stops at -c; an unreachable
-//! server, an unknown model and a variable shape without --shape fail
-//! clearly.
+//! server, an unknown model, a variable shape without --shape and a
+//! request the server refuses fail clearly.
 
 use std::process::{Command, Output};
 
@@ -167,6 +167,22 @@ fn errors_are_clear() {
         "-m", "var", "-u", &url, "-p", "100", "-r", "3", "-s", "90", "--shape", "IN:16",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // A request the server refuses fails the run with the server's words,
+    // over both protocols (gRPC: the prepared request's bytes sent as they
+    // are, the status read from the answer).
+    for (protocol, port) in [("http", server.port), ("grpc", server.grpc_port)] {
+        let url = format!("127.0.0.1:{port}");
+        let out = perf(&[
+            "-m", "fixed", "-u", &url, "-i", protocol, "-b", "16", "-p", "100",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{protocol}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("inference request batch-size must be <= 8 for 'fixed'"),
+            "{protocol}: {}",
+            stderr(&out)
+        );
+    }
 
     let out = perf(&["-m", "fixed", "-u", "127.0.0.1:1", "-p", "100"]);
     assert_eq!(out.status.code(), Some(2));

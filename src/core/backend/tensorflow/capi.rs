@@ -117,6 +117,7 @@ api! {
     TF_GraphGetTensorShape: fn(P, Output, *mut i64, c_int, P);
     TF_AllocateTensor: fn(c_int, *const i64, c_int, usize) -> P;
     TF_DeleteTensor: fn(P);
+    TF_TensorMaybeMove: fn(P) -> P;
     TF_TensorData: fn(P) -> *mut c_void;
     TF_TensorByteSize: fn(P) -> usize;
     TF_NumDims: fn(P) -> c_int;
@@ -498,6 +499,29 @@ impl TfTensor {
             }
         }
         t
+    }
+
+    /// Whether the backend holds the only reference to the tensor's buffer
+    /// (`TF_TensorMaybeMove`: TensorFlow kept none after a run, and no
+    /// output aliases it), so that it may be written again.
+    pub fn is_sole_owner(&self) -> bool {
+        // SAFETY: a live tensor; the call only checks reference counts and
+        // returns the same tensor or null, moving nothing.
+        !unsafe { (self.api.TF_TensorMaybeMove)(self.raw) }.is_null()
+    }
+
+    /// Overwrites a non-string tensor's bytes with `data`, which has the
+    /// tensor's byte size: for a buffer only the backend holds.
+    pub fn overwrite(&mut self, data: &[u8]) {
+        // SAFETY: the buffer has TF_TensorByteSize bytes; &mut self and a
+        // sole owner (the caller's check) mean nothing reads it meanwhile.
+        let len = unsafe { (self.api.TF_TensorByteSize)(self.raw) };
+        assert_eq!(len, data.len(), "overwrite with another byte size");
+        if len > 0 {
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.data_ptr().cast::<u8>(), len)
+            };
+        }
     }
 
     fn data_ptr(&self) -> *mut c_void {

@@ -73,13 +73,14 @@ def batch_stats(server, model):
     return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 
-def perf(server, model, concurrency, client="perf_analyzer"):
-    csv_path = os.path.join(OUT, f"{client}-batching-{model}-c{concurrency}.csv")
+def perf(server, model, concurrency, client="perf_analyzer", extra=(), tag=""):
+    """`extra`: more client flags; `tag`: told apart in the file names."""
+    csv_path = os.path.join(OUT, f"{client}-batching-{model}{tag}-c{concurrency}.csv")
     before, cpu0 = batch_stats(server, model), cpu_seconds(server.proc.pid)
     threads0 = thread_cpu(server.proc.pid)
     tool = [PA] if client == "perf_analyzer" else [TRTIS, "perf"]
     cmd = [*tool, "-m", model, "-u", f"127.0.0.1:{server.grpc_port}", "-i", "grpc",
-           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path]
+           "--concurrency-range", str(concurrency), "-p", "3000", "-r", "12", "-s", "15", "-f", csv_path, *extra]
     log_path = csv_path[:-len(".csv")] + ".log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

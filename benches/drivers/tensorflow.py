@@ -23,7 +23,12 @@ In one run on this machine it measures:
     concurrency-1 figure least moved by the machine's drift;
   - concurrency 1 again with `trtis perf` as the client (same options),
     which takes less CPU than perf_analyzer on the cores the server shares
-    (not a target row).
+    (not a target row);
+  - concurrency 1 again with perf_analyzer's input in system shared memory
+    (`--shared-memory system`: the 600 KB tensor is written once and each
+    request names the region, so neither side copies it through the
+    socket): how much of the concurrency-1 gap is the transport (not a
+    target row).
 
 Targets: concurrency 1 at least 0.9x the direct batch-1 rate; concurrency 16
 at least 0.7x the direct batch-8 rate. perf_analyzer runs on the same cores
@@ -49,6 +54,7 @@ DELAY = "efficientnet_lite0_delay_1ms"
 CONCURRENCY = (1, 4, 16)
 TARGETS = {1: (1, 0.9), 16: (8, 0.7)}  # concurrency: (direct batch, least ratio)
 PAIRS = 8  # interleaved (direct batch 1, trtis c=1) pairs
+SHM = "perf_analyzer, system shared memory"
 
 
 def direct(batch, seconds=6.0):
@@ -126,17 +132,22 @@ def main():
     server = Server(repo, 18400)
     rows = []
     runs = [(MODEL, c, "perf_analyzer") for c in CONCURRENCY]
-    runs += [(DELAY, 1, "perf_analyzer"), (MODEL, 1, "trtis perf")]
+    runs += [(DELAY, 1, "perf_analyzer"), (MODEL, 1, "trtis perf"), (MODEL, 1, SHM)]
     for model, c, client in runs:
         pid = server.proc.pid
         t0, s0 = thread_cpu(pid), server_stats(server, model)
-        r = perf(server, model, c, client=client)
+        if client == SHM:
+            r = perf(server, model, c, extra=("--shared-memory", "system"), tag="-shm")
+        else:
+            r = perf(server, model, c, client=client)
         if "error" not in r:
             r["per_request"], r["per_batch"] = stats_delta(s0, server_stats(server, model))
             inferences = sum(b * n for b, n in r["sizes"].items())
             r["compute_cpu_us"] = (compute_cpu(thread_cpu(pid)) - compute_cpu(t0)) / max(inferences, 1) * 1e6
         label = c if (model, client) == (MODEL, "perf_analyzer") else (
-            f"{c}, 1 ms queue delay" if model == DELAY else f"{c}, trtis perf as the client")
+            f"{c}, 1 ms queue delay" if model == DELAY else
+            f"{c}, trtis perf as the client" if client == "trtis perf" else
+            f"{c}, perf_analyzer, input in system shared memory")
         rows.append((label, r))
     # Concurrency 1 again, in interleaved pairs (the direct run, then the
     # server, while the server idles during the direct run), so that each

@@ -675,16 +675,16 @@ fn from_tf(name: &str, t: &TfTensor) -> Result<Tensor> {
 impl super::InstanceExec for TfInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = Instant::now();
+        // Each input's name stays beside its feed, to keep the tensor for
+        // the next request; the request's bytes are freed as they are fed.
         let mut feeds = Vec::with_capacity(inputs.len());
-        let mut names = Vec::with_capacity(inputs.len());
-        for t in &inputs {
+        for t in inputs {
             let out = *self.inputs.get(&t.name).ok_or_else(|| {
                 Error::invalid_arg(format!("unexpected inference input '{}'", t.name))
             })?;
-            feeds.push((out, self.tensor_for(t)?));
-            names.push(t.name.clone());
+            let tensor = self.tensor_for(&t)?;
+            feeds.push((out, tensor, t.name));
         }
-        drop(inputs);
         let fetches = outputs
             .iter()
             .map(|n| {
@@ -695,7 +695,7 @@ impl super::InstanceExec for TfInstance {
             })
             .collect::<Result<Vec<Output>>>()?;
         let converted = start.elapsed();
-        let fed: Vec<(Output, &TfTensor)> = feeds.iter().map(|(o, t)| (*o, t)).collect();
+        let fed: Vec<(Output, &TfTensor)> = feeds.iter().map(|(o, t, _)| (*o, t)).collect();
         let results = self
             .session
             .run(&fed, &fetches, &[])
@@ -709,7 +709,7 @@ impl super::InstanceExec for TfInstance {
         // The outputs (which may alias an input) are gone before an input
         // is kept for the next request, which checks it is the only owner.
         drop(results);
-        for ((_, tensor), name) in feeds.into_iter().zip(names) {
+        for (_, tensor, name) in feeds {
             if tensor.dtype() != dt::STRING {
                 self.spare.insert(name, tensor);
             }

@@ -62,7 +62,13 @@ default_model_filename: "model.onnx"
 max_batch_size: 4
 input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+parameters [ { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } } ]
 """
+
+# OpenVINO's own default precision is bf16 on a CPU with native bf16
+# (AVX512_BF16, AMX), as it is in Triton: the models compared with ONNX
+# Runtime within 1e-3 ask for f32 (trtis's INFERENCE_PRECISION_HINT).
+F32 = 'parameters [ { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } } ]\n'
 
 
 # Triton's ONNX Runtime model with the OpenVINO CPU accelerator: run by the
@@ -177,6 +183,8 @@ def repo(tmp_path_factory):
         [(TF_FIXTURES / "tf_graphdef_add_sub" / "1" / "model.graphdef", "model.graphdef")])
     for name in ["efficientnet_lite0", "efficientnet_lite0_openvino"]:
         shutil.copytree(EXAMPLES / name, repo / name)
+    example = repo / "efficientnet_lite0_openvino" / "config.pbtxt"
+    example.write_text(example.read_text() + "\n" + F32)
     return repo
 
 
@@ -336,6 +344,8 @@ def test_bad_models_and_configs_are_refused_with_the_reason(http, repo, tmp_path
         "too_many_inputs": (ADD_SUB_FIXED.split("\n", 1)[1].replace(
             'input [ ', 'input [ { name: "EXTRA" data_type: TYPE_FP32 dims: [ 1 ] }, '), ir("add_sub_fixed"),
             "configuration expects 3 inputs, model provides 2", True),
+        "bad_precision": (ADD_SUB_BODY + "\n" + F32.replace('"f32"', '"f64"'), ir("add_sub"),
+                          "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got f64", True),
         "bad_hint": (ADD_SUB_BODY.replace('"LATENCY"', '"FAST"'), ir("add_sub"),
                      "expected the parameter 'PERFORMANCE_HINT' to be LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got fast", True),
         "accelerator_parameter": (ONNX_ACCELERATED.split("\n", 1)[1].replace(

@@ -20,6 +20,7 @@ import http.client
 import itertools
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -583,9 +584,7 @@ def metric(server, name: str, **labels) -> float | None:
 def running_server_with_metrics(repo, args=None, name="server"):
     """running_server with `--metrics-port` on a free port; the server has
     `metrics_url` (its /metrics)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     for server in running_server(repo, [*(args or []), "--metrics-port", str(port)], name):
         server.metrics_url = f"http://127.0.0.1:{port}/metrics"
         yield server
@@ -719,7 +718,24 @@ def binary_body(header: dict, *tensors: bytes) -> tuple[bytes, dict]:
 
 def free_port() -> int:
     """A TCP port of 127.0.0.1 free right now (for servers that must keep
-    their port across restarts, or that the harness does not start)."""
+    their port across restarts, or that the harness does not start). It is
+    drawn below the kernel's ephemeral range, so a listener the server
+    opens on port 0 (the harness's HTTP and gRPC ports) cannot be given the
+    same port before the server binds this one."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

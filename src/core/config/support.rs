@@ -118,6 +118,7 @@ pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
             "INFERENCE_NUM_THREADS",
             "COMPILATION_NUM_THREADS",
             "HINT_BF16",
+            "INFERENCE_PRECISION_HINT",
             "RESHAPE_IO_LAYERS",
             "SKIP_OV_DYNAMIC_BATCHSIZE",
             "ENABLE_BATCH_PADDING",
@@ -339,7 +340,7 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
                             &mut out,
                             format!("{field}.parameters[\"{k}\"]"),
                             &format!(
-                                "the OpenVINO accelerator runs the model on trtis's OpenVINO backend, on the CPU in FP32; \
+                                "the OpenVINO accelerator runs the model on trtis's OpenVINO backend, on the CPU in FP32 (as ONNX Runtime's OpenVINO provider does); \
                                  '{k}: {v}' is not applied (device_type CPU or CPU_FP32 only)"
                             ),
                         );

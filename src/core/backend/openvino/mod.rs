@@ -320,12 +320,21 @@ pub fn auto_complete(mut config: ModelConfig, version_dir: &Path) -> Result<Mode
 
 /// An ONNX Runtime model with `cpu_execution_accelerator { name:
 /// "openvino" }` as this backend runs it: OpenVINO reads its ONNX file,
-/// ONNX Runtime's parameters do not apply.
+/// ONNX Runtime's parameters do not apply, and the precision is f32, as
+/// ONNX Runtime's OpenVINO execution provider runs a CPU (`CPU_FP32`, its
+/// default precision there), not OpenVINO's own default (bf16 on a CPU
+/// with native bf16).
 pub fn onnx_as_openvino(config: &ModelConfig) -> ModelConfig {
     let mut config = config.clone();
     config.backend = "openvino".into();
     config.platform.clear();
     config.parameters.clear();
+    config.parameters.insert(
+        "INFERENCE_PRECISION_HINT".into(),
+        crate::core::config::pb::ModelParameter {
+            string_value: "f32".into(),
+        },
+    );
     if config.default_model_filename.is_empty() {
         config.default_model_filename = "model.onnx".into();
     }

@@ -8,6 +8,7 @@
 //! | `NUM_STREAMS` | the CPU's `NUM_STREAMS` (AUTO, NUMA or a number) |
 //! | `INFERENCE_NUM_THREADS`, `COMPILATION_NUM_THREADS` | the same-named CPU properties |
 //! | `HINT_BF16` | `YES`: `INFERENCE_PRECISION_HINT` bf16 |
+//! | `INFERENCE_PRECISION_HINT` | trtis's own (Triton's backend ignores the key): `f32`, `bf16` or `f16`, the CPU's same-named property. Without it or `HINT_BF16` the precision is OpenVINO's default, as in Triton: bf16 on a CPU with native bf16 (AVX512_BF16, AMX), else f32 |
 //! | `RESHAPE_IO_LAYERS` | `YES`: the config's dims (after the batch dimension) become the model inputs' shapes, -1 dynamic |
 //! | `SKIP_OV_DYNAMIC_BATCHSIZE` | read as Triton does; OpenVINO's automatic batching is a GPU feature its CPU plugin ignores, so either value serves the same |
 //! | `ENABLE_BATCH_PADDING` | `YES`: as Triton, the batch dimension is compiled static at `max_batch_size` and every smaller batch is padded with zeros to it (outputs cut back); otherwise it stays dynamic (1 to `max_batch_size`: no padding needed, trtis's default) |
@@ -36,6 +37,7 @@ pub const PARAMETERS: &[&str] = &[
     "INFERENCE_NUM_THREADS",
     "COMPILATION_NUM_THREADS",
     "HINT_BF16",
+    "INFERENCE_PRECISION_HINT",
     "RESHAPE_IO_LAYERS",
     "SKIP_OV_DYNAMIC_BATCHSIZE",
     "ENABLE_BATCH_PADDING",
@@ -99,6 +101,22 @@ impl OvSettings {
             }
             s.properties
                 .push(("INFERENCE_PRECISION_HINT", "bf16".into()));
+        }
+        if let Some(v) = param("INFERENCE_PRECISION_HINT") {
+            let lower = v.to_ascii_lowercase();
+            if !matches!(lower.as_str(), "f32" | "bf16" | "f16") {
+                return Err(Error::invalid_arg(format!(
+                    "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got {v}"
+                )));
+            }
+            if yes("HINT_BF16") && lower != "bf16" {
+                return Err(Error::invalid_arg(format!(
+                    "the parameters 'HINT_BF16' (YES: bf16) and 'INFERENCE_PRECISION_HINT' ({lower}) disagree; give one"
+                )));
+            }
+            s.properties
+                .retain(|(k, _)| *k != "INFERENCE_PRECISION_HINT");
+            s.properties.push(("INFERENCE_PRECISION_HINT", lower));
         }
         if let Some(v) = param("TARGET_DEVICE") {
             if !v.eq_ignore_ascii_case("cpu") {
@@ -177,6 +195,30 @@ mod tests {
         let e = with(&[("INFERENCE_NUM_THREADS", "x")]).unwrap_err();
         assert!(e.message.contains("to be a non-negative number, got x"));
         assert!(with(&[("HINT_BF16", "no")]).is_err());
+        assert_eq!(
+            with(&[("INFERENCE_PRECISION_HINT", "F32")])
+                .unwrap()
+                .properties,
+            [("INFERENCE_PRECISION_HINT", "f32".to_string())]
+        );
+        assert_eq!(
+            with(&[("INFERENCE_PRECISION_HINT", "fp64")])
+                .unwrap_err()
+                .message,
+            "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got fp64"
+        );
+        assert!(
+            with(&[("HINT_BF16", "YES"), ("INFERENCE_PRECISION_HINT", "f32")])
+                .unwrap_err()
+                .message
+                .contains("disagree")
+        );
+        assert_eq!(
+            with(&[("HINT_BF16", "YES"), ("INFERENCE_PRECISION_HINT", "bf16")])
+                .unwrap()
+                .properties,
+            [("INFERENCE_PRECISION_HINT", "bf16".to_string())]
+        );
         assert!(
             with(&[("ENABLE_BATCH_PADDING", "YES")])
                 .unwrap()

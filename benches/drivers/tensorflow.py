@@ -54,7 +54,6 @@ DELAY = "efficientnet_lite0_delay_1ms"
 CONCURRENCY = (1, 4, 16)
 TARGETS = {1: (1, 0.9), 16: (8, 0.7)}  # concurrency: (direct batch, least ratio)
 PAIRS = 8  # interleaved (direct batch 1, trtis c=1) pairs
-SHM = "perf_analyzer, system shared memory"
 
 
 def direct(batch, seconds=6.0):
@@ -131,23 +130,20 @@ def main():
 
     server = Server(repo, 18400)
     rows = []
-    runs = [(MODEL, c, "perf_analyzer") for c in CONCURRENCY]
-    runs += [(DELAY, 1, "perf_analyzer"), (MODEL, 1, "trtis perf"), (MODEL, 1, SHM)]
-    for model, c, client in runs:
+    # (model, concurrency, client, its extra flags, the row's label)
+    runs = [(MODEL, c, "perf_analyzer", {}, c) for c in CONCURRENCY]
+    runs += [(DELAY, 1, "perf_analyzer", {}, "1, 1 ms queue delay"),
+             (MODEL, 1, "trtis perf", {}, "1, trtis perf as the client"),
+             (MODEL, 1, "perf_analyzer", {"extra": ("--shared-memory", "system"), "tag": "-shm"},
+              "1, perf_analyzer, input in system shared memory")]
+    for model, c, client, flags, label in runs:
         pid = server.proc.pid
         t0, s0 = thread_cpu(pid), server_stats(server, model)
-        if client == SHM:
-            r = perf(server, model, c, extra=("--shared-memory", "system"), tag="-shm")
-        else:
-            r = perf(server, model, c, client=client)
+        r = perf(server, model, c, client=client, **flags)
         if "error" not in r:
             r["per_request"], r["per_batch"] = stats_delta(s0, server_stats(server, model))
             inferences = sum(b * n for b, n in r["sizes"].items())
             r["compute_cpu_us"] = (compute_cpu(thread_cpu(pid)) - compute_cpu(t0)) / max(inferences, 1) * 1e6
-        label = c if (model, client) == (MODEL, "perf_analyzer") else (
-            f"{c}, 1 ms queue delay" if model == DELAY else
-            f"{c}, trtis perf as the client" if client == "trtis perf" else
-            f"{c}, perf_analyzer, input in system shared memory")
         rows.append((label, r))
     # Concurrency 1 again, in interleaved pairs (the direct run, then the
     # server, while the server idles during the direct run), so that each

@@ -54,6 +54,11 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, 4 ] }, { name: "INPUT1"
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
 """
 
+# OpenVINO's own default precision is bf16 on a CPU with native bf16
+# (AVX512_BF16, AMX), as it is in Triton: the models compared with ONNX
+# Runtime within 1e-3 ask for f32 (trtis's INFERENCE_PRECISION_HINT).
+F32 = 'parameters [ { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } } ]\n'
+
 # The ONNX classifier, read by OpenVINO (Triton's way: backend openvino and
 # default_model_filename).
 ONNX_CONFIG = """name: "efficientnet_onnx_openvino"
@@ -62,13 +67,7 @@ default_model_filename: "model.onnx"
 max_batch_size: 4
 input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
-parameters [ { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } } ]
-"""
-
-# OpenVINO's own default precision is bf16 on a CPU with native bf16
-# (AVX512_BF16, AMX), as it is in Triton: the models compared with ONNX
-# Runtime within 1e-3 ask for f32 (trtis's INFERENCE_PRECISION_HINT).
-F32 = 'parameters [ { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } } ]\n'
+""" + F32
 
 
 # Triton's ONNX Runtime model with the OpenVINO CPU accelerator: run by the

@@ -93,30 +93,35 @@ impl OvSettings {
                 s.properties.push((key, v));
             }
         }
-        if let Some(v) = param("HINT_BF16") {
-            if !v.eq_ignore_ascii_case("yes") {
+        // The precision: Triton's HINT_BF16 (YES only) or trtis's own
+        // INFERENCE_PRECISION_HINT, one property either way.
+        let bf16 = match param("HINT_BF16") {
+            Some(v) if !v.eq_ignore_ascii_case("yes") => {
                 return Err(Error::invalid_arg(format!(
                     "expected the parameter 'HINT_BF16' to be YES, got {v}"
-                )));
+                )))
             }
-            s.properties
-                .push(("INFERENCE_PRECISION_HINT", "bf16".into()));
-        }
-        if let Some(v) = param("INFERENCE_PRECISION_HINT") {
-            let lower = v.to_ascii_lowercase();
-            if !matches!(lower.as_str(), "f32" | "bf16" | "f16") {
-                return Err(Error::invalid_arg(format!(
-                    "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got {v}"
-                )));
+            given => given.is_some(),
+        };
+        let precision = match param("INFERENCE_PRECISION_HINT") {
+            Some(v) => {
+                let lower = v.to_ascii_lowercase();
+                if !matches!(lower.as_str(), "f32" | "bf16" | "f16") {
+                    return Err(Error::invalid_arg(format!(
+                        "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got {v}"
+                    )));
+                }
+                if bf16 && lower != "bf16" {
+                    return Err(Error::invalid_arg(format!(
+                        "the parameters 'HINT_BF16' (YES: bf16) and 'INFERENCE_PRECISION_HINT' ({lower}) disagree; give one"
+                    )));
+                }
+                Some(lower)
             }
-            if yes("HINT_BF16") && lower != "bf16" {
-                return Err(Error::invalid_arg(format!(
-                    "the parameters 'HINT_BF16' (YES: bf16) and 'INFERENCE_PRECISION_HINT' ({lower}) disagree; give one"
-                )));
-            }
-            s.properties
-                .retain(|(k, _)| *k != "INFERENCE_PRECISION_HINT");
-            s.properties.push(("INFERENCE_PRECISION_HINT", lower));
+            None => bf16.then(|| "bf16".to_string()),
+        };
+        if let Some(precision) = precision {
+            s.properties.push(("INFERENCE_PRECISION_HINT", precision));
         }
         if let Some(v) = param("TARGET_DEVICE") {
             if !v.eq_ignore_ascii_case("cpu") {
@@ -195,30 +200,21 @@ mod tests {
         let e = with(&[("INFERENCE_NUM_THREADS", "x")]).unwrap_err();
         assert!(e.message.contains("to be a non-negative number, got x"));
         assert!(with(&[("HINT_BF16", "no")]).is_err());
+        let precision = |params: &[(&str, &str)]| with(params).map(|s| s.properties);
+        let hint = |v: &str| vec![("INFERENCE_PRECISION_HINT", v.to_string())];
         assert_eq!(
-            with(&[("INFERENCE_PRECISION_HINT", "F32")])
-                .unwrap()
-                .properties,
-            [("INFERENCE_PRECISION_HINT", "f32".to_string())]
+            precision(&[("INFERENCE_PRECISION_HINT", "F32")]).unwrap(),
+            hint("f32")
         );
         assert_eq!(
-            with(&[("INFERENCE_PRECISION_HINT", "fp64")])
+            precision(&[("INFERENCE_PRECISION_HINT", "fp64")])
                 .unwrap_err()
                 .message,
             "expected the parameter 'INFERENCE_PRECISION_HINT' to be f32/bf16/f16, got fp64"
         );
-        assert!(
-            with(&[("HINT_BF16", "YES"), ("INFERENCE_PRECISION_HINT", "f32")])
-                .unwrap_err()
-                .message
-                .contains("disagree")
-        );
-        assert_eq!(
-            with(&[("HINT_BF16", "YES"), ("INFERENCE_PRECISION_HINT", "bf16")])
-                .unwrap()
-                .properties,
-            [("INFERENCE_PRECISION_HINT", "bf16".to_string())]
-        );
+        let both = |v| precision(&[("HINT_BF16", "YES"), ("INFERENCE_PRECISION_HINT", v)]);
+        assert!(both("f32").unwrap_err().message.contains("disagree"));
+        assert_eq!(both("bf16").unwrap(), hint("bf16"));
         assert!(
             with(&[("ENABLE_BATCH_PADDING", "YES")])
                 .unwrap()

@@ -29,6 +29,17 @@ In one run on this machine it measures:
     request names the region, so neither side copies it through the
     socket): how much of the concurrency-1 gap is the transport (not a
     target row).
+  - the same-run anchor for the concurrency-1 target (not a target row):
+    the classifier's ONNX twin (examples/model_repository/efficientnet_lite0
+    with the same batcher: no queue delay) through Triton 2.51 with its own
+    ONNX Runtime backend (scripts/setup-triton-ort.sh) and through trtis,
+    both driven by perf_analyzer at concurrency 1 inside each interleaved
+    pair, against ONNX Runtime in-process at batch 1 with its default
+    settings (Triton's backend leaves them): how much of its framework's
+    in-process rate Triton's own server keeps at concurrency 1 on these
+    cores with this client, and its cost per request (1/rate - 1/direct
+    rate), set against TensorFlow's run. Skipped, with the reason, when
+    Triton or its backend cannot be set up here (or TRTIS_BENCH_NO_TRITON=1).
 
 Targets: concurrency 1 at least 0.9x the direct batch-1 rate; concurrency 16
 at least 0.7x the direct batch-8 rate. perf_analyzer runs on the same cores
@@ -46,6 +57,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve import OUT, ROOT, Server, get  # noqa: E402
 from batching import histogram, perf, thread_cpu  # noqa: E402
+from triton import Triton, TritonUnavailable, run_setup, triton_settings  # noqa: E402
 
 DIRECT = os.path.join(ROOT, "target/release/examples/tf_direct")
 MODEL = "efficientnet_lite0_savedmodel"
@@ -54,6 +66,24 @@ DELAY = "efficientnet_lite0_delay_1ms"
 CONCURRENCY = (1, 4, 16)
 TARGETS = {1: (1, 0.9), 16: (8, 0.7)}  # concurrency: (direct batch, least ratio)
 PAIRS = 8  # interleaved (direct batch 1, trtis c=1) pairs
+# The anchor: the ONNX twin with the TensorFlow example's batcher.
+TWIN_EXAMPLE = os.path.join(ROOT, "examples/model_repository/efficientnet_lite0")
+TWIN = "efficientnet_lite0_anchor"
+# ONNX Runtime in-process, default session options (as Triton's backend
+# leaves them), one fixed batch-1 input: one JSON line, runs per second.
+ORT_DIRECT = """
+import json, sys, time
+import numpy as np, onnxruntime as ort
+sess = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)
+for _ in range(5):
+    sess.run(None, {"input": x})
+n, t0 = 0, time.perf_counter()
+while time.perf_counter() - t0 < float(sys.argv[2]):
+    sess.run(None, {"input": x})
+    n += 1
+print(json.dumps({"infer_per_s": n / (time.perf_counter() - t0)}))
+"""
 
 
 def direct(batch, seconds=6.0):
@@ -61,6 +91,23 @@ def direct(batch, seconds=6.0):
                           "--batch", str(batch), "--seconds", str(seconds)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ort_direct(seconds=4.0):
+    out = subprocess.run([sys.executable, "-c", ORT_DIRECT, os.path.join(TWIN_EXAMPLE, "1/model.onnx"), str(seconds)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["infer_per_s"]
+
+
+def anchor_triton(repo):
+    """Triton 2.51 with its own ONNX Runtime backend serving the twin, or
+    (None, why not)."""
+    try:
+        settings = triton_settings()
+        run_setup("scripts/setup-triton-ort.sh", timeout=1800)
+        return Triton(settings, repo, 18810, [TWIN], os.path.join(OUT, "tensorflow-anchor-triton.log")), None
+    except TritonUnavailable as e:
+        return None, str(e)
 
 
 def compute_cpu(threads):
@@ -100,6 +147,40 @@ def stats_delta(before, after):
     return per_request, per_batch
 
 
+def median_of(ratios):
+    ratios = sorted(ratios)
+    return (ratios[(len(ratios) - 1) // 2] + ratios[len(ratios) // 2]) / 2
+
+
+def anchor_lines(anchors, why_not):
+    """The anchor's section: per pair, and the medians of each server's
+    share of its framework's in-process rate and of its cost per request
+    (ms: 1/rate - 1/direct rate)."""
+    lines = ["", "Same-run anchor (not a target row): the ONNX twin through Triton 2.51's own ONNX Runtime "
+             "backend and through trtis, perf_analyzer at concurrency 1, against ONNX Runtime in-process at "
+             "batch 1 (default settings), inside the same pairs; cost = 1/rate - 1/direct rate, ms per request:", ""]
+    if not anchors:
+        return lines + [f"Not measured: {why_not or 'every anchor run failed (see the perf_analyzer logs)'}."]
+    cost = lambda served, direct: 1e3 / served - 1e3 / direct  # noqa: E731
+    lines += ["| ORT direct infer/s | Triton c=1 | share | cost | trtis (ORT) c=1 | share | cost | "
+              "TF direct infer/s | trtis (TF) c=1 | share | cost |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for o, theirs, ours, d, tf in anchors:
+        lines.append(f"| {o:.1f} | {theirs:.1f} | {theirs / o:.2f} | {cost(theirs, o):.2f} | {ours:.1f} | "
+                     f"{ours / o:.2f} | {cost(ours, o):.2f} | {d:.1f} | {tf:.1f} | {tf / d:.2f} | {cost(tf, d):.2f} |")
+    share = {k: median_of([a[i] / a[j] for a in anchors]) for k, i, j in (("Triton", 1, 0), ("trtis", 2, 0),
+                                                                            ("tf", 4, 3))}
+    costs = {k: median_of([cost(a[i], a[j]) for a in anchors]) for k, i, j in (("Triton", 1, 0), ("trtis", 2, 0),
+                                                                                ("tf", 4, 3))}
+    run = median_of([1e3 / a[3] for a in anchors])
+    lines += ["", f"Medians of {len(anchors)} pairs: Triton keeps {share['Triton']:.3f} of ONNX Runtime's "
+              f"in-process rate at {costs['Triton']:.2f} ms a request; trtis {share['trtis']:.3f} at "
+              f"{costs['trtis']:.2f} ms on the same model, {share['tf']:.3f} at {costs['tf']:.2f} ms on TensorFlow. "
+              f"Triton's cost a request on TensorFlow's direct run ({run:.2f} ms) would keep "
+              f"{run / (run + costs['Triton']):.3f} of it (a projection: Triton has no TensorFlow backend here)."]
+    return lines
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "--locked", "--example", "tf_direct"], cwd=ROOT, check=True)
@@ -113,6 +194,14 @@ def main():
     assert "dynamic_batching {\n}" in text
     open(config, "w").write(text.replace(f'name: "{MODEL}"', f'name: "{DELAY}"')
                             .replace("dynamic_batching {\n}", "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}"))
+    # The anchor's ONNX twin, with the TensorFlow example's batcher (no delay).
+    shutil.copytree(TWIN_EXAMPLE, os.path.join(repo, TWIN))
+    config = os.path.join(repo, TWIN, "config.pbtxt")
+    text = open(config).read()
+    assert "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}" in text
+    open(config, "w").write(text.replace('name: "efficientnet_lite0"', f'name: "{TWIN}"')
+                            .replace("dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}",
+                                     "dynamic_batching {\n}"))
 
     lines = ["# TensorFlow backend benchmark", "",
              f"{os.cpu_count()} CPUs. Model: {MODEL} (EfficientNet-Lite0, FP32 [3,224,224] in), its example "
@@ -129,6 +218,7 @@ def main():
         print(lines[-1], flush=True)
 
     server = Server(repo, 18400)
+    triton, no_anchor = anchor_triton(repo)
     rows = []
     # (model, concurrency, client, its extra flags, the row's label)
     runs = [(MODEL, c, "perf_analyzer", {}, c) for c in CONCURRENCY]
@@ -152,18 +242,28 @@ def main():
     # trtis perf, which takes less CPU on the cores TensorFlow runs on.
     # Every other pair runs the server first and the direct run last (ABBA
     # order), so that a steady drift of the machine favours neither side.
-    pairs = []
+    # With the anchor on, each pair also takes ONNX Runtime in-process and
+    # the twin through Triton and through trtis, in the same ABBA order.
+    pairs, anchors = [], []
     for i in range(PAIRS):
         server_first = i % 2 == 1
         if not server_first:
             d = direct(1, seconds=4.0)["infer_per_s"]
+            o = ort_direct() if triton else None
         r = perf(server, MODEL, 1)
         light = perf(server, MODEL, 1, client="trtis perf")
+        if triton:
+            theirs, ours = perf(triton, TWIN, 1, tag="-triton"), perf(server, TWIN, 1)
         if server_first:
+            o = ort_direct() if triton else None
             d = direct(1, seconds=4.0)["infer_per_s"]
         if "error" not in r and "error" not in light:
             pairs.append((d, r["throughput"], light["throughput"]))
+        if triton and all("error" not in x for x in (theirs, ours, r)):
+            anchors.append((o, theirs["throughput"], ours["throughput"], d, r["throughput"]))
     server.stop()
+    if triton:
+        triton.stop()
     shutil.rmtree(repo)
     again = direct(1)
     lines.append(f"| after the server | 1 | {again['infer_per_s']:.1f} | {again['mean_ms']:.2f} | "
@@ -196,10 +296,6 @@ def main():
                             f"{'met' if ratio >= least else f'missed by {least - ratio:.2f}'}{extra}")
         print(lines[-1], flush=True)
     if pairs:
-        def median_of(ratios):
-            ratios = sorted(ratios)
-            return (ratios[(len(ratios) - 1) // 2] + ratios[len(ratios) // 2]) / 2
-
         lines += ["", "Concurrency 1 in interleaved pairs (direct batch 1 for 4 s, then trtis c=1 with "
                   "perf_analyzer, then with trtis perf as the client; every other pair the direct run last), "
                   "in order:", "",
@@ -211,6 +307,7 @@ def main():
             verdicts.append(f"- c=1 vs direct batch 1, median of {len(pairs)} interleaved pairs, {name} as the "
                             f"client: {median:.3f} (target at least {TARGETS[1][1]}): "
                             f"{'met' if median >= TARGETS[1][1] else f'missed by {TARGETS[1][1] - median:.3f}'}")
+    lines += anchor_lines(anchors, no_anchor)
     lines += ["", "Where a request's time goes, from the server's statistics (ms per request; the TensorFlow "
               "run per execution of the batch sizes that formed, against the direct run's mean at batch 1 and 8: "
               f"{ref[1]['mean_ms']:.2f} and {ref[8]['mean_ms']:.2f} ms):", "",

@@ -50,12 +50,13 @@ Run it with scripts/bench.sh tensorflow. Results: target/bench/tensorflow-bench.
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, ROOT, Server, get  # noqa: E402
+from serve import OUT, ROOT, Server, get, time_session  # noqa: E402
 from batching import histogram, perf, thread_cpu  # noqa: E402
 from triton import Triton, TritonUnavailable, run_setup, triton_settings  # noqa: E402
 
@@ -69,21 +70,11 @@ PAIRS = 8  # interleaved (direct batch 1, trtis c=1) pairs
 # The anchor: the ONNX twin with the TensorFlow example's batcher.
 TWIN_EXAMPLE = os.path.join(ROOT, "examples/model_repository/efficientnet_lite0")
 TWIN = "efficientnet_lite0_anchor"
-# ONNX Runtime in-process, default session options (as Triton's backend
-# leaves them), one fixed batch-1 input: one JSON line, runs per second.
-ORT_DIRECT = """
-import json, sys, time
-import numpy as np, onnxruntime as ort
-sess = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)
-for _ in range(5):
-    sess.run(None, {"input": x})
-n, t0 = 0, time.perf_counter()
-while time.perf_counter() - t0 < float(sys.argv[2]):
-    sess.run(None, {"input": x})
-    n += 1
-print(json.dumps({"infer_per_s": n / (time.perf_counter() - t0)}))
-"""
+# The 1 ms queue delay of the twin's example config, and none.
+DELAY_1MS = "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}"
+NO_DELAY = "dynamic_batching {\n}"
+# The anchor's medians: (label, served, direct) indexes into its rows.
+ANCHOR_SIDES = (("Triton", 1, 0), ("trtis", 2, 0), ("tf", 4, 3))
 
 
 def direct(batch, seconds=6.0):
@@ -93,10 +84,30 @@ def direct(batch, seconds=6.0):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ort_direct(seconds=4.0):
-    out = subprocess.run([sys.executable, "-c", ORT_DIRECT, os.path.join(TWIN_EXAMPLE, "1/model.onnx"), str(seconds)],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["infer_per_s"]
+def ort_direct():
+    """ONNX Runtime in-process on the twin, default session options (as
+    Triton's backend leaves them), one fixed batch-1 input: a function
+    timing it for 4 s, in runs per second. Made once; its threads sleep
+    between the timings."""
+    import numpy as np
+    import onnxruntime as ort
+    sess = ort.InferenceSession(os.path.join(TWIN_EXAMPLE, "1/model.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"input": np.random.default_rng(0).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)}
+
+    def timed():
+        n, elapsed, _ = time_session(sess, feeds, 4.0)
+        return n / elapsed
+    return timed
+
+
+def variant(repo, source, name, old_name, batcher, new_batcher):
+    """A copy of the model folder `source` in `repo` as `name`, its config's
+    `batcher` block replaced with `new_batcher`."""
+    shutil.copytree(source, os.path.join(repo, name))
+    config = os.path.join(repo, name, "config.pbtxt")
+    text = open(config).read()
+    assert batcher in text
+    open(config, "w").write(text.replace(f'name: "{old_name}"', f'name: "{name}"').replace(batcher, new_batcher))
 
 
 def anchor_triton(repo):
@@ -147,11 +158,6 @@ def stats_delta(before, after):
     return per_request, per_batch
 
 
-def median_of(ratios):
-    ratios = sorted(ratios)
-    return (ratios[(len(ratios) - 1) // 2] + ratios[len(ratios) // 2]) / 2
-
-
 def anchor_lines(anchors, why_not):
     """The anchor's section: per pair, and the medians of each server's
     share of its framework's in-process rate and of its cost per request
@@ -168,11 +174,9 @@ def anchor_lines(anchors, why_not):
     for o, theirs, ours, d, tf in anchors:
         lines.append(f"| {o:.1f} | {theirs:.1f} | {theirs / o:.2f} | {cost(theirs, o):.2f} | {ours:.1f} | "
                      f"{ours / o:.2f} | {cost(ours, o):.2f} | {d:.1f} | {tf:.1f} | {tf / d:.2f} | {cost(tf, d):.2f} |")
-    share = {k: median_of([a[i] / a[j] for a in anchors]) for k, i, j in (("Triton", 1, 0), ("trtis", 2, 0),
-                                                                            ("tf", 4, 3))}
-    costs = {k: median_of([cost(a[i], a[j]) for a in anchors]) for k, i, j in (("Triton", 1, 0), ("trtis", 2, 0),
-                                                                                ("tf", 4, 3))}
-    run = median_of([1e3 / a[3] for a in anchors])
+    share = {k: statistics.median(a[i] / a[j] for a in anchors) for k, i, j in ANCHOR_SIDES}
+    costs = {k: statistics.median(cost(a[i], a[j]) for a in anchors) for k, i, j in ANCHOR_SIDES}
+    run = statistics.median(1e3 / a[3] for a in anchors)
     lines += ["", f"Medians of {len(anchors)} pairs: Triton keeps {share['Triton']:.3f} of ONNX Runtime's "
               f"in-process rate at {costs['Triton']:.2f} ms a request; trtis {share['trtis']:.3f} at "
               f"{costs['trtis']:.2f} ms on the same model, {share['tf']:.3f} at {costs['tf']:.2f} ms on TensorFlow. "
@@ -188,20 +192,9 @@ def main():
     shutil.copytree(EXAMPLE, os.path.join(repo, MODEL))
     # The same model with a 1 ms queue delay, for one more concurrency-1
     # row: what the delay costs a lone request.
-    shutil.copytree(EXAMPLE, os.path.join(repo, DELAY))
-    config = os.path.join(repo, DELAY, "config.pbtxt")
-    text = open(config).read()
-    assert "dynamic_batching {\n}" in text
-    open(config, "w").write(text.replace(f'name: "{MODEL}"', f'name: "{DELAY}"')
-                            .replace("dynamic_batching {\n}", "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}"))
+    variant(repo, EXAMPLE, DELAY, MODEL, NO_DELAY, DELAY_1MS)
     # The anchor's ONNX twin, with the TensorFlow example's batcher (no delay).
-    shutil.copytree(TWIN_EXAMPLE, os.path.join(repo, TWIN))
-    config = os.path.join(repo, TWIN, "config.pbtxt")
-    text = open(config).read()
-    assert "dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}" in text
-    open(config, "w").write(text.replace('name: "efficientnet_lite0"', f'name: "{TWIN}"')
-                            .replace("dynamic_batching {\n  max_queue_delay_microseconds: 1000\n}",
-                                     "dynamic_batching {\n}"))
+    variant(repo, TWIN_EXAMPLE, TWIN, "efficientnet_lite0", DELAY_1MS, NO_DELAY)
 
     lines = ["# TensorFlow backend benchmark", "",
              f"{os.cpu_count()} CPUs. Model: {MODEL} (EfficientNet-Lite0, FP32 [3,224,224] in), its example "
@@ -219,6 +212,7 @@ def main():
 
     server = Server(repo, 18400)
     triton, no_anchor = anchor_triton(repo)
+    ort_rate = ort_direct() if triton else None
     rows = []
     # (model, concurrency, client, its extra flags, the row's label)
     runs = [(MODEL, c, "perf_analyzer", {}, c) for c in CONCURRENCY]
@@ -249,13 +243,13 @@ def main():
         server_first = i % 2 == 1
         if not server_first:
             d = direct(1, seconds=4.0)["infer_per_s"]
-            o = ort_direct() if triton else None
+            o = ort_rate() if triton else None
         r = perf(server, MODEL, 1)
         light = perf(server, MODEL, 1, client="trtis perf")
         if triton:
             theirs, ours = perf(triton, TWIN, 1, tag="-triton"), perf(server, TWIN, 1)
         if server_first:
-            o = ort_direct() if triton else None
+            o = ort_rate() if triton else None
             d = direct(1, seconds=4.0)["infer_per_s"]
         if "error" not in r and "error" not in light:
             pairs.append((d, r["throughput"], light["throughput"]))
@@ -303,7 +297,7 @@ def main():
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {d:.1f} | {t:.1f} | {t / d:.2f} | {u:.1f} | {u / d:.2f} |" for d, t, u in pairs]
         for name, index in (("perf_analyzer", 1), ("trtis perf", 2)):
-            median = median_of([p[index] / p[0] for p in pairs])
+            median = statistics.median(p[index] / p[0] for p in pairs)
             verdicts.append(f"- c=1 vs direct batch 1, median of {len(pairs)} interleaved pairs, {name} as the "
                             f"client: {median:.3f} (target at least {TARGETS[1][1]}): "
                             f"{'met' if median >= TARGETS[1][1] else f'missed by {TARGETS[1][1] - median:.3f}'}")

@@ -136,7 +136,7 @@ fn a_failing_step_fails_the_request_with_its_error() {
     let message = out["error"].as_str().unwrap();
     assert!(
         message.starts_with(
-            "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'b'. Expected [-1,4], got [1,5]."
+            "in ensemble 'ens', [request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'b'. Expected [-1,4], got [1,5]."
         ),
         "{message}"
     );

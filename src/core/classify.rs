@@ -17,9 +17,13 @@ pub(crate) fn classify(
 ) -> Result<Vec<Tensor>> {
     tensors
         .into_iter()
-        .zip(outputs)
-        .map(|(t, req)| {
-            let Some(n) = req.classification else {
+        .map(|t| {
+            // By name: an ensemble leaves out an output no step produced.
+            let Some(n) = outputs
+                .iter()
+                .find(|o| o.name == t.name)
+                .and_then(|o| o.classification)
+            else {
                 return Ok(t);
             };
             let values = as_f64(&t)?;

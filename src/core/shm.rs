@@ -87,6 +87,10 @@ pub struct RegionStatus {
     pub byte_size: u64,
 }
 
+/// Regions held by a request in flight (`SharedMemoryManager::hold`).
+#[derive(Default)]
+pub struct InUse(#[allow(dead_code)] Vec<Arc<Region>>);
+
 /// The registered regions, by name.
 #[derive(Default)]
 pub struct SharedMemoryManager {
@@ -225,18 +229,62 @@ impl SharedMemoryManager {
 
     /// Unregisters one region of `kind` (an unknown name is not an error,
     /// as in Triton), or every region of `kind` when `name` is None; a
-    /// `kind` of None is either (the v1 API's unregister).
-    pub fn unregister(&self, name: Option<&str>, kind: Option<Kind>) {
+    /// `kind` of None is either (the v1 API's unregister). A region a
+    /// request in flight uses (`hold`) stays, with Triton's error; of all
+    /// regions, the others go and the error names those that stay.
+    pub fn unregister(&self, name: Option<&str>, kind: Option<Kind>) -> Result<()> {
         let mut regions = self.regions.write().unwrap();
         let of_kind = |r: &Region| kind.is_none_or(|k| r.kind() == k);
+        // The map's Arc and none other: no request holds it.
+        let in_use = |r: &Arc<Region>| Arc::strong_count(r) > 1;
         match name {
-            Some(n) => {
-                if regions.get(n).is_some_and(|r| of_kind(r)) {
+            Some(n) => match regions.get(n) {
+                Some(r) if of_kind(r) && in_use(r) => Err(Error::internal(format!(
+                    "Cannot unregister shared memory region '{n}', it is currently in use."
+                ))),
+                Some(r) if of_kind(r) => {
                     regions.remove(n);
+                    Ok(())
                 }
+                _ => Ok(()),
+            },
+            None => {
+                let mut kept = Vec::new();
+                regions.retain(|n, r| {
+                    if !of_kind(r) {
+                        return true;
+                    }
+                    if in_use(r) {
+                        kept.push(format!("{n} ,"));
+                    }
+                    in_use(r)
+                });
+                if kept.is_empty() {
+                    return Ok(());
+                }
+                let what = match kind {
+                    Some(Kind::Cuda) => "cuda",
+                    _ => "system",
+                };
+                Err(Error::internal(format!(
+                    "Failed to unregister the following {what} shared memory regions: {}",
+                    kept.concat()
+                )))
             }
-            None => regions.retain(|_, r| !of_kind(r)),
         }
+    }
+
+    /// Holds the named regions (those registered) until the returned value
+    /// is dropped: a request holds the regions of its inputs and outputs
+    /// while in flight, so they cannot be unregistered under it.
+    pub fn hold<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> InUse {
+        let regions = self.regions.read().unwrap();
+        InUse(
+            names
+                .into_iter()
+                .filter_map(|n| regions.get(n).cloned())
+                .collect(),
+        )
     }
 
     /// The system regions (one, by name).

@@ -41,9 +41,10 @@ COMPOSING = ["a", "b", "pair"]
 STREAM_TIMEOUT_S = 15.0
 
 # The error of step `b` for a [1,5] input (Triton core infer_request.cc, the
-# shape check of the composing model's request).
+# shape check of the composing model's request), prefixed with the ensemble
+# as Triton's ensemble scheduler prefixes a step's error.
 STEP_B_SHAPE_ERROR = (
-    "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'b'. "
+    "in ensemble 'ens', [request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'b'. "
     "Expected [-1,4], got [1,5]."
 )
 

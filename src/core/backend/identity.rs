@@ -19,6 +19,11 @@ use crate::core::types::Tensor;
 pub struct IdentityInstance {
     /// Output names; output *i* copies input *i*.
     outputs: Vec<String>,
+    /// The config's inputs: name, and for an optional one the datatype and
+    /// dims of the zeros its output gets when a request leaves it out (as
+    /// Triton's identity backend answers).
+    inputs: Vec<(String, Option<(crate::core::types::DataType, Vec<i64>)>)>,
+    batching: bool,
     /// Sleep per execution.
     delay: std::time::Duration,
     /// Index of the input whose largest value is extra milliseconds.
@@ -82,6 +87,18 @@ impl IdentityInstance {
         };
         Ok(IdentityInstance {
             outputs: config.output.iter().map(|o| o.name.clone()).collect(),
+            inputs: config
+                .input
+                .iter()
+                .map(|i| {
+                    let zeros = i.optional.then(|| {
+                        crate::core::types::DataType::from_config(i.data_type)
+                            .map(|d| (d, i.dims.iter().map(|&d| d.max(0)).collect()))
+                    });
+                    (i.name.clone(), zeros.flatten())
+                })
+                .collect(),
+            batching: config.max_batch_size > 0,
             delay: std::time::Duration::from_millis(delay_ms),
             delay_input,
             states,
@@ -116,36 +133,73 @@ impl super::InstanceExec for IdentityInstance {
             .iter()
             .map(|name| {
                 if let Some((_, input)) = self.states.iter().find(|(o, _)| o == name) {
-                    return inputs.iter().position(|t| &t.name == input).ok_or_else(|| {
-                        Error::internal(format!("identity state '{input}' was not given"))
-                    });
+                    return match inputs.iter().position(|t| &t.name == input) {
+                        Some(p) => Ok((usize::MAX, Some(p))),
+                        None => Err(Error::internal(format!(
+                            "identity state '{input}' was not given"
+                        ))),
+                    };
                 }
                 let i = self
                     .outputs
                     .iter()
                     .position(|o| o == name)
                     .ok_or_else(|| Error::internal(format!("unknown output '{name}'")))?;
-                if i < inputs.len() {
-                    Ok(i)
-                } else {
-                    Err(Error::internal(format!(
-                        "identity output '{name}' has no input {i}"
-                    )))
-                }
+                // The config's input i by name (optional inputs may be left
+                // out); past the config's inputs, those the server supplies.
+                let given = match self.inputs.get(i) {
+                    Some((input, zeros)) => match inputs.iter().position(|t| &t.name == input) {
+                        Some(p) => Some(p),
+                        None if zeros.is_some() => None,
+                        None => {
+                            return Err(Error::internal(format!(
+                                "identity output '{name}' has no input '{input}'"
+                            )))
+                        }
+                    },
+                    None if i < inputs.len() => Some(i),
+                    None => {
+                        return Err(Error::internal(format!(
+                            "identity output '{name}' has no input {i}"
+                        )))
+                    }
+                };
+                Ok((i, given))
             })
-            .collect::<Result<Vec<usize>>>()?;
+            .collect::<Result<Vec<(usize, Option<usize>)>>>()?;
+        let batch = match (self.batching, inputs.first()) {
+            (true, Some(t)) => t.shape.first().copied(),
+            _ => None,
+        };
         // An input read by one output moves into it; one read by several
         // is copied for all but the last.
         let mut inputs: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
         let mut out = Vec::with_capacity(outputs.len());
-        for (k, (name, &i)) in outputs.iter().zip(&sources).enumerate() {
-            let again = sources[k + 1..].contains(&i);
+        for (k, (name, &(i, given))) in outputs.iter().zip(&sources).enumerate() {
+            let Some(p) = given else {
+                // An optional input left out: zeros of its config shape.
+                let (datatype, dims) = self.inputs[i].1.clone().expect("checked above");
+                let shape: Vec<i64> = batch.into_iter().chain(dims).collect();
+                let n = crate::core::types::element_count(&shape).unwrap_or(0);
+                let data = match datatype.size() {
+                    Some(size) => vec![0; n * size],
+                    None => vec![0; n * 4],
+                };
+                out.push(Tensor {
+                    name: name.clone(),
+                    datatype,
+                    shape,
+                    data,
+                });
+                continue;
+            };
+            let again = sources[k + 1..].iter().any(|&(_, g)| g == Some(p));
             let t = if again {
-                inputs[i].clone()
+                inputs[p].clone()
             } else {
-                inputs[i].take()
+                inputs[p].take()
             }
-            .ok_or_else(|| Error::internal(format!("identity input {i} was used up")))?;
+            .ok_or_else(|| Error::internal(format!("identity input {p} was used up")))?;
             out.push(Tensor {
                 name: name.clone(),
                 ..t

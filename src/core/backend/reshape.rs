@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use super::InstanceExec;
+use crate::core::batch_io::reshape_shape as convert;
 use crate::core::config::pb::ModelTensorReshape;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -134,107 +135,4 @@ fn mismatch(what: &str, t: &Tensor, expected: &[i64]) -> Error {
         "{what} '{}' has shape {:?}, which cannot be reshaped from {expected:?}",
         t.name, t.shape
     ))
-}
-
-/// `shape` (whose dims past the batch dimension match `from`) as `to`:
-/// `to`'s variable dimensions take the values of `from`'s, in order (the
-/// config's rule: both have the same variable dimensions, with fixed
-/// chunks of equal size between them), or the one left over by the
-/// element count. `None` when `shape` does not match `from`.
-fn convert(shape: &[i64], from: &[i64], to: &[i64], batching: bool) -> Option<Vec<i64>> {
-    let (batch, rest) = if batching {
-        let (b, rest) = shape.split_first()?;
-        (Some(*b), rest)
-    } else {
-        (None, shape)
-    };
-    let matches = rest.len() == from.len()
-        && rest
-            .iter()
-            .zip(from)
-            .all(|(&actual, &d)| d == -1 || actual == d);
-    if !matches {
-        return None;
-    }
-    let elements = product(rest)?;
-    let variables: Vec<i64> = rest
-        .iter()
-        .zip(from)
-        .filter(|(_, &d)| d == -1)
-        .map(|(&actual, _)| actual)
-        .collect();
-    let unknown = to.iter().filter(|&&d| d == -1).count();
-    let mut values = variables.iter().copied();
-    let in_order: Vec<i64> = to
-        .iter()
-        .map(|&d| {
-            if d == -1 {
-                values.next().unwrap_or(0)
-            } else {
-                d
-            }
-        })
-        .collect();
-    let inside = if unknown == variables.len() && product(&in_order) == Some(elements) {
-        in_order
-    } else if unknown == 1 {
-        let known = product(&to.iter().copied().filter(|&d| d != -1).collect::<Vec<_>>())?;
-        if known == 0 || elements % known != 0 {
-            return None;
-        }
-        to.iter()
-            .map(|&d| if d == -1 { elements / known } else { d })
-            .collect()
-    } else if unknown == 0 && product(to) == Some(elements) {
-        to.to_vec()
-    } else {
-        return None;
-    };
-    Some(batch.into_iter().chain(inside).collect())
-}
-
-/// The element count of `dims`; `None` on overflow (a hostile shape).
-fn product(dims: &[i64]) -> Option<i64> {
-    dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fixed_shapes_keep_the_batch_dimension_outside() {
-        assert_eq!(convert(&[3, 4, 4], &[4, 4], &[16], true), Some(vec![3, 16]));
-        assert_eq!(convert(&[3, 16], &[16], &[4, 4], true), Some(vec![3, 4, 4]));
-        assert_eq!(convert(&[4, 4], &[4, 4], &[2, 8], false), Some(vec![2, 8]));
-    }
-
-    #[test]
-    fn the_scalar_case() {
-        // dims [1], reshape [] on a batching model: the model sees [batch].
-        assert_eq!(convert(&[5, 1], &[1], &[], true), Some(vec![5]));
-        assert_eq!(convert(&[5], &[], &[1], true), Some(vec![5, 1]));
-    }
-
-    #[test]
-    fn variable_dimensions_carry_over_in_order() {
-        assert_eq!(
-            convert(&[2, 3, 4, 5], &[-1, 4, -1], &[-1, 2, 2, -1], true),
-            Some(vec![2, 3, 2, 2, 5])
-        );
-        assert_eq!(convert(&[6, 4], &[-1, 4], &[-1], false), Some(vec![24]));
-        assert_eq!(convert(&[24], &[-1], &[-1, 4], false), Some(vec![6, 4]));
-    }
-
-    #[test]
-    fn a_shape_that_does_not_match_is_refused() {
-        assert_eq!(convert(&[3, 5], &[4], &[2, 2], true), None);
-        assert_eq!(convert(&[3], &[4], &[2, 2], true), None);
-        assert_eq!(convert(&[7], &[-1], &[-1, 4], false), None);
-        let huge = 1i64 << 31;
-        assert_eq!(
-            convert(&[huge, huge, 2, 0], &[-1, -1, -1, -1], &[-1], false),
-            None
-        );
-    }
 }

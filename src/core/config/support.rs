@@ -386,13 +386,6 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
 
     for (i, group) in config.instance_group.iter().enumerate() {
         let field = format!("instance_group[{i}]");
-        if group.kind == Kind::Model as i32 {
-            refuse(
-                &mut out,
-                format!("{field}.kind"),
-                "KIND_MODEL: no backend here places its own instances",
-            );
-        }
         if !group.secondary_devices.is_empty() {
             refuse(
                 &mut out,

@@ -66,6 +66,7 @@ impl Engine {
                 model.name
             ))));
         }
+        let _in_use = self.hold_shm(&request);
         let (request, inputs, outputs, batch) = self.checked(&model, request).map_err(fail)?;
         // The response cache: an answer seen before goes back at once.
         let cache = self.inner.cache.as_ref().filter(|_| {
@@ -133,7 +134,7 @@ impl Engine {
                 .err()
                 .unwrap_or_else(|| Error::internal("a rejected request carried no error")));
         }
-        let labels = &model.labels;
+        let labels = self.labels_of(&model, &outputs);
         let batching = model.config.max_batch_size > 0;
         let compute = (done.input, done.compute, done.output);
         if let Err(e) = &done.result {
@@ -146,7 +147,7 @@ impl Engine {
         }
         let tensors = done
             .result
-            .and_then(|t| classify(labels, batching, &outputs, t, batch))
+            .and_then(|t| classify(&labels, batching, &outputs, t, batch))
             .inspect(|t| {
                 if let Some((cache, key, lookup)) = miss {
                     let insert = Instant::now();
@@ -280,6 +281,7 @@ impl Engine {
         self.inner.inflight.fetch_add(1, SeqCst);
         let _inflight = InflightGuard(&self.inner.inflight);
         let stats = &model.stats;
+        let _in_use = self.hold_shm(&request);
         let (request, inputs, outputs, batch) = match self.checked(&model, request) {
             Ok(checked) => checked,
             Err(e) => {
@@ -378,6 +380,17 @@ impl StepRunner for Engine {
             self.infer_on(model, request).await
         })
     }
+
+    fn with_step_config(
+        &self,
+        home: &str,
+        model: &str,
+        version: &str,
+        f: &mut dyn FnMut(&crate::core::config::ModelConfig),
+    ) -> Result<()> {
+        f(&self.step_model(home, model, version)?.config);
+        Ok(())
+    }
 }
 
 /// A checked request as its scheduler takes it.
@@ -426,6 +439,58 @@ impl Drop for CancelGuard<'_> {
 }
 
 impl Engine {
+    /// The labels to classify the outputs with: the model's own, and for an
+    /// ensemble output without a `label_filename`, those of the step output
+    /// it comes from (Triton gives an ensemble its composing models' labels).
+    fn labels_of<'m>(
+        &self,
+        model: &'m LoadedModel,
+        outputs: &[RequestedOutput],
+    ) -> std::borrow::Cow<'m, std::collections::BTreeMap<String, Vec<String>>> {
+        use crate::core::config::pb::model_config::SchedulingChoice;
+        use std::borrow::Cow;
+        let Some(SchedulingChoice::EnsembleScheduling(e)) = &model.config.scheduling_choice else {
+            return Cow::Borrowed(&model.labels);
+        };
+        let mut labels = Cow::Borrowed(&model.labels);
+        for o in outputs {
+            if o.classification.is_none() || labels.contains_key(&o.name) {
+                continue;
+            }
+            let from = e.step.iter().find_map(|step| {
+                let (model_output, _) = step.output_map.iter().find(|(_, t)| **t == o.name)?;
+                let version = crate::core::scheduler::step_version(step);
+                let m = self
+                    .step_model(&model.namespace, &step.model_name, &version)
+                    .ok()?;
+                let l = self.labels_of(
+                    m.as_ref(),
+                    &[RequestedOutput {
+                        name: model_output.clone(),
+                        classification: o.classification,
+                        shm: None,
+                    }],
+                );
+                l.get(model_output).cloned()
+            });
+            if let Some(l) = from {
+                labels.to_mut().insert(o.name.clone(), l);
+            }
+        }
+        labels
+    }
+
+    /// Holds the shared-memory regions a request reads and writes until it
+    /// is answered, so they cannot be unregistered under it (Triton's rule).
+    fn hold_shm(&self, request: &InferRequest) -> crate::core::shm::InUse {
+        let inputs = request.shm_inputs.iter().map(|(_, r)| r.region.as_str());
+        let outputs = request
+            .outputs
+            .iter()
+            .filter_map(|o| o.shm.as_ref().map(|r| r.region.as_str()));
+        self.inner.shm.hold(inputs.chain(outputs))
+    }
+
     /// Writes the outputs asked for in shared memory there; their tensors
     /// keep shape and type but carry no data.
     fn write_shm_outputs(
@@ -433,7 +498,11 @@ impl Engine {
         outputs: &[RequestedOutput],
         mut tensors: Vec<Tensor>,
     ) -> Result<Vec<Tensor>> {
-        for (t, req) in tensors.iter_mut().zip(outputs) {
+        for t in tensors.iter_mut() {
+            // By name: an ensemble leaves out an output no step produced.
+            let Some(req) = outputs.iter().find(|o| o.name == t.name) else {
+                continue;
+            };
             if let Some(r) = &req.shm {
                 self.inner.shm.write(r, &t.name, &t.data)?;
                 t.data.clear();

@@ -658,12 +658,12 @@ impl Engine {
     }
 
     /// Unregisters one system region, or all of them.
-    pub fn shm_unregister(&self, name: Option<&str>) {
+    pub fn shm_unregister(&self, name: Option<&str>) -> Result<()> {
         self.inner.shm.unregister(name, Some(ShmKind::System))
     }
 
     /// Unregisters one region of either kind, or all of them (the v1 API).
-    pub fn shm_unregister_any(&self, name: Option<&str>) {
+    pub fn shm_unregister_any(&self, name: Option<&str>) -> Result<()> {
         self.inner.shm.unregister(name, None)
     }
 
@@ -692,7 +692,7 @@ impl Engine {
     }
 
     /// Unregisters one CUDA region, or all of them.
-    pub fn cuda_shm_unregister(&self, name: Option<&str>) {
+    pub fn cuda_shm_unregister(&self, name: Option<&str>) -> Result<()> {
         self.inner.shm.unregister(name, Some(ShmKind::Cuda))
     }
 

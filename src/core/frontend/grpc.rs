@@ -670,7 +670,8 @@ impl GrpcInferenceService for GrpcService {
     ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
         let name = req.into_inner().name;
         self.engine
-            .shm_unregister((!name.is_empty()).then_some(name.as_str()));
+            .shm_unregister((!name.is_empty()).then_some(name.as_str()))
+            .map_err(status)?;
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
@@ -717,7 +718,8 @@ impl GrpcInferenceService for GrpcService {
     ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
         let name = req.into_inner().name;
         self.engine
-            .cuda_shm_unregister((!name.is_empty()).then_some(name.as_str()));
+            .cuda_shm_unregister((!name.is_empty()).then_some(name.as_str()))
+            .map_err(status)?;
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

@@ -220,13 +220,9 @@ impl pb::grpc_service_server::GrpcService for GrpcV1Service {
                     )),
                 },
                 Some(SharedMemoryControl::Unregister(u)) => {
-                    self.engine.shm_unregister_any(Some(&u.name));
-                    Ok(())
+                    self.engine.shm_unregister_any(Some(&u.name))
                 }
-                Some(SharedMemoryControl::UnregisterAll(_)) => {
-                    self.engine.shm_unregister_any(None);
-                    Ok(())
-                }
+                Some(SharedMemoryControl::UnregisterAll(_)) => self.engine.shm_unregister_any(None),
                 Some(SharedMemoryControl::Status(_)) => {
                     v1::shm_regions(&self.engine).map(|r| regions = Some(r))
                 }

@@ -38,7 +38,7 @@ use crate::core::types::{CancelToken, RequestInfo, RequestedOutput, SequencePara
 
 pub use default::DefaultScheduler;
 pub use dynamic::{BatchConfig, DynamicBatcher};
-pub use ensemble::{EnsembleScheduler, StepRunner};
+pub use ensemble::{step_version, EnsembleScheduler, StepRunner};
 pub use sequence::{SeqSettings, SequenceBatcher};
 
 /// One validated request, as a scheduler takes it.

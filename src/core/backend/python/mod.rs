@@ -80,9 +80,12 @@ impl PythonInstance {
         // A KIND_GPU instance is told its GPU, as Triton's Python backend
         // tells it; the model does its own GPU work (tensors cross in host
         // memory, as with Triton's default FORCE_CPU_ONLY_INPUT_TENSORS).
+        // KIND_MODEL leaves the placement to the model, told MODEL as
+        // Triton tells it; its tensors are on the host.
         let (kind, device_id) = match ctx.device {
             crate::core::device::Device::Gpu(id) => ("GPU", id),
-            _ => ("CPU", 0),
+            crate::core::device::Device::Model => ("MODEL", 0),
+            crate::core::device::Device::Cpu => ("CPU", 0),
         };
         let init = Frame::new(json!({
             "kind": "init",

@@ -184,9 +184,13 @@ pub(super) async fn shm_register(
     Ok(StatusCode::OK)
 }
 
-pub(super) async fn shm_unregister(State(s): State<AppState>, Params(p): Params) -> StatusCode {
-    s.engine.shm_unregister(p.get("region").map(String::as_str));
-    StatusCode::OK
+pub(super) async fn shm_unregister(
+    State(s): State<AppState>,
+    Params(p): Params,
+) -> ApiResult<StatusCode> {
+    s.engine
+        .shm_unregister(p.get("region").map(String::as_str))?;
+    Ok(StatusCode::OK)
 }
 
 // CUDA shared memory: regions on this server's GPUs; without a GPU,
@@ -247,10 +251,10 @@ pub(super) async fn cuda_shm_register(
 pub(super) async fn cuda_shm_unregister(
     State(s): State<AppState>,
     Params(p): Params,
-) -> StatusCode {
+) -> ApiResult<StatusCode> {
     s.engine
-        .cuda_shm_unregister(p.get("region").map(String::as_str));
-    StatusCode::OK
+        .cuda_shm_unregister(p.get("region").map(String::as_str))?;
+    Ok(StatusCode::OK)
 }
 
 pub(super) fn trace_json(s: &crate::core::trace::TraceSettings) -> Value {

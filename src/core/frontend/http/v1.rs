@@ -230,13 +230,9 @@ async fn shm_control(
             }
         }
         "unregister" if !args.is_empty() && !args.contains('/') => {
-            s.engine.shm_unregister_any(Some(args));
-            Ok(empty())
+            s.engine.shm_unregister_any(Some(args)).map(|()| empty())
         }
-        "unregisterall" if args.is_empty() => {
-            s.engine.shm_unregister_any(None);
-            Ok(empty())
-        }
+        "unregisterall" if args.is_empty() => s.engine.shm_unregister_any(None).map(|()| empty()),
         "status" if args.is_empty() => v1::shm_regions(&s.engine).map(|regions| {
             let status = pb::SharedMemoryStatus {
                 shared_memory_region: regions,

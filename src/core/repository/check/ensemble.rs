@@ -119,6 +119,12 @@ fn step_issues(
         let Some(Some(sm)) = cache.get(sname) else {
             continue;
         };
+        if sm.config.is_none() && !sm.has_errors() {
+            // No config.pbtxt: its config is completed when it loads (a
+            // Python model's auto_complete_config), and the ensemble waits
+            // for that load.
+            continue;
+        }
         let Some(sc) = sm.config.as_ref().filter(|_| !sm.has_errors()) else {
             let why = sm
                 .first_error()

@@ -543,9 +543,22 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             };
         }
         let restrict = GrpcRestrictLayer(std::sync::Arc::new(front.grpc_rules.clone()));
+        let delay = trtis::core::frontend::test_hooks::grpc_response_delay();
+        if !delay.is_zero() {
+            log(
+                'W',
+                &format!(
+                    "{}: every non-inference gRPC response is delayed by {} s (a test hook)",
+                    trtis::core::frontend::test_hooks::GRPC_RESPONSE_DELAY_VAR,
+                    delay.as_secs()
+                ),
+            );
+        }
+        let delay = trtis::core::frontend::test_hooks::GrpcResponseDelayLayer(delay);
         services.push(tokio::spawn(async move {
             builder
                 .layer(restrict)
+                .layer(delay)
                 .add_service(service.inference())
                 .add_service(service.health())
                 .add_service(v1.server())

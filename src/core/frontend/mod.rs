@@ -6,7 +6,7 @@
 //! HTTP. Each maps
 //! `ErrorKind` to its protocol's status in one table. `tls` and `restrict`
 //! are what both listeners may put in front: TLS, and Triton's restricted
-//! APIs.
+//! APIs; `test_hooks` holds Triton's test-only environment hooks.
 
 pub mod answers;
 pub mod forward;
@@ -16,6 +16,7 @@ pub mod http;
 pub mod http_conn;
 pub mod openai;
 pub mod restrict;
+pub mod test_hooks;
 pub mod tls;
 
 use crate::core::error::{Error, Result};

@@ -7,6 +7,7 @@
 
 mod cancel;
 pub(crate) mod element;
+pub mod hooks;
 
 pub use cancel::CancelToken;
 

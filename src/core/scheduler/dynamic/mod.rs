@@ -45,6 +45,10 @@ pub use queue::{decide, BatchConfig, Decision, QueuePolicy, TimeoutAction};
 pub type Request = queue::Request<Answer>;
 type Queue = queue::Queue<Answer>;
 
+/// Triton's test-only hook: hold the batcher until this many requests
+/// are queued (`core::types::hooks`).
+pub const DELAY_SCHEDULER_VAR: &str = "TRITONSERVER_DELAY_SCHEDULER";
+
 /// The most requests waiting in one batcher, whatever the policies say.
 const HARD_LIMIT_MESSAGE: &str = "inference request queue is full";
 
@@ -59,6 +63,10 @@ struct State {
     /// woken).
     keeper_at: Option<Instant>,
     next_seq: u64,
+    /// Triton's test hook `TRITONSERVER_DELAY_SCHEDULER=N`: no batch forms
+    /// until N requests are queued (then 0, for good), so a test can count
+    /// the batches a known set of requests makes.
+    hold: usize,
 }
 
 impl State {
@@ -159,6 +167,7 @@ impl DynamicBatcher {
             idle: Vec::with_capacity(instances),
             keeper_at: None,
             next_seq: 0,
+            hold: crate::core::types::hooks::env_count(DELAY_SCHEDULER_VAR) as usize,
         };
         let worker = Worker::start_with(
             Dyn {
@@ -279,6 +288,21 @@ fn fail(shared: &Shared, r: Request, error: Error) {
     shared.delivery.deliver(r.seq, Some((r.reply, done)));
 }
 
+/// A request's part of a batch's outputs: the ones it asked for, in its
+/// order (a batch computes what any of its requests asked for).
+fn own_outputs(mut tensors: Vec<Tensor>, asked: &[String]) -> Vec<Tensor> {
+    if tensors.len() == asked.len() && tensors.iter().zip(asked).all(|(t, a)| &t.name == a) {
+        return tensors;
+    }
+    asked
+        .iter()
+        .filter_map(|a| {
+            let i = tensors.iter().position(|t| &t.name == a)?;
+            Some(tensors.swap_remove(i))
+        })
+        .collect()
+}
+
 /// Waits, as instance `taker`, until it leads and a batch is decided on;
 /// returns the batch's requests, or None once the batcher is closed and
 /// its queue empty.
@@ -295,7 +319,11 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<Vec<Request>> {
             state.idle.retain(|&t| t != taker);
             return None;
         }
-        if state.queue.is_empty() || state.idle.last() != Some(&taker) {
+        if state.hold > 0 && state.queue.len() >= state.hold {
+            state.hold = 0;
+        }
+        let held = state.hold > 0 && state.open;
+        if state.queue.is_empty() || state.idle.last() != Some(&taker) || held {
             state = wake.wait(state).unwrap_or_else(|p| p.into_inner());
             continue;
         }
@@ -377,7 +405,15 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
         .map(|r| r.enqueued)
         .min()
         .unwrap_or_else(Instant::now);
-    let outputs = batch[0].outputs.clone();
+    // Every output a request of the batch asked for, in first-asked order.
+    let mut outputs: Vec<String> = Vec::new();
+    for r in &batch {
+        for o in &r.outputs {
+            if !outputs.contains(o) {
+                outputs.push(o.clone());
+            }
+        }
+    }
     let io = &shared.config.io;
     let scatter = {
         let views: Vec<&[Tensor]> = batch.iter().map(|r| r.inputs.as_slice()).collect();
@@ -395,9 +431,9 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
     for r in &batch {
         r.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let waiting: Vec<(Answer, Instant, u64)> = batch
+    let waiting: Vec<(Answer, Instant, u64, Vec<String>)> = batch
         .into_iter()
-        .map(|r| (r.reply, r.enqueued, r.seq))
+        .map(|r| (r.reply, r.enqueued, r.seq, r.outputs))
         .collect();
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| {
@@ -423,9 +459,9 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
                 .stats
                 .record_execution(total, (done.input, done.compute, output));
         }
-        for ((reply, enqueued, seq), part) in waiting.into_iter().zip(parts) {
+        for ((reply, enqueued, seq, asked), part) in waiting.into_iter().zip(parts) {
             let answer = Done {
-                result: part,
+                result: part.map(|tensors| own_outputs(tensors, &asked)),
                 queue: taken.saturating_duration_since(enqueued),
                 compute: done.compute,
                 input: done.input,

@@ -39,7 +39,7 @@ use super::{pending, Answering, Completion, Submission};
 use crate::core::error::{request_prefix, Error, Result};
 use crate::core::instance::{Done, InstancePool, Work, WorkSource};
 use crate::core::stats::ModelStats;
-use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
+use crate::core::types::{hooks, DataType, RequestInfo, SequenceId, Tensor};
 use places::Refusal;
 pub use places::{Next, SeqConfig, Sequences, Strategy};
 pub use settings::{Control, ControlKind, SeqSettings, StateSpec};
@@ -76,9 +76,31 @@ struct State {
     /// When the batcher's thread wakes to keep time (None: only when
     /// woken).
     keeper_at: Option<Instant>,
+    /// Triton's test hooks (`core::types::hooks`): no batch forms until
+    /// `TRITONSERVER_DELAY_SCHEDULER` requests are queued in places and
+    /// `TRITONSERVER_BACKLOG_DELAY_SCHEDULER` in the backlog; then both are
+    /// 0 for good. Tests use them to count the batches a known set of
+    /// requests makes.
+    hold: (usize, usize),
 }
 
 impl State {
+    /// Whether the test hooks still hold every batch back (and clears them
+    /// once their counts are reached).
+    fn held(&mut self) -> bool {
+        let (places, backlog) = self.hold;
+        if places == 0 && backlog == 0 {
+            return false;
+        }
+        let in_backlog = self.seqs.backlog_queued();
+        let in_places = self.seqs.queued() - in_backlog;
+        if in_places < places || in_backlog < backlog {
+            return true;
+        }
+        self.hold = (0, 0);
+        false
+    }
+
     /// The next deadline the batcher's thread keeps: a sequence that could
     /// idle out, a backlogged request's timeout.
     fn next_deadline(&self) -> Option<Instant> {
@@ -192,6 +214,10 @@ impl SequenceBatcher {
                 seqs,
                 states: HashMap::new(),
                 keeper_at: None,
+                hold: (
+                    hooks::env_count("TRITONSERVER_DELAY_SCHEDULER") as usize,
+                    hooks::env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER") as usize,
+                ),
             },
             |shared| start_pool(Arc::new(worker::Source(Arc::clone(shared)))),
         )?;
@@ -363,6 +389,14 @@ fn next_batch(shared: &Shared, taker: usize) -> Option<(usize, Vec<Option<tensor
                 other.notify_all();
             }
             return None;
+        }
+        if open && state.held() {
+            // Looked at again every 10 ms, as Triton's batcher threads do.
+            state = wake
+                .wait_timeout(state, Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            continue;
         }
         let now = if open { Instant::now() } else { closing_now() };
         match state.seqs.next(taker, now, compatible) {

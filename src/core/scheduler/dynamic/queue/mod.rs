@@ -364,11 +364,11 @@ pub enum Decision {
 }
 
 /// Whether two requests can share a batch: the same inputs with the same
-/// shapes past the batch dimension (any shapes for ragged inputs), and the
-/// same outputs.
+/// shapes past the batch dimension (any shapes for ragged inputs). Their
+/// outputs may differ, as in Triton: the batch computes every output one
+/// of them asked for, and each gets its own.
 pub fn compatible<R>(a: &Request<R>, b: &Request<R>, io: &crate::core::batch_io::BatchIo) -> bool {
-    a.outputs == b.outputs
-        && a.inputs.len() == b.inputs.len()
+    a.inputs.len() == b.inputs.len()
         && a.inputs.iter().zip(&b.inputs).all(|(x, y)| {
             x.name == y.name
                 && x.datatype == y.datatype

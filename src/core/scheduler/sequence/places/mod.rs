@@ -185,6 +185,15 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         self.sequences.len()
     }
 
+    /// Requests of the sequences waiting for a place.
+    pub fn backlog_queued(&self) -> usize {
+        self.backlog
+            .iter()
+            .filter_map(|s| self.sequences.get(s))
+            .map(|s| s.queue.len())
+            .sum()
+    }
+
     /// Sequences waiting for a place.
     pub fn backlog_len(&self) -> usize {
         self.backlog.len()

@@ -96,7 +96,12 @@ def test_empty_model_name(grpc_stub):
 
 def test_missing_input(grpc_client):
     e = infer_error(grpc_client, "simple", good_inputs()[:1])
-    assert_grpc_error(e, "INVALID_ARGUMENT", "expected 2 inputs but got 1 inputs for model 'simple'")
+    assert_grpc_error(
+        e,
+        "INVALID_ARGUMENT",
+        "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but "
+        "missing required input(s) ['INPUT1']. Please provide all required input(s).",
+    )
 
 
 def test_unknown_input(grpc_client):

@@ -1277,7 +1277,9 @@ fn fuzz_kserve_raw_bodies() {
             match dt.size() {
                 None => {
                     prop_assert_eq!(&t.data, &Tensor::serialize_bytes([body.as_slice()]));
-                    prop_assert_eq!(shape, &[1][..]);
+                    // Only dims of one element take a raw BYTES input.
+                    prop_assert_eq!(shape, &dims[..]);
+                    prop_assert!(dims.iter().all(|&d| d == 1));
                 }
                 Some(size) => {
                     prop_assert_eq!(&t.data, &body);

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::core::config::ModelConfig;
-use crate::core::error::{Error, Result};
+use crate::core::error::{request_prefix, Error, Result};
 use crate::core::types::element::{elements, Element, ElementFn, Scalar};
 use crate::core::types::{
     element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId,
@@ -524,38 +524,41 @@ pub(crate) fn flat_elements(v: &Value) -> Vec<&Value> {
     out
 }
 
-/// A raw request: the body is the data of the model's only input, batch 1.
+/// A raw request: the body is the data of the model's only input, batch 1
+/// (Triton's `InferenceRequest::Normalize` deduction, with its messages).
 fn raw_request(mut body: Binary<'_>, config: &ModelConfig) -> Result<(InferRequest, OutputFormat)> {
+    let lr = request_prefix("");
     let [input] = config.input.as_slice() else {
         return Err(bad(format!(
-            "raw binary request requires the model to have exactly one input, model '{}' has {}",
-            config.name,
-            config.input.len()
+            "{lr}Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+            config.input.len(),
+            config.name
         )));
     };
     let dt = DataType::from_config(input.data_type).ok_or_else(|| bad("invalid input datatype"))?;
     let mut shape = input.dims.clone();
+    let variable = shape.iter().filter(|&&d| d == -1).count();
+    if variable > 1 {
+        return Err(bad(format!(
+            "{lr}The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
+            input.name
+        )));
+    }
     let (data, shape) = match dt.size() {
         None => {
-            if shape != [1] && shape != [-1] {
-                return Err(bad(
-                    "raw binary request of BYTES input requires the input shape [1]",
-                ));
-            }
-            let len = body.len();
-            (
-                Tensor::serialize_bytes([body.take(len).as_slice()]),
-                vec![1],
-            )
-        }
-        Some(size) => {
-            let variable = shape.iter().filter(|&&d| d == -1).count();
-            if variable > 1 {
+            // One element: no -1 and the dims multiply to 1 (checked, as
+            // dims may be huge).
+            let one = shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)) == Some(1);
+            if variable != 0 || !one {
                 return Err(bad(format!(
-                    "raw binary request for input '{}' needs at most one variable dimension",
+                    "{lr}For BYTE datatype raw input '{}', the model must have input shape [1]",
                     input.name
                 )));
             }
+            let len = body.len();
+            (Tensor::serialize_bytes([body.take(len).as_slice()]), shape)
+        }
+        Some(size) => {
             // None: the fixed dims multiply past i64, more than any body holds.
             let fixed = shape
                 .iter()
@@ -724,6 +727,55 @@ mod tests {
         let (req, fmt) = parse_request(&data, Some(0), &config()).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(fmt.binary_default);
+    }
+
+    /// Triton's words (core `InferenceRequest::Normalize`), as
+    /// qa/L0_http's raw-request cases match them.
+    #[test]
+    fn raw_requests_are_refused_in_tritons_words() {
+        let cfg = |inputs: &str| {
+            crate::core::config::parse_config(
+                format!(
+                    r#"name: "r" max_batch_size: 8 input [ {inputs} ]
+                    output [ {{ name: "O" data_type: TYPE_INT32 dims: [ -1 ] }} ]"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+            .config
+        };
+        let refused = |inputs: &str| {
+            parse_request(b"427", Some(0), &cfg(inputs))
+                .unwrap_err()
+                .message
+        };
+        assert_eq!(
+            refused(
+                r#"{ name: "A" data_type: TYPE_INT32 dims: [ 1 ] },
+                   { name: "B" data_type: TYPE_INT32 dims: [ 1 ] },
+                   { name: "C" data_type: TYPE_INT32 dims: [ 1 ] }"#
+            ),
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'r' model configuration"
+        );
+        assert_eq!(
+            refused(r#"{ name: "A" data_type: TYPE_INT32 dims: [ -1, -1 ] }"#),
+            "[request id: <id_unknown>] The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension"
+        );
+        for dims in ["-1", "2", "1, -1", "1, 2"] {
+            assert_eq!(
+                refused(&format!(r#"{{ name: "A" data_type: TYPE_STRING dims: [ {dims} ] }}"#)),
+                "[request id: <id_unknown>] For BYTE datatype raw input 'A', the model must have input shape [1]",
+                "dims [{dims}]"
+            );
+        }
+        for dims in ["1", "1, 1"] {
+            let inputs = format!(r#"{{ name: "A" data_type: TYPE_STRING dims: [ {dims} ] }}"#);
+            let (req, _) = parse_request(b"427", Some(0), &cfg(&inputs)).unwrap();
+            let mut shape = vec![1];
+            shape.extend(std::iter::repeat_n(1, dims.split(',').count()));
+            assert_eq!(req.inputs[0].shape, shape);
+            assert_eq!(req.inputs[0].data, Tensor::serialize_bytes([&b"427"[..]]));
+        }
     }
 
     #[test]

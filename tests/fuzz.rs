@@ -642,7 +642,10 @@ fn check_request(
         prop_assert_eq!(&got.name, &want.name);
         prop_assert_eq!(got.classification, want.classification.map(|c| c as usize));
         prop_assert!(got.shm.is_none());
-        prop_assert_eq!(format.binary.get(&want.name).copied(), want.binary);
+        prop_assert_eq!(
+            format.binary.get(&want.name).copied(),
+            Some(want.binary.unwrap_or(false))
+        );
     }
     Ok(())
 }

@@ -283,6 +283,28 @@ def test_bytes_batch(client):
     assert [[bytes(x) for x in row] for row in got] == rows
 
 
+def test_listed_output_without_binary_data_is_json(server):
+    """As Triton: `binary_data_output` is for the outputs not listed; a listed
+    output without its own `binary_data` comes back as JSON."""
+    doc = {
+        "parameters": {"binary_data_output": True},
+        "inputs": [
+            {"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+            for n in ("INPUT0", "INPUT1")
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": {"binary_data": False}},
+            {"name": "OUTPUT1"},
+        ],
+    }
+    status, headers, body = server.request("POST", "/v2/models/simple/infer", json.dumps(doc))
+    assert status == 200, body
+    assert "inference-header-content-length" not in headers
+    outs = {o["name"]: o for o in json.loads(body)["outputs"]}
+    assert outs["OUTPUT0"]["data"] == [2 * i for i in range(16)]
+    assert outs["OUTPUT1"]["data"] == [0] * 16
+
+
 # -- raw JSON request, no client library ------------------------------------------
 
 

@@ -17,9 +17,11 @@ use crate::core::types::{
 /// How the client wants each output back.
 #[derive(Debug, Clone, Default)]
 pub struct OutputFormat {
-    /// `binary_data_output` request parameter: the default for outputs.
+    /// `binary_data_output` request parameter: the default for the
+    /// outputs the request does not list.
     pub binary_default: bool,
-    /// Per-output `binary_data` parameter.
+    /// Each listed output's `binary_data` parameter (false when it has
+    /// none, as in Triton).
     pub binary: BTreeMap<String, bool>,
     /// Outputs written to shared memory (no data in the response).
     pub shm: BTreeMap<String, ShmRef>,
@@ -223,6 +225,9 @@ fn parse_parts(
                     classification = Some(n as usize);
                 }
             }
+            // As Triton: an output listed without its own `binary_data` is
+            // JSON; `binary_data_output` is for the outputs not listed.
+            format.binary.entry(name.clone()).or_insert(false);
             outputs.push(RequestedOutput {
                 name,
                 classification,
@@ -727,6 +732,25 @@ mod tests {
         let (req, fmt) = parse_request(&data, Some(0), &config()).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(fmt.binary_default);
+    }
+
+    /// Triton's rule (`http_server.cc`): an output the request lists is
+    /// binary only when its own `binary_data` says so; `binary_data_output`
+    /// is for the outputs it does not list.
+    #[test]
+    fn listed_outputs_without_binary_data_are_json() {
+        let body = br#"{"parameters":{"binary_data_output":true},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}],
+            "outputs":[{"name":"B","parameters":{"binary_data":false}},{"name":"C"},
+                       {"name":"D","parameters":{"binary_data":true}}]}"#;
+        let (_, fmt) = parse_request(body, None, &config()).unwrap();
+        assert!(!fmt.is_binary("B"));
+        assert!(!fmt.is_binary("C"));
+        assert!(fmt.is_binary("D"));
+        assert!(fmt.is_binary("not-listed"));
+        let body = br#"{"inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let (_, fmt) = parse_request(body, None, &config()).unwrap();
+        assert!(!fmt.is_binary("B"));
     }
 
     /// Triton's words (core `InferenceRequest::Normalize`), as

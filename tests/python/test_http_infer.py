@@ -283,6 +283,22 @@ def test_bytes_batch(client):
     assert [[bytes(x) for x in row] for row in got] == rows
 
 
+def test_bytes_not_utf8_as_json_is_refused(client):
+    """Bytes that are not UTF-8 can not be JSON strings: asked for as JSON,
+    the request fails (qa/L0_string_io's `binary_false_clients`) instead of
+    returning other bytes."""
+    data = np.array([b"\xff\xfe"], dtype=np.object_).reshape(1, 1)
+    inp = httpclient.InferInput("INPUT0", [1, 1], "BYTES")
+    inp.set_data_from_numpy(data, binary_data=True)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(
+            "identity_bytes",
+            [inp],
+            outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)],
+        )
+    assert_client_error(e.value, 400, "output 'OUTPUT0'", "not valid UTF-8")
+
+
 def test_listed_output_without_binary_data_is_json(server):
     """As Triton: `binary_data_output` is for the outputs not listed; a listed
     output without its own `binary_data` comes back as JSON."""

@@ -631,6 +631,9 @@ pub fn build_response(
             );
             tail.push(bytes::Bytes::from(t.data));
         } else {
+            if t.datatype == DataType::Bytes {
+                utf8_elements(&t)?;
+            }
             out.insert("data".into(), json_values(&t)?);
         }
         outputs.push(Value::Object(out));
@@ -650,6 +653,22 @@ pub fn build_response(
     pieces.push(bytes::Bytes::from(body));
     pieces.extend(tail.into_iter().filter(|b| !b.is_empty()));
     Ok((pieces, binary.then_some(header)))
+}
+
+/// Refuses a BYTES output asked for as JSON whose elements are not all
+/// UTF-8: a JSON string can not carry them, and replacing them would hand
+/// the client other bytes than the model's. (Triton writes the bytes as
+/// they are, making JSON that its client then refuses to decode.)
+fn utf8_elements(t: &Tensor) -> Result<()> {
+    for e in Tensor::bytes_elements(&t.data)? {
+        if std::str::from_utf8(e).is_err() {
+            return Err(bad(format!(
+                "output '{}' holds BYTES that are not valid UTF-8, which JSON can not carry: request it with the 'binary_data' parameter true",
+                t.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A tensor's elements as a flat JSON array (BYTES as lossy UTF-8 strings,
@@ -732,6 +751,34 @@ mod tests {
         let (req, fmt) = parse_request(&data, Some(0), &config()).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(fmt.binary_default);
+    }
+
+    #[test]
+    fn bytes_outputs_that_are_not_utf8_are_refused_as_json() {
+        let resp = |data: &[&[u8]]| InferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            outputs: vec![Tensor {
+                name: "OUT".into(),
+                datatype: DataType::Bytes,
+                shape: vec![data.len() as i64],
+                data: Tensor::serialize_bytes(data.iter().copied()),
+            }],
+        };
+        let bad = resp(&[b"ok", b"\xff\xfe"]);
+        let e = build_response(bad.clone(), &OutputFormat::default()).unwrap_err();
+        assert!(e.message.contains("output 'OUT'"), "{}", e.message);
+        assert!(e.message.contains("not valid UTF-8"), "{}", e.message);
+        let binary = OutputFormat {
+            binary_default: true,
+            ..Default::default()
+        };
+        assert!(build_response(bad, &binary).is_ok());
+        let (pieces, _) =
+            build_response(resp(&["é".as_bytes()]), &OutputFormat::default()).unwrap();
+        let doc: Value = serde_json::from_slice(&pieces[0]).unwrap();
+        assert_eq!(doc["outputs"][0]["data"], json!(["é"]));
     }
 
     /// Triton's rule (`http_server.cc`): an output the request lists is

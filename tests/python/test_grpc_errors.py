@@ -104,6 +104,17 @@ def test_missing_input(grpc_client):
     )
 
 
+def test_reserved_triton_parameter(grpc_client):
+    """qa/L0_parameters: `triton_` keys are Triton's own."""
+    e = infer_error(grpc_client, "simple", good_inputs(), parameters={"triton_": True})
+    assert_grpc_error(
+        e,
+        "INVALID_ARGUMENT",
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+        "following keys starting with 'triton_' are allowed: triton_enable_empty_final_response",
+    )
+
+
 def test_unknown_input(grpc_client):
     inp = grpcclient.InferInput("BOGUS", [1, 2], "FP32")
     inp.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))

@@ -321,6 +321,17 @@ def test_listed_output_without_binary_data_is_json(server):
     assert outs["OUTPUT1"]["data"] == [0] * 16
 
 
+def test_reserved_triton_parameter_is_refused(client):
+    """qa/L0_parameters: request parameters starting with `triton_` are
+    Triton's."""
+    _, _, inputs = simple_inputs(1, binary=True)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("simple", inputs, parameters={"triton_": True, "key2": "value2"})
+    assert_client_error(
+        e.value, 400, "parameter keys starting with 'triton_' are reserved for Triton usage"
+    )
+
+
 # -- raw JSON request, no client library ------------------------------------------
 
 

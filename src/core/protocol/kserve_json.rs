@@ -156,6 +156,11 @@ fn parse_parts(
             }
         }
         sequence = sequence_params(params)?;
+        if params.keys().any(|k| k.starts_with("triton_")) {
+            return Err(bad(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+            ));
+        }
         parameters = params
             .iter()
             .filter(|(k, _)| !crate::core::types::reserved_parameter(k))
@@ -779,6 +784,22 @@ mod tests {
             build_response(resp(&["é".as_bytes()]), &OutputFormat::default()).unwrap();
         let doc: Value = serde_json::from_slice(&pieces[0]).unwrap();
         assert_eq!(doc["outputs"][0]["data"], json!(["é"]));
+    }
+
+    /// qa/L0_parameters: keys starting with `triton_` are Triton's own.
+    #[test]
+    fn reserved_triton_parameters_are_refused() {
+        let body = br#"{"parameters":{"triton_":true,"key2":"value2"},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let e = parse_request(body, None, &config()).unwrap_err();
+        assert_eq!(
+            e.message,
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+        );
+        let body = br#"{"parameters":{"triton":true,"key2":"value2"},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let (req, _) = parse_request(body, None, &config()).unwrap();
+        assert_eq!(req.parameters["triton"], json!(true));
     }
 
     /// Triton's rule (`http_server.cc`): an output the request lists is

@@ -642,7 +642,10 @@ fn check_request(
         prop_assert_eq!(&got.name, &want.name);
         prop_assert_eq!(got.classification, want.classification.map(|c| c as usize));
         prop_assert!(got.shm.is_none());
-        prop_assert_eq!(format.binary.get(&want.name).copied(), want.binary);
+        prop_assert_eq!(
+            format.binary.get(&want.name).copied(),
+            Some(want.binary.unwrap_or(false))
+        );
     }
     Ok(())
 }
@@ -1277,7 +1280,9 @@ fn fuzz_kserve_raw_bodies() {
             match dt.size() {
                 None => {
                     prop_assert_eq!(&t.data, &Tensor::serialize_bytes([body.as_slice()]));
-                    prop_assert_eq!(shape, &[1][..]);
+                    // Only dims of one element take a raw BYTES input.
+                    prop_assert_eq!(shape, &dims[..]);
+                    prop_assert!(dims.iter().all(|&d| d == 1));
                 }
                 Some(size) => {
                     prop_assert_eq!(&t.data, &body);

@@ -96,7 +96,23 @@ def test_empty_model_name(grpc_stub):
 
 def test_missing_input(grpc_client):
     e = infer_error(grpc_client, "simple", good_inputs()[:1])
-    assert_grpc_error(e, "INVALID_ARGUMENT", "expected 2 inputs but got 1 inputs for model 'simple'")
+    assert_grpc_error(
+        e,
+        "INVALID_ARGUMENT",
+        "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but "
+        "missing required input(s) ['INPUT1']. Please provide all required input(s).",
+    )
+
+
+def test_reserved_triton_parameter(grpc_client):
+    """qa/L0_parameters: `triton_` keys are Triton's own."""
+    e = infer_error(grpc_client, "simple", good_inputs(), parameters={"triton_": True})
+    assert_grpc_error(
+        e,
+        "INVALID_ARGUMENT",
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+        "following keys starting with 'triton_' are allowed: triton_enable_empty_final_response",
+    )
 
 
 def test_unknown_input(grpc_client):

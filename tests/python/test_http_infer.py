@@ -283,6 +283,55 @@ def test_bytes_batch(client):
     assert [[bytes(x) for x in row] for row in got] == rows
 
 
+def test_bytes_not_utf8_as_json_is_refused(client):
+    """Bytes that are not UTF-8 can not be JSON strings: asked for as JSON,
+    the request fails (qa/L0_string_io's `binary_false_clients`) instead of
+    returning other bytes."""
+    data = np.array([b"\xff\xfe"], dtype=np.object_).reshape(1, 1)
+    inp = httpclient.InferInput("INPUT0", [1, 1], "BYTES")
+    inp.set_data_from_numpy(data, binary_data=True)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(
+            "identity_bytes",
+            [inp],
+            outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)],
+        )
+    assert_client_error(e.value, 400, "output 'OUTPUT0'", "not valid UTF-8")
+
+
+def test_listed_output_without_binary_data_is_json(server):
+    """As Triton: `binary_data_output` is for the outputs not listed; a listed
+    output without its own `binary_data` comes back as JSON."""
+    doc = {
+        "parameters": {"binary_data_output": True},
+        "inputs": [
+            {"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+            for n in ("INPUT0", "INPUT1")
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": {"binary_data": False}},
+            {"name": "OUTPUT1"},
+        ],
+    }
+    status, headers, body = server.request("POST", "/v2/models/simple/infer", json.dumps(doc))
+    assert status == 200, body
+    assert "inference-header-content-length" not in headers
+    outs = {o["name"]: o for o in json.loads(body)["outputs"]}
+    assert outs["OUTPUT0"]["data"] == [2 * i for i in range(16)]
+    assert outs["OUTPUT1"]["data"] == [0] * 16
+
+
+def test_reserved_triton_parameter_is_refused(client):
+    """qa/L0_parameters: request parameters starting with `triton_` are
+    Triton's."""
+    _, _, inputs = simple_inputs(1, binary=True)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("simple", inputs, parameters={"triton_": True, "key2": "value2"})
+    assert_client_error(
+        e.value, 400, "parameter keys starting with 'triton_' are reserved for Triton usage"
+    )
+
+
 # -- raw JSON request, no client library ------------------------------------------
 
 
@@ -330,7 +379,11 @@ def test_raw_binary_request_and_large_binary_tensors(server):
         "POST", "/v2/models/simple/infer", b"\1" * 64,
         {"Inference-Header-Content-Length": "0"},
     )
-    assert status == 400 and b"exactly one input" in body, body
+    assert status == 400, body
+    assert (
+        b"Raw request must only have 1 input (found 1) to be deduced but got 2 inputs "
+        b"in 'simple' model configuration" in body
+    ), body
 
     for count in (1 << 18, 6 << 18):
         a = np.random.default_rng(count).standard_normal(count, dtype=np.float32)

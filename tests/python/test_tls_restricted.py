@@ -290,9 +290,9 @@ def test_grpc_restricted_protocol(restricted_server):
           "{c}/server.key"], "failed to read the server certificate"),
         (["--grpc-use-ssl", "--grpc-server-cert", "{c}/server.key", "--grpc-server-key",
           "{c}/server.key"], "invalid server certificate"),
-        (["--http-restricted-api", "bogus:k=v"], "unknown API 'bogus'"),
+        (["--http-restricted-api", "bogus:k=v"], "unknown restricted api 'bogus'"),
         (["--grpc-restricted-protocol", "health:a=1", "--grpc-restricted-protocol", "health:b=2"],
-         "restricted more than once"),
+         "restricted protocol 'health' can not be specified in multiple config groups"),
     ],
 )
 def test_start_up_refusals(repo, certs, args, message):

@@ -57,8 +57,15 @@ pub struct Restrictions {
 
 impl Restrictions {
     /// Parses the flag values (`<apis>:<key>=<value>`, apis separated by
-    /// commas); `flag` names the flag in errors.
+    /// commas); `flag` names the flag in errors. An unknown group or one
+    /// named twice is refused in Triton's words, which call a group an
+    /// `api` on HTTP and a `protocol` on gRPC.
     pub fn parse(values: &[String], flag: &str) -> std::result::Result<Self, String> {
+        let kind = if flag.contains("grpc") {
+            "protocol"
+        } else {
+            "api"
+        };
         let mut rules: Vec<(Api, String, String)> = Vec::new();
         for value in values {
             let (apis, pair) = value
@@ -82,12 +89,14 @@ impl Restrictions {
                     .map(|(_, a)| *a)
                     .ok_or_else(|| {
                         format!(
-                            "{flag}: unknown API '{name}', expected one of {}",
+                            "unknown restricted {kind} '{name}' ({flag}: expected one of {})",
                             Api::ALL.map(|(n, _)| n).join(", ")
                         )
                     })?;
                 if rules.iter().any(|(a, _, _)| *a == api) {
-                    return Err(format!("{flag}: API '{name}' is restricted more than once"));
+                    return Err(format!(
+                        "restricted {kind} '{name}' can not be specified in multiple config groups ({flag})"
+                    ));
                 }
                 rules.push((api, key.to_ascii_lowercase(), val.to_string()));
             }
@@ -281,8 +290,29 @@ mod tests {
                 "{bad} should be refused"
             );
         }
-        let twice = Restrictions::parse(&["health:a=1".into(), "health:b=2".into()], "--f");
-        assert!(twice.unwrap_err().contains("more than once"));
+        // qa/L0_http and qa/L0_grpc grep the server's output for these.
+        let twice = |flag| {
+            Restrictions::parse(
+                &[
+                    "model-repository,health:k1=v1".into(),
+                    "metadata,health:k2=v2".into(),
+                ],
+                flag,
+            )
+            .unwrap_err()
+        };
+        assert!(twice("--http-restricted-api")
+            .starts_with("restricted api 'health' can not be specified in multiple config groups"));
+        assert!(twice("--grpc-restricted-protocol").starts_with(
+            "restricted protocol 'health' can not be specified in multiple config groups"
+        ));
+        let unknown =
+            |flag| Restrictions::parse(&["model-reposit,health:k1=v1".into()], flag).unwrap_err();
+        assert!(
+            unknown("--http-restricted-api").starts_with("unknown restricted api 'model-reposit'")
+        );
+        assert!(unknown("--grpc-restricted-protocol")
+            .starts_with("unknown restricted protocol 'model-reposit'"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn bad(message: impl Into<String>) -> Error {
 /// A gRPC inference request → an engine request (Triton's
 /// `InferGRPCToInput` checks and messages).
 pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
+    reserved_params(&req.parameters)?;
     let model = req.model_name;
     let using_raw = !req.raw_input_contents.is_empty();
     let raw_given = req.raw_input_contents.len();
@@ -127,6 +128,29 @@ pub fn infer_request(req: ModelInferRequest) -> Result<InferRequest> {
         parameters: backend_params(&req.parameters),
         trace_context: None,
     })
+}
+
+/// The request parameters Triton keeps for itself (`triton_` keys), as its
+/// gRPC frontend checks them: only `triton_enable_empty_final_response`,
+/// a `bool_param`.
+fn reserved_params(params: &std::collections::HashMap<String, InferParameter>) -> Result<()> {
+    const ALLOWED: &str = "triton_enable_empty_final_response";
+    for (key, value) in params {
+        if !key.starts_with("triton_") {
+            continue;
+        }
+        if key != ALLOWED {
+            return Err(bad(format!(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: {ALLOWED}"
+            )));
+        }
+        if !matches!(value.parameter_choice, Some(ParameterChoice::BoolParam(_))) {
+            return Err(bad(format!(
+                "invalid value type for '{key}' parameter, expected bool_param."
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The request parameters that are not Triton's own, as JSON values.
@@ -425,6 +449,44 @@ mod tests {
         InferInputTensor, InferRequestedOutputTensor,
     };
     use crate::core::protocol::pb::inference::InferParameter;
+
+    /// qa/L0_parameters: `triton_` keys are Triton's own; only
+    /// `triton_enable_empty_final_response` (a bool) may be sent.
+    #[test]
+    fn reserved_triton_parameters_are_refused() {
+        let with = |key: &str, choice: ParameterChoice| ModelInferRequest {
+            model_name: "m".into(),
+            parameters: [(
+                key.to_string(),
+                InferParameter {
+                    parameter_choice: Some(choice),
+                },
+            )]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let e = infer_request(with("triton_", ParameterChoice::BoolParam(true))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response"
+        );
+        let e = infer_request(with(
+            "triton_enable_empty_final_response",
+            ParameterChoice::Int64Param(1),
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param."
+        );
+        assert!(infer_request(with(
+            "triton_enable_empty_final_response",
+            ParameterChoice::BoolParam(true)
+        ))
+        .is_ok());
+        assert!(infer_request(with("key2", ParameterChoice::StringParam("v".into()))).is_ok());
+    }
 
     #[test]
     fn typed_and_raw_contents() {

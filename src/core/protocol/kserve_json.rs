@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::core::config::ModelConfig;
-use crate::core::error::{Error, Result};
+use crate::core::error::{request_prefix, Error, Result};
 use crate::core::types::element::{elements, Element, ElementFn, Scalar};
 use crate::core::types::{
     element_count, DataType, InferRequest, InferResponse, RequestedOutput, SequenceId,
@@ -17,9 +17,11 @@ use crate::core::types::{
 /// How the client wants each output back.
 #[derive(Debug, Clone, Default)]
 pub struct OutputFormat {
-    /// `binary_data_output` request parameter: the default for outputs.
+    /// `binary_data_output` request parameter: the default for the
+    /// outputs the request does not list.
     pub binary_default: bool,
-    /// Per-output `binary_data` parameter.
+    /// Each listed output's `binary_data` parameter (false when it has
+    /// none, as in Triton).
     pub binary: BTreeMap<String, bool>,
     /// Outputs written to shared memory (no data in the response).
     pub shm: BTreeMap<String, ShmRef>,
@@ -154,6 +156,11 @@ fn parse_parts(
             }
         }
         sequence = sequence_params(params)?;
+        if params.keys().any(|k| k.starts_with("triton_")) {
+            return Err(bad(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+            ));
+        }
         parameters = params
             .iter()
             .filter(|(k, _)| !crate::core::types::reserved_parameter(k))
@@ -223,6 +230,9 @@ fn parse_parts(
                     classification = Some(n as usize);
                 }
             }
+            // As Triton: an output listed without its own `binary_data` is
+            // JSON; `binary_data_output` is for the outputs not listed.
+            format.binary.entry(name.clone()).or_insert(false);
             outputs.push(RequestedOutput {
                 name,
                 classification,
@@ -524,38 +534,41 @@ pub(crate) fn flat_elements(v: &Value) -> Vec<&Value> {
     out
 }
 
-/// A raw request: the body is the data of the model's only input, batch 1.
+/// A raw request: the body is the data of the model's only input, batch 1
+/// (Triton's `InferenceRequest::Normalize` deduction, with its messages).
 fn raw_request(mut body: Binary<'_>, config: &ModelConfig) -> Result<(InferRequest, OutputFormat)> {
+    let lr = request_prefix("");
     let [input] = config.input.as_slice() else {
         return Err(bad(format!(
-            "raw binary request requires the model to have exactly one input, model '{}' has {}",
-            config.name,
-            config.input.len()
+            "{lr}Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+            config.input.len(),
+            config.name
         )));
     };
     let dt = DataType::from_config(input.data_type).ok_or_else(|| bad("invalid input datatype"))?;
     let mut shape = input.dims.clone();
+    let variable = shape.iter().filter(|&&d| d == -1).count();
+    if variable > 1 {
+        return Err(bad(format!(
+            "{lr}The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
+            input.name
+        )));
+    }
     let (data, shape) = match dt.size() {
         None => {
-            if shape != [1] && shape != [-1] {
-                return Err(bad(
-                    "raw binary request of BYTES input requires the input shape [1]",
-                ));
-            }
-            let len = body.len();
-            (
-                Tensor::serialize_bytes([body.take(len).as_slice()]),
-                vec![1],
-            )
-        }
-        Some(size) => {
-            let variable = shape.iter().filter(|&&d| d == -1).count();
-            if variable > 1 {
+            // One element: no -1 and the dims multiply to 1 (checked, as
+            // dims may be huge).
+            let one = shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)) == Some(1);
+            if variable != 0 || !one {
                 return Err(bad(format!(
-                    "raw binary request for input '{}' needs at most one variable dimension",
+                    "{lr}For BYTE datatype raw input '{}', the model must have input shape [1]",
                     input.name
                 )));
             }
+            let len = body.len();
+            (Tensor::serialize_bytes([body.take(len).as_slice()]), shape)
+        }
+        Some(size) => {
             // None: the fixed dims multiply past i64, more than any body holds.
             let fixed = shape
                 .iter()
@@ -623,6 +636,9 @@ pub fn build_response(
             );
             tail.push(bytes::Bytes::from(t.data));
         } else {
+            if t.datatype == DataType::Bytes {
+                utf8_elements(&t)?;
+            }
             out.insert("data".into(), json_values(&t)?);
         }
         outputs.push(Value::Object(out));
@@ -642,6 +658,22 @@ pub fn build_response(
     pieces.push(bytes::Bytes::from(body));
     pieces.extend(tail.into_iter().filter(|b| !b.is_empty()));
     Ok((pieces, binary.then_some(header)))
+}
+
+/// Refuses a BYTES output asked for as JSON whose elements are not all
+/// UTF-8: a JSON string can not carry them, and replacing them would hand
+/// the client other bytes than the model's. (Triton writes the bytes as
+/// they are, making JSON that its client then refuses to decode.)
+fn utf8_elements(t: &Tensor) -> Result<()> {
+    for e in Tensor::bytes_elements(&t.data)? {
+        if std::str::from_utf8(e).is_err() {
+            return Err(bad(format!(
+                "output '{}' holds BYTES that are not valid UTF-8, which JSON can not carry: request it with the 'binary_data' parameter true",
+                t.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A tensor's elements as a flat JSON array (BYTES as lossy UTF-8 strings,
@@ -724,6 +756,118 @@ mod tests {
         let (req, fmt) = parse_request(&data, Some(0), &config()).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(fmt.binary_default);
+    }
+
+    #[test]
+    fn bytes_outputs_that_are_not_utf8_are_refused_as_json() {
+        let resp = |data: &[&[u8]]| InferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            outputs: vec![Tensor {
+                name: "OUT".into(),
+                datatype: DataType::Bytes,
+                shape: vec![data.len() as i64],
+                data: Tensor::serialize_bytes(data.iter().copied()),
+            }],
+        };
+        let bad = resp(&[b"ok", b"\xff\xfe"]);
+        let e = build_response(bad.clone(), &OutputFormat::default()).unwrap_err();
+        assert!(e.message.contains("output 'OUT'"), "{}", e.message);
+        assert!(e.message.contains("not valid UTF-8"), "{}", e.message);
+        let binary = OutputFormat {
+            binary_default: true,
+            ..Default::default()
+        };
+        assert!(build_response(bad, &binary).is_ok());
+        let (pieces, _) =
+            build_response(resp(&["é".as_bytes()]), &OutputFormat::default()).unwrap();
+        let doc: Value = serde_json::from_slice(&pieces[0]).unwrap();
+        assert_eq!(doc["outputs"][0]["data"], json!(["é"]));
+    }
+
+    /// qa/L0_parameters: keys starting with `triton_` are Triton's own.
+    #[test]
+    fn reserved_triton_parameters_are_refused() {
+        let body = br#"{"parameters":{"triton_":true,"key2":"value2"},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let e = parse_request(body, None, &config()).unwrap_err();
+        assert_eq!(
+            e.message,
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+        );
+        let body = br#"{"parameters":{"triton":true,"key2":"value2"},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let (req, _) = parse_request(body, None, &config()).unwrap();
+        assert_eq!(req.parameters["triton"], json!(true));
+    }
+
+    /// Triton's rule (`http_server.cc`): an output the request lists is
+    /// binary only when its own `binary_data` says so; `binary_data_output`
+    /// is for the outputs it does not list.
+    #[test]
+    fn listed_outputs_without_binary_data_are_json() {
+        let body = br#"{"parameters":{"binary_data_output":true},
+            "inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}],
+            "outputs":[{"name":"B","parameters":{"binary_data":false}},{"name":"C"},
+                       {"name":"D","parameters":{"binary_data":true}}]}"#;
+        let (_, fmt) = parse_request(body, None, &config()).unwrap();
+        assert!(!fmt.is_binary("B"));
+        assert!(!fmt.is_binary("C"));
+        assert!(fmt.is_binary("D"));
+        assert!(fmt.is_binary("not-listed"));
+        let body = br#"{"inputs":[{"name":"A","datatype":"INT32","shape":[1,1],"data":[1]}]}"#;
+        let (_, fmt) = parse_request(body, None, &config()).unwrap();
+        assert!(!fmt.is_binary("B"));
+    }
+
+    /// Triton's words (core `InferenceRequest::Normalize`), as
+    /// qa/L0_http's raw-request cases match them.
+    #[test]
+    fn raw_requests_are_refused_in_tritons_words() {
+        let cfg = |inputs: &str| {
+            crate::core::config::parse_config(
+                format!(
+                    r#"name: "r" max_batch_size: 8 input [ {inputs} ]
+                    output [ {{ name: "O" data_type: TYPE_INT32 dims: [ -1 ] }} ]"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+            .config
+        };
+        let refused = |inputs: &str| {
+            parse_request(b"427", Some(0), &cfg(inputs))
+                .unwrap_err()
+                .message
+        };
+        assert_eq!(
+            refused(
+                r#"{ name: "A" data_type: TYPE_INT32 dims: [ 1 ] },
+                   { name: "B" data_type: TYPE_INT32 dims: [ 1 ] },
+                   { name: "C" data_type: TYPE_INT32 dims: [ 1 ] }"#
+            ),
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'r' model configuration"
+        );
+        assert_eq!(
+            refused(r#"{ name: "A" data_type: TYPE_INT32 dims: [ -1, -1 ] }"#),
+            "[request id: <id_unknown>] The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension"
+        );
+        for dims in ["-1", "2", "1, -1", "1, 2"] {
+            assert_eq!(
+                refused(&format!(r#"{{ name: "A" data_type: TYPE_STRING dims: [ {dims} ] }}"#)),
+                "[request id: <id_unknown>] For BYTE datatype raw input 'A', the model must have input shape [1]",
+                "dims [{dims}]"
+            );
+        }
+        for dims in ["1", "1, 1"] {
+            let inputs = format!(r#"{{ name: "A" data_type: TYPE_STRING dims: [ {dims} ] }}"#);
+            let (req, _) = parse_request(b"427", Some(0), &cfg(&inputs)).unwrap();
+            let mut shape = vec![1];
+            shape.extend(std::iter::repeat_n(1, dims.split(',').count()));
+            assert_eq!(req.inputs[0].shape, shape);
+            assert_eq!(req.inputs[0].data, Tensor::serialize_bytes([&b"427"[..]]));
+        }
     }
 
     #[test]

@@ -203,11 +203,14 @@ impl TraceSettings {
                     continue;
                 }
                 "level" => {
+                    let v = command_line_level(v)?;
                     levels.retain(|l| l != "OFF");
                     if v == "OFF" {
                         levels.clear();
                     }
-                    levels.push(v.to_string());
+                    if !levels.iter().any(|l| l == v) {
+                        levels.push(v.to_string());
+                    }
                     settings.apply(
                         &BTreeMap::from([("trace_level".to_string(), Some(levels.clone()))]),
                         &TraceSettings::default(),
@@ -415,6 +418,21 @@ pub struct Tracer {
     otel: Option<otel::Otel>,
 }
 
+/// A level as Triton's command line takes it (`ParseTraceLevelOption`):
+/// any case; `false`/`off`, `true`/`on`/`min`/`max`/`timestamps` (the
+/// legacy names mean TIMESTAMPS), `tensors`; as the trace API's name.
+fn command_line_level(value: &str) -> Result<&'static str> {
+    let lower = value.to_ascii_lowercase();
+    match lower.as_str() {
+        "false" | "off" => Ok("OFF"),
+        "true" | "on" | "min" | "max" | "timestamps" => Ok("TIMESTAMPS"),
+        "tensors" => Ok("TENSORS"),
+        _ => Err(Error::invalid_arg(format!(
+            "invalid value for trace level option: {lower}"
+        ))),
+    }
+}
+
 fn check_mode(mode: &str) -> Result<()> {
     if mode.eq_ignore_ascii_case("triton") || mode.eq_ignore_ascii_case("opentelemetry") {
         return Ok(());
@@ -605,6 +623,27 @@ mod tests {
 
     fn set(key: &str, value: Option<&str>) -> BTreeMap<String, Option<Vec<String>>> {
         BTreeMap::from([(key.to_string(), value.map(|v| vec![v.to_string()]))])
+    }
+
+    /// Triton's command line takes the legacy MIN and MAX (qa/L0_batcher
+    /// starts servers with `--trace-level=MIN`) and any case.
+    #[test]
+    fn command_line_levels_take_tritons_legacy_names() {
+        let levels = |given: &[&str]| {
+            let values: Vec<String> = given.iter().map(|l| format!("level={l}")).collect();
+            TraceSettings::from_config(&values).map(|s| s.level)
+        };
+        assert_eq!(levels(&["MIN"]).unwrap(), ["TIMESTAMPS"]);
+        assert_eq!(levels(&["MAX"]).unwrap(), ["TIMESTAMPS"]);
+        assert_eq!(
+            levels(&["min", "tensors"]).unwrap(),
+            ["TIMESTAMPS", "TENSORS"]
+        );
+        assert_eq!(levels(&["TIMESTAMPS", "false"]).unwrap(), ["OFF"]);
+        assert_eq!(
+            levels(&["MEDIUM"]).unwrap_err().message,
+            "invalid value for trace level option: medium"
+        );
     }
 
     #[test]

@@ -16,13 +16,17 @@ use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::types::Tensor;
 
+/// The datatype and dims (batch dimension excluded) of the zeros an
+/// optional input's output gets when the input is left out.
+type Zeros = (crate::core::types::DataType, Vec<i64>);
+
 pub struct IdentityInstance {
     /// Output names; output *i* copies input *i*.
     outputs: Vec<String>,
     /// The config's inputs: name, and for an optional one the datatype and
     /// dims of the zeros its output gets when a request leaves it out (as
     /// Triton's identity backend answers).
-    inputs: Vec<(String, Option<(crate::core::types::DataType, Vec<i64>)>)>,
+    inputs: Vec<(String, Option<Zeros>)>,
     batching: bool,
     /// Sleep per execution.
     delay: std::time::Duration,

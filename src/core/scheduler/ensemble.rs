@@ -223,7 +223,7 @@ fn reshaped(mut t: Tensor, from: &[i64], to: &[i64], batching: bool) -> Result<T
 /// fitted to the model's batching (`fit_dims`), inputs with no data left
 /// out. Returns the request's batch size as Triton records it for the
 /// step's outputs (0 for a model without batching).
-fn fit_step_inputs(config: &ModelConfig, inputs: &mut Vec<(Tensor, usize)>) -> usize {
+fn fit_step_inputs(config: &ModelConfig, inputs: &mut [(Tensor, usize)]) -> usize {
     let batching = config.max_batch_size > 0;
     for (t, source_batch) in inputs.iter_mut() {
         if let Some(spec) = config.input.iter().find(|i| i.name == t.name) {

@@ -179,7 +179,7 @@ def test_a_bad_trace_config_flag_stops_the_server(tmp_path):
     for flag, fragment in [
         ("opentelemetry,file=x", "--trace-config opentelemetry,file: unknown setting"),
         ("mode=zipkin", "invalid value for trace mode option: zipkin"),
-        ("level=LOUD", "trace_level"),
+        ("level=LOUD", "invalid value for trace level option: loud"),
         ("speed=3", "unknown setting 'speed'"),
     ]:
         out = subprocess.run(

@@ -698,11 +698,13 @@ def test_ensemble_restart_and_errors(clients, protocol):
     assert ens(3) == 5
     assert ens(10, start=True) == 10
     assert ens(1, end=True) == 11
-    # The composing model's errors come back through the ensemble.
+    # The composing model's errors come back through the ensemble, with
+    # Triton's "in ensemble 'E', " before them.
+    prefix = "in ensemble 'acc_ensemble', "
     e = infer_error(client, protocol, "acc_ensemble", 1, seqid=seqid)
-    expect_error(protocol, e, no_start_error(seqid, "simple_accumulator"))
+    expect_error(protocol, e, prefix + no_start_error(seqid, "simple_accumulator"))
     e = infer_error(client, protocol, "acc_ensemble", 1)
-    expect_error(protocol, e, no_id_error("simple_accumulator"))
+    expect_error(protocol, e, prefix + no_id_error("simple_accumulator"))
 
 
 def test_ensemble_and_direct_requests_share_sequence_state(clients):

@@ -96,7 +96,29 @@ pub fn thread_name(name: &str) -> String {
 }
 
 /// How to create one instance (called on the instance's own thread).
-pub type Loader = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
+pub type Load = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
+
+/// Where an instance of a pool comes from.
+pub enum Loader {
+    /// Loaded (and warmed up) on its thread.
+    Fresh(Load),
+    /// An instance of the pool this one replaces (`InstancePool::hand_over`),
+    /// which arrives when that pool's thread for it ends: a reload that
+    /// changes only the instance groups keeps the instances it still has.
+    /// Counted ready at once; its thread takes work once it arrives.
+    Handed(mpsc::Receiver<Box<dyn InstanceExec>>),
+}
+
+impl Loader {
+    /// A fresh instance made by `load`.
+    pub fn fresh(load: impl FnOnce() -> Result<Box<dyn InstanceExec>> + Send + 'static) -> Self {
+        Loader::Fresh(Box::new(load))
+    }
+}
+
+/// Per instance thread: where its instance goes when the thread ends (the
+/// pool that replaces this one), else it is dropped there.
+type Successors = Arc<std::sync::Mutex<Vec<Option<mpsc::Sender<Box<dyn InstanceExec>>>>>>;
 
 /// Where the instance threads take their work from instead of the pool's
 /// queue: a scheduler that forms the work on the taking thread (the
@@ -126,6 +148,11 @@ pub struct InstancePool {
     inline: Option<std::sync::Mutex<Box<dyn InstanceExec>>>,
     /// Where the instances take their work, if not from `queue`.
     source: Option<Arc<dyn WorkSource>>,
+    /// Instances promised to the pool that replaces this one.
+    successors: Successors,
+    /// Set when the pool goes: a thread still waiting for a handed-over
+    /// instance gives up.
+    closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl InstancePool {
@@ -146,6 +173,10 @@ impl InstancePool {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let mut threads = Vec::new();
         let count = loaders.len();
+        let successors: Successors = Arc::new(std::sync::Mutex::new(
+            std::iter::repeat_with(|| None).take(count).collect(),
+        ));
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut claims = claims.into_iter();
         for (i, loader) in loaders.into_iter().enumerate() {
             let claim = claims.next().flatten();
@@ -153,6 +184,8 @@ impl InstancePool {
             let ready = ready_tx.clone();
             let name = thread_name(&format!("trtis:{label}:{i}"));
             let from_source = source.clone();
+            let successors = Arc::clone(&successors);
+            let closing = Arc::clone(&closing);
             let handle = std::thread::Builder::new()
                 .name(name)
                 .spawn(move || {
@@ -160,7 +193,14 @@ impl InstancePool {
                         Some(source) => TakeFrom::Source(source.as_ref(), i),
                         None => TakeFrom::Queue(&queue, i),
                     };
-                    run_instance(loader, claim, from, ready)
+                    if let Some(instance) = run_instance(loader, claim, from, ready, &closing) {
+                        let next = successors.lock().unwrap_or_else(|p| p.into_inner())[i].take();
+                        if let Some(next) = next {
+                            // The replacing pool's thread waits for it; if
+                            // that pool is gone already, it is dropped here.
+                            let _ = next.send(instance);
+                        }
+                    }
                 })
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
             threads.push(handle);
@@ -172,6 +212,8 @@ impl InstancePool {
             label: label.to_string(),
             inline: None,
             source,
+            successors,
+            closing,
         };
         for _ in 0..count {
             match ready_rx.recv() {
@@ -186,6 +228,19 @@ impl InstancePool {
     /// How many instances the pool runs.
     pub fn instances(&self) -> usize {
         self.threads.len()
+    }
+
+    /// Promises instance `i` to a pool that replaces this one: when this
+    /// pool goes (its queue closed and drained), that instance thread hands
+    /// its instance to the returned receiver instead of dropping it. Pass
+    /// it as `Loader::Handed` to the new pool.
+    pub fn hand_over(&self, i: usize) -> Option<mpsc::Receiver<Box<dyn InstanceExec>>> {
+        let mut successors = self.successors.lock().unwrap_or_else(|p| p.into_inner());
+        // (A promise made before, to a pool that failed to start, is void.)
+        let slot = successors.get_mut(i)?;
+        let (tx, rx) = mpsc::channel();
+        *slot = Some(tx);
+        Some(rx)
     }
 
     /// Runs work given to `submit_direct` on the submitting thread with
@@ -246,6 +301,8 @@ impl InstancePool {
 
 impl Drop for InstancePool {
     fn drop(&mut self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         // Closing the queue ends each thread after the work already queued.
         self.queue.close();
         if let Some(source) = &self.source {
@@ -333,37 +390,70 @@ impl TakeFrom<'_> {
     }
 }
 
+/// Runs one instance until its work ends; returns the instance (for the
+/// pool that replaces this one), None when it never loaded.
 fn run_instance(
     loader: Loader,
     claim: Option<Claim>,
     from: TakeFrom<'_>,
     ready: mpsc::Sender<Result<()>>,
-) {
-    let loaded = guarded("loading", loader);
-    let mut instance = match loaded {
-        Ok(instance) => {
+    closing: &std::sync::atomic::AtomicBool,
+) -> Option<Box<dyn InstanceExec>> {
+    let mut instance = match loader {
+        Loader::Fresh(load) => match guarded("loading", load) {
+            Ok(instance) => {
+                let _ = ready.send(Ok(()));
+                instance
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return None;
+            }
+        },
+        Loader::Handed(from_before) => {
             let _ = ready.send(Ok(()));
-            instance
-        }
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
+            loop {
+                match from_before.recv_timeout(Duration::from_millis(20)) {
+                    Ok(instance) => break instance,
+                    // This pool went before the instance came (its start
+                    // failed, or it was unloaded at once).
+                    Err(mpsc::RecvTimeoutError::Timeout)
+                        if closing.load(std::sync::atomic::Ordering::SeqCst) =>
+                    {
+                        return None
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        crate::core::logging::log(
+                            'E',
+                            "an instance kept across a reload was lost (its thread ended without it); the model runs with one instance fewer",
+                        );
+                        return None;
+                    }
+                }
+            }
         }
     };
     drop(ready);
     if let TakeFrom::Queue(queue, taker) = from {
         if claim.is_none() && instance.pipeline().is_some() {
             if let Ok(wake) = Wake::new() {
-                if let Some(pipe) = instance.pipeline() {
-                    run_pipelined(pipe, queue, taker, Arc::new(wake));
-                    return;
+                let ran = match instance.pipeline() {
+                    Some(pipe) => {
+                        run_pipelined(pipe, queue, taker, Arc::new(wake));
+                        true
+                    }
+                    None => false,
+                };
+                if ran {
+                    return Some(instance);
                 }
             }
         }
     }
     loop {
         let Some(mut work) = from.take() else {
-            return;
+            return Some(instance);
         };
         leave_queue(&mut work.pending);
         if work.reply.is_closed() {
@@ -651,8 +741,8 @@ mod tests {
     fn submit_direct_runs_an_inline_instance_on_the_callers_thread() {
         let threads = Arc::new(Mutex::new(Vec::new()));
         let on_pool = Arc::clone(&threads);
-        let loader: Loader =
-            Box::new(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
+        let loader =
+            Loader::fresh(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
         let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         // Without an inline instance: the instance thread runs it.
@@ -680,8 +770,8 @@ mod tests {
     fn a_request_cancelled_before_its_execution_is_not_run() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let recorder = Arc::clone(&seen);
-        let loader: Loader =
-            Box::new(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
+        let loader =
+            Loader::fresh(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
         let pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         let (live, cancelled) = (CancelToken::new(), CancelToken::new());

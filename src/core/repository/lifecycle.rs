@@ -318,12 +318,25 @@ impl ModelManager {
             self.entry_failed(id, &e.message);
         })?;
 
+        // A version loaded now whose config differs only in its instance
+        // groups, from the same files, keeps its instances (Triton's
+        // instance update: only the difference is created or removed).
+        let files = files_fingerprint(&model.dir.path);
+        let previous: BTreeMap<i64, Arc<LoadedModel>> = model
+            .versions
+            .iter()
+            .filter_map(|&v| self.get_id(id, Some(v)).ok().map(|m| (v, m)))
+            .filter(|(_, m)| m.files == files && only_instances_differ(&m.config, &config))
+            .collect();
         let mut failures = Vec::new();
         let mut loaded = BTreeMap::new();
         for &version in &model.versions {
             self.set_state(id, version, ModelState::Loading, "");
-            match self.load_version_retrying(id, version, &model.dir.path, &config, &labels) {
-                Ok(m) => {
+            let before = previous.get(&version).map(Arc::as_ref);
+            match self.load_version_retrying(id, version, &model.dir.path, &config, &labels, before)
+            {
+                Ok(mut m) => {
+                    m.files = files;
                     loaded.insert(version, Arc::new(m));
                 }
                 Err(e) => {
@@ -379,11 +392,12 @@ impl ModelManager {
         dir: &Path,
         config: &crate::core::config::ModelConfig,
         labels: &BTreeMap<String, Vec<String>>,
+        previous: Option<&LoadedModel>,
     ) -> Result<LoadedModel> {
         let name = &id.name;
         let mut attempt = 0;
         loop {
-            match load_version(&self.opts, id, version, dir, config, labels) {
+            match load_version(&self.opts, id, version, dir, config, labels, previous) {
                 Err(e) if attempt < self.opts.load_retries => {
                     attempt += 1;
                     crate::core::logging::log(
@@ -706,11 +720,36 @@ impl ModelManager {
 
 /// A hash of every path, size and modification time under `dir`.
 fn fingerprint(dir: &std::path::Path) -> u64 {
+    fingerprint_but(dir, None)
+}
+
+/// The fingerprint of a model's files without its `config.pbtxt`.
+fn files_fingerprint(dir: &std::path::Path) -> u64 {
+    fingerprint_but(dir, Some(super::layout::CONFIG_FILE))
+}
+
+/// Whether two configs of a model differ in nothing but their instance
+/// groups (a reload that then keeps the instances).
+fn only_instances_differ(
+    old: &crate::core::config::ModelConfig,
+    new: &crate::core::config::ModelConfig,
+) -> bool {
+    let strip = |c: &crate::core::config::ModelConfig| crate::core::config::ModelConfig {
+        instance_group: Vec::new(),
+        ..c.clone()
+    };
+    strip(old) == strip(new)
+}
+
+/// Names, sizes and times of the files under `dir` (4 levels), hashed;
+/// `skip` a top-level file left out.
+fn fingerprint_but(dir: &std::path::Path, skip: Option<&str>) -> u64 {
     use std::hash::{Hash, Hasher};
     fn walk(
         dir: &std::path::Path,
         h: &mut std::collections::hash_map::DefaultHasher,
         depth: usize,
+        skip: Option<&str>,
     ) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -718,6 +757,9 @@ fn fingerprint(dir: &std::path::Path) -> u64 {
         let mut entries: Vec<_> = entries.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
+            if depth == 0 && skip.is_some_and(|s| e.file_name() == s) {
+                continue;
+            }
             e.file_name().hash(h);
             if let Ok(meta) = e.metadata() {
                 meta.len().hash(h);
@@ -725,13 +767,13 @@ fn fingerprint(dir: &std::path::Path) -> u64 {
                     t.hash(h);
                 }
                 if meta.is_dir() && depth < 4 {
-                    walk(&e.path(), h, depth + 1);
+                    walk(&e.path(), h, depth + 1, None);
                 }
             }
         }
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    walk(dir, &mut h, 0);
+    walk(dir, &mut h, 0, skip);
     h.finish()
 }
 

@@ -13,8 +13,10 @@ use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;
 use crate::core::config::autocomplete::{self, ModelTensor};
 use crate::core::config::normalize::ENSEMBLE_PLATFORM;
+use crate::core::config::pb::ModelRateLimiter;
 use crate::core::config::validate::{validate, ValidateContext};
 use crate::core::config::{ModelConfig, Severity};
+use crate::core::device::{Device, Placement};
 use crate::core::error::{Error, Result};
 use crate::core::instance::{InstancePool, Loader};
 use crate::core::scheduler::{EnsembleScheduler, Scheduler, SeqSettings};
@@ -51,6 +53,11 @@ pub struct LoadedModel {
     pub batch_io: BatchIo,
     /// What it serves of the OpenAI API (its `openai_*` parameters).
     pub openai: Option<Arc<crate::core::openai::OpenAiModel>>,
+    /// Its instances (None for an ensemble), for a reload that keeps them.
+    pub pool: Option<std::sync::Weak<InstancePool>>,
+    /// The fingerprint of its model directory without `config.pbtxt`: a
+    /// reload keeps the instances only while the model's files are these.
+    pub files: u64,
 }
 
 impl LoadedModel {
@@ -173,6 +180,52 @@ fn tensorflow_io(_: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, Ve
     )))
 }
 
+/// What an instance is kept by across a reload that changes only the
+/// instance groups (Triton's instance signature): where it runs and what
+/// the rate limiter grants it; its name may change.
+fn signature(config: &ModelConfig, p: &Placement) -> (Device, Option<ModelRateLimiter>) {
+    let group = &config.instance_group[p.group];
+    (p.device, group.rate_limiter.clone())
+}
+
+/// Where each new instance comes from: one of `previous`'s of the same
+/// signature while it has one left (Triton's instance update: only the
+/// difference is created or removed), else loaded fresh.
+fn kept_instances(
+    opts: &ManagerOptions,
+    config: &ModelConfig,
+    placements: &[Placement],
+    previous: Option<&LoadedModel>,
+) -> Vec<Option<std::sync::mpsc::Receiver<Box<dyn crate::core::backend::InstanceExec>>>> {
+    let mut kept: Vec<_> = placements.iter().map(|_| None).collect();
+    let Some(previous) = previous else {
+        return kept;
+    };
+    let (Some(pool), Ok(old)) = (
+        previous.pool.as_ref().and_then(std::sync::Weak::upgrade),
+        crate::core::device::place(&previous.config, opts.gpus),
+    ) else {
+        return kept;
+    };
+    let mut taken = vec![false; old.len()];
+    for (slot, p) in kept.iter_mut().zip(placements) {
+        let want = signature(config, p);
+        let found = old
+            .iter()
+            .enumerate()
+            .find(|(i, o)| !taken[*i] && signature(&previous.config, o) == want);
+        if let Some((i, _)) = found {
+            taken[i] = true;
+            *slot = pool.hand_over(i);
+        }
+    }
+    kept
+}
+
+/// Loads one version of a model. With `previous` (the same version loaded
+/// now, whose config differs from this one only in its instance groups and
+/// whose files are the same), the instances it has that this one still
+/// needs move over instead of loading again, and its statistics carry on.
 pub(super) fn load_version(
     opts: &ManagerOptions,
     id: &ModelId,
@@ -180,9 +233,13 @@ pub(super) fn load_version(
     model_dir: &Path,
     config: &ModelConfig,
     labels: &BTreeMap<String, Vec<String>>,
+    previous: Option<&LoadedModel>,
 ) -> Result<LoadedModel> {
     let latency = crate::core::latency_metrics::LatencyMetrics::for_model(&opts.metrics, config);
-    let stats = Arc::new(ModelStats::with_latency(latency));
+    let stats = match previous {
+        Some(p) => Arc::clone(&p.stats),
+        None => Arc::new(ModelStats::with_latency(latency)),
+    };
     let name = id.name.as_str();
     let openai = crate::core::openai::OpenAiModel::from_config(config, model_dir)
         .map_err(|e| Error::invalid_arg(format!("model '{name}': {}", e.message)))?
@@ -203,6 +260,8 @@ pub(super) fn load_version(
             labels: labels.clone(),
             batch_io: Default::default(),
             openai,
+            pool: None,
+            files: 0,
         });
     }
     // nv_model_load_duration_secs: the backend model and its instances
@@ -221,7 +280,8 @@ pub(super) fn load_version(
     let io = BatchIo::from_config(config);
     let mut loaders: Vec<Loader> = Vec::new();
     let mut claims = Vec::new();
-    for placement in placements {
+    let kept = kept_instances(opts, config, &placements, previous);
+    for (placement, kept) in placements.into_iter().zip(kept) {
         let group = &config.instance_group[placement.group];
         // What the rate limiter grants this instance before each run
         // (with --rate-limit=execution_count; Triton ignores the
@@ -241,6 +301,10 @@ pub(super) fn load_version(
             ),
             _ => None,
         });
+        if let Some(from_before) = kept {
+            loaders.push(Loader::Handed(from_before));
+            continue;
+        }
         let ctx_config = config.clone();
         let model_dir = model_dir.to_path_buf();
         let version_dir = version_dir.clone();
@@ -251,7 +315,7 @@ pub(super) fn load_version(
         let io = io.clone();
         let options = opts.backend.clone();
         let stats = Arc::clone(&stats);
-        loaders.push(Box::new(move || {
+        loaders.push(Loader::fresh(move || {
             let mut instance = load_instance(&LoadContext {
                 config: &ctx_config,
                 model_dir: &model_dir,
@@ -282,6 +346,7 @@ pub(super) fn load_version(
         )));
     }
     let instances = loaders.len();
+    let pool_handle = std::cell::RefCell::new(None);
     let start_pool = |source| {
         let pool = InstancePool::start(name, loaders, claims, opts.queue_capacity, source);
         release_freed_memory();
@@ -293,7 +358,9 @@ pub(super) fn load_version(
                 pool.run_inline(instance);
             }
         }
-        Ok(Arc::new(pool))
+        let pool = Arc::new(pool);
+        *pool_handle.borrow_mut() = Some(Arc::downgrade(&pool));
+        Ok(pool)
     };
     let scheduler = Scheduler::start(
         config,
@@ -338,6 +405,8 @@ pub(super) fn load_version(
         labels: labels.clone(),
         batch_io: io,
         openai,
+        pool: pool_handle.into_inner(),
+        files: 0,
     })
 }
 

@@ -519,7 +519,7 @@ impl Worker {
         // Its standard error goes on to ours, through a thread that keeps
         // the last lines: they say why a worker that died did.
         command.stderr(Stdio::piped());
-        let mut child = command.spawn().map_err(|e| {
+        let mut child = spawn_from_server_thread(command).map_err(|e| {
             Error::internal(format!(
                 "failed to start the Python interpreter '{}' for model instance '{}': {e} (choose one with --python or TRTIS_PYTHON)",
                 launch.python.display(),
@@ -1181,6 +1181,39 @@ fn scripts_dir() -> Result<PathBuf> {
     })
     .clone()
     .map_err(Error::internal)
+}
+
+/// Starts a worker from one thread that lives as long as the server, not
+/// from the instance's own thread: `PR_SET_PDEATHSIG` kills the child when
+/// the thread that forked it ends, and an instance outlives its thread when
+/// a reload keeps it (`instance::Loader::Handed`). Started on the calling
+/// thread if that thread cannot be had.
+fn spawn_from_server_thread(mut command: Command) -> std::io::Result<Child> {
+    type Job = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("trtis:spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let Some(spawner) = spawner else {
+        return command.spawn();
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    if let Err(std::sync::mpsc::SendError((mut command, _))) = spawner.send((command, reply)) {
+        return command.spawn();
+    }
+    answer
+        .recv()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the worker spawner thread ended")))
 }
 
 #[cfg(test)]

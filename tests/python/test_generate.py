@@ -165,6 +165,14 @@ def test_errors_before_the_model_runs_are_plain_json(server):
          "parameter 'stop' has invalid type. It should be either 'int', 'bool', or 'string'."),
         ("/v2/models/text_generator/generate", b'{"id": 3}', 400, "Unable to parse 'id'"),
         ("/v2/models/text_generator/generate", b'{"text_input": {"a": 1}}', 400, "for input 'text_input'"),
+        # Triton's words for a value of the wrong JSON type, and for a
+        # fault inside the nested `parameters` object.
+        ("/v2/models/text_generator/generate", b'{"text_input": 123}', 400,
+         "attempt to access JSON non-string as string"),
+        ("/v2/models/text_generator/generate", b'{"text_input": {"a": 1}}', 400,
+         "attempt to access JSON non-string as string"),
+        ("/v2/models/text_generator/generate", b'{"text_input": "a", "parameters": {"nested": {"x": 1}}}', 400,
+         "Converting keyword: 'parameters': parameter 'nested' has invalid type."),
         ("/v2/models/text_generator/generate", b'{"text_input": "a", "text_input": "b"}', 400,
          "input 'text_input' already exists in request"),
     ]  # fmt: skip

@@ -86,8 +86,12 @@ pub fn parse_request(body: &[u8], config: &ModelConfig, max_input: usize) -> Res
                 let Value::Object(nested) = value else {
                     return Err(bad("Expected JSON object for keyword: 'parameters'"));
                 };
+                // Triton's words for a failure inside the nested object.
                 for (k, v) in nested {
-                    builder.member(k, v)?;
+                    builder.member(k, v).map_err(|mut e| {
+                        e.message = format!("Converting keyword: 'parameters': {}", e.message);
+                        e
+                    })?;
                 }
             }
             "id" => {
@@ -131,14 +135,16 @@ impl Builder<'_> {
         };
         if let Some(v) = elements.iter().find(|v| v.is_array() || v.is_object()) {
             return Err(bad(format!(
-                "unable to parse '{v}' as {} for input '{key}': a generate input is a scalar or a 1-D array",
-                datatype.name()
+                "unable to parse '{v}' as {} for input '{key}': {} (a generate input is a scalar or a 1-D array)",
+                datatype.name(),
+                json_type_error(datatype)
             )));
         }
         let data = elements_to_bytes(datatype, &elements).map_err(|v| {
             bad(format!(
-                "unable to parse '{v}' as {} for input '{key}'",
-                datatype.name()
+                "unable to parse '{v}' as {} for input '{key}': {}",
+                datatype.name(),
+                json_type_error(datatype)
             ))
         })?;
         let shape = derive_shape(&key, &metadata_dims(self.config, input), elements.len())?;
@@ -176,6 +182,22 @@ impl Builder<'_> {
         };
         self.request.parameters.insert(key, value);
         Ok(())
+    }
+}
+
+/// Triton's words (its JSON reader's) for a JSON value that is not of the
+/// input's type.
+fn json_type_error(datatype: DataType) -> &'static str {
+    match datatype {
+        DataType::Bytes => "attempt to access JSON non-string as string",
+        DataType::Bool => "attempt to access JSON non-boolean as boolean",
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+            "attempt to access JSON non-signed-integer as signed-integer"
+        }
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 | DataType::Uint64 => {
+            "attempt to access JSON non-unsigned-integer as unsigned-integer"
+        }
+        _ => "attempt to access JSON non-number as double",
     }
 }
 

@@ -104,6 +104,7 @@ def test_sampled_requests_are_appended_as_one_valid_array(tclient, trace_dir):
             "COMPUTE_INPUT_END",
             "COMPUTE_OUTPUT_START",
             "COMPUTE_END",
+            "INFER_RESPONSE_COMPLETE",
             "REQUEST_END",
         ]
         ns = [t["ns"] for t in traces[0]["timestamps"]]

@@ -121,6 +121,7 @@ impl Engine {
             armed: true,
         };
         let done = completion.next().await;
+        let answered = Instant::now();
         canceled.armed = false;
         drop(completion);
         let done = done.ok_or_else(|| {
@@ -165,6 +166,7 @@ impl Engine {
                 enqueued,
                 queue: done.queue,
                 compute: (done.input, done.compute, done.output),
+                answered,
             };
             self.record_trace(sampled, &model, &request.id, trace_context.as_ref(), times);
         }
@@ -189,6 +191,9 @@ struct TraceTimes {
         std::time::Duration,
         std::time::Duration,
     ),
+    /// When the (last) response reached the engine, released in order
+    /// where the model preserves it: Triton's INFER_RESPONSE_COMPLETE.
+    answered: Instant,
 }
 
 impl Engine {
@@ -212,6 +217,10 @@ impl Engine {
             ("COMPUTE_INPUT_END", compute_start + input),
             ("COMPUTE_OUTPUT_START", compute_start + input + compute),
             ("COMPUTE_END", compute_start + input + compute + output),
+            (
+                "INFER_RESPONSE_COMPLETE",
+                t.wall_start + (t.answered - t.start),
+            ),
             ("REQUEST_END", t.wall_start + t.start.elapsed()),
         ];
         let version = model.version.to_string();
@@ -318,7 +327,9 @@ impl Engine {
         let mut failed = false;
         // When the first response went (nv_inference_first_response_histogram_ms).
         let mut first = None;
+        let mut answered = Instant::now();
         while let Some(done) = completion.next().await {
+            answered = Instant::now();
             first.get_or_insert_with(|| start.elapsed());
             let timing = (done.queue, (done.input, done.compute, done.output));
             let rejected = done.rejected;
@@ -360,6 +371,7 @@ impl Engine {
                     enqueued,
                     queue,
                     compute,
+                    answered,
                 };
                 self.record_trace(sampled, &model, &request.id, trace_context.as_ref(), times);
             }

@@ -175,7 +175,17 @@ sequence_batching {
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
+# Ragged inputs on the identity backend: each request answered with its own
+# tensors (Triton's L0_batcher test_multi_batch_different_shape_allow_ragged).
+RAGGED = """backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 10000000 }
+"""
+
 MODELS = {
+    "ragged": RAGGED,
     "slow": SLOW,
     "nop_batch": NOP_BATCH,
     "nop_nobatch": NOP_NOBATCH,
@@ -328,6 +338,26 @@ def test_requests_asking_for_different_outputs_batch_together(server, clients):
     np.testing.assert_array_equal(results[1].as_numpy("OUTPUT1"), x[0])
     assert results[1].as_numpy("OUTPUT0") is None
     after = execution_count(h, "two_out", (before[0] + 1, before[1] + 2))
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 2)
+
+
+def test_a_ragged_batch_on_the_identity_backend(server, clients):
+    h = clients["http"]
+    before = execution_count(h, "ragged")
+
+    def one(n):
+        c = httpclient.InferenceServerClient(server.url, network_timeout=30.0)
+        try:
+            return infer(c, "http", "ragged", {"INPUT0": np.arange(n, dtype=np.float32).reshape(1, n)})
+        finally:
+            c.close()
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, [16, 8], timeout=30))
+    for n, r in zip([16, 8], results):
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.arange(n, dtype=np.float32).reshape(1, n))
+    # One batch of the two, each request counted.
+    after = execution_count(h, "ragged", (before[0] + 1, before[1] + 2))
     assert (after[0] - before[0], after[1] - before[1]) == (1, 2)
 
 

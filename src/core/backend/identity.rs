@@ -115,6 +115,20 @@ impl IdentityInstance {
 }
 
 impl super::InstanceExec for IdentityInstance {
+    /// With ragged inputs (`config::support::takes_request_lists`): each
+    /// request of the batch answered on its own, as Triton's identity
+    /// backend does.
+    fn execute_requests(
+        &mut self,
+        requests: Vec<crate::core::responder::BackendRequest>,
+    ) -> Result<()> {
+        for r in requests {
+            let result = self.execute(r.inputs, &r.outputs);
+            r.respond.respond(result, true);
+        }
+        Ok(())
+    }
+
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let mut delay = self.delay;
         if let Some(t) = self.delay_input.and_then(|i| inputs.get(i)) {

@@ -68,7 +68,12 @@ pub fn cpu_only(backend: &str) -> bool {
 /// requests; a custom library gets one `CustomPayload` per request); the
 /// schedulers then hand it `BackendRequest`s.
 pub fn takes_request_lists(config: &ModelConfig) -> bool {
-    config.backend == "python" || config.backend == "custom"
+    config.backend == "python"
+        || config.backend == "custom"
+        // Triton's identity backend answers each request of a batch on its
+        // own, so a ragged batch (requests of different shapes) answers
+        // each with its own tensors.
+        || (config.backend == "identity" && config.input.iter().any(|i| i.allow_ragged_batch))
 }
 
 /// Why a backend that takes requests apart (the Python backend) cannot

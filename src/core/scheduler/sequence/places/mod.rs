@@ -485,6 +485,9 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
             Strategy::Direct => {
                 let top = picks.iter().map(|r| r.0).max().unwrap_or(0);
                 let mut rows: Vec<Option<Row<R>>> = (0..=top).map(|_| None).collect();
+                // Taken in slot order, as Triton's batcher walks its slots:
+                // the places END frees go to the backlog lowest first.
+                picks.sort_by_key(|r| r.0);
                 for &(p, s, _) in &picks {
                     rows[p] = self.take(s);
                 }

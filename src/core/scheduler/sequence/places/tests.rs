@@ -91,6 +91,27 @@ fn backlog_takes_the_place_freed_by_end_in_order() {
 }
 
 #[test]
+fn places_freed_together_go_to_the_backlog_lowest_slot_first() {
+    // Four slots; sequence 5 waits in the backlog. The four ENDs arrive
+    // last slot first and are batched together: the backlog gets slot 0,
+    // as in Triton, so its batches are of size 1 (no empty rows before).
+    let t0 = Instant::now();
+    let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 4));
+    for id in 1..=5 {
+        s.submit(id, true, false, id as i32 * 10, t0).unwrap();
+    }
+    assert_eq!(s.place_of(&5), None);
+    assert_eq!(rows(s.next(0, t0, any)).len(), 4);
+    s.finished(0, &[1, 2, 3, 4], t0);
+    for (k, id) in [4u64, 3, 2, 1].into_iter().enumerate() {
+        let t = t0 + Duration::from_millis(k as u64);
+        s.submit(id, false, true, id as i32 * 10 + 1, t).unwrap();
+    }
+    assert_eq!(rows(s.next(0, t0 + Duration::from_millis(9), any)).len(), 4);
+    assert_eq!(s.place_of(&5), Some((0, 0)));
+}
+
+#[test]
 fn requests_after_end_or_without_start_are_refused() {
     let t0 = Instant::now();
     let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 2));

@@ -14,6 +14,7 @@ Run: .venv/bin/python -m pytest tests/python/test_instance_update.py -q
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import numpy as np
@@ -127,16 +128,39 @@ def reload(client, repo, groups: str, batching: bool) -> None:
 
 
 @pytest.mark.parametrize("batching", [False, True], ids=["default", "dynamic"])
-def test_only_the_difference_is_created_or_removed(client, repo, batching):
+def test_only_the_difference_is_created_or_removed(server, client, repo, batching):
     (repo / "counts.log").unlink(missing_ok=True)
     reload(client, repo, cpu(3), batching)
     assert counts(repo) == (3, 0)
-    # One more: one initialize, nothing finalized.
-    reload(client, repo, cpu(4), batching)
-    assert counts(repo) == (4, 0)
-    # Two fewer: no initialize, two finalized.
-    reload(client, repo, cpu(2), batching)
-    assert wait_counts(repo, (4, 2)) == (4, 2)
+    # Requests keep coming while the instances change (Triton's test does
+    # the same); every one is answered.
+    stop = threading.Event()
+    errors: list[Exception] = []
+
+    def keep_inferring():
+        c = grpc_client_for(server)
+        try:
+            while not stop.is_set():
+                infer(c, batching)
+        except Exception as e:  # reported below
+            errors.append(e)
+        finally:
+            c.close()
+
+    background = threading.Thread(target=keep_inferring)
+    background.start()
+    try:
+        # One more: one initialize, nothing finalized.
+        reload(client, repo, cpu(4), batching)
+        assert counts(repo) == (4, 0)
+        # Two fewer: no initialize, two finalized by the time the load
+        # returns, as in Triton.
+        reload(client, repo, cpu(2), batching)
+        assert counts(repo) == (4, 2)
+    finally:
+        stop.set()
+        background.join(30)
+    assert not errors, errors
     # Nothing changed: nothing created or removed.
     reload(client, repo, cpu(2), batching)
     assert wait_counts(repo, (4, 2)) == (4, 2)

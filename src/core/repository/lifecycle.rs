@@ -330,6 +330,7 @@ impl ModelManager {
             .collect();
         let mut failures = Vec::new();
         let mut loaded = BTreeMap::new();
+        let mut loaded_versions = Vec::new();
         for &version in &model.versions {
             self.set_state(id, version, ModelState::Loading, "");
             let before = previous.get(&version).map(Arc::as_ref);
@@ -337,6 +338,7 @@ impl ModelManager {
             {
                 Ok(mut m) => {
                     m.files = files;
+                    loaded_versions.push(version);
                     loaded.insert(version, Arc::new(m));
                 }
                 Err(e) => {
@@ -373,6 +375,19 @@ impl ModelManager {
         };
         drop(retired);
         drop(old_scratch);
+        // An instance update ends as Triton's does: the instances that go
+        // are finalized before the load returns. The old version's
+        // requests in flight finish first (new ones reach the new version),
+        // then its pool goes, handing over the instances that stay.
+        for (_, old) in previous {
+            if loaded_versions.contains(&old.version) {
+                let deadline = std::time::Instant::now() + INSTANCE_UPDATE_DRAIN;
+                while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            drop(old);
+        }
         if failures.is_empty() {
             Ok(())
         } else {
@@ -719,6 +734,10 @@ impl ModelManager {
 }
 
 /// A hash of every path, size and modification time under `dir`.
+/// How long an instance update waits for the old version's requests in
+/// flight before it lets the old instances go whenever those finish.
+const INSTANCE_UPDATE_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn fingerprint(dir: &std::path::Path) -> u64 {
     fingerprint_but(dir, None)
 }

@@ -72,8 +72,12 @@ pub fn takes_request_lists(config: &ModelConfig) -> bool {
         || config.backend == "custom"
         // Triton's identity backend answers each request of a batch on its
         // own, so a ragged batch (requests of different shapes) answers
-        // each with its own tensors.
-        || (config.backend == "identity" && config.input.iter().any(|i| i.allow_ragged_batch))
+        // each with its own tensors; with batch inputs or scattered outputs
+        // it sees the batch whole, as the other backends do.
+        || (config.backend == "identity"
+            && config.input.iter().any(|i| i.allow_ragged_batch)
+            && config.batch_input.is_empty()
+            && config.batch_output.is_empty())
 }
 
 /// Why a backend that takes requests apart (the Python backend) cannot

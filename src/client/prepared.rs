@@ -302,14 +302,7 @@ mod tests {
             shape: vec![1],
             data: vec![0; 4],
         };
-        for outputs in [
-            vec![],
-            vec![RequestedOutput {
-                name: "OUT".into(),
-                classification: None,
-                shm: None,
-            }],
-        ] {
+        for outputs in [vec![], vec![RequestedOutput::named("OUT")]] {
             let (body, json_len) =
                 http::infer_body_shm(std::slice::from_ref(&input), &[], &outputs).unwrap();
             assert!(body[..json_len].ends_with(br#""parameters":{"binary_data_output":true}}"#));

@@ -444,11 +444,7 @@ impl V1Client {
             config
                 .output
                 .iter()
-                .map(|o| RequestedOutput {
-                    name: o.name.clone(),
-                    classification: None,
-                    shm: None,
-                })
+                .map(|o| RequestedOutput::named(o.name.clone()))
                 .collect()
         } else {
             outputs

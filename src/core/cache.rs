@@ -189,11 +189,7 @@ mod tests {
     #[test]
     fn same_request_same_key_any_difference_another() {
         let c = ResponseCache::new(CacheSettings { size: 1 << 20 });
-        let out = [RequestedOutput {
-            name: "OUT".into(),
-            classification: None,
-            shm: None,
-        }];
+        let out = [RequestedOutput::named("OUT")];
         let a = c.key("m", 1, &[tensor("IN", 4)], &out);
         assert_eq!(a, c.key("m", 1, &[tensor("IN", 4)], &out));
         assert_ne!(a, c.key("m", 2, &[tensor("IN", 4)], &out));

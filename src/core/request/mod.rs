@@ -279,11 +279,7 @@ pub(crate) fn validate(
         config
             .output
             .iter()
-            .map(|o| RequestedOutput {
-                name: o.name.clone(),
-                classification: None,
-                shm: None,
-            })
+            .map(|o| RequestedOutput::named(o.name.clone()))
             .collect()
     } else {
         requested.to_vec()
@@ -403,11 +399,7 @@ mod tests {
 
     #[test]
     fn unknown_outputs_are_named_before_input_counts() {
-        let wanted = [RequestedOutput {
-            name: "NOPE".into(),
-            classification: None,
-            shm: None,
-        }];
+        let wanted = [RequestedOutput::named("NOPE")];
         let e = validate(&three_required(false), "", vec![], &wanted).unwrap_err();
         assert_eq!(
             e.message,

@@ -351,11 +351,7 @@ async fn run(
                 outputs: step
                     .output_map
                     .keys()
-                    .map(|name| RequestedOutput {
-                        name: name.clone(),
-                        classification: None,
-                        shm: None,
-                    })
+                    .map(|name| RequestedOutput::named(name.clone()))
                     .collect(),
                 priority,
                 timeout_us,
@@ -471,11 +467,7 @@ mod tests {
             step("b", "T", "Y"),
             step("c", "X", "Z"),
         ];
-        let out = |n: &str| RequestedOutput {
-            name: n.into(),
-            classification: None,
-            shm: None,
-        };
+        let out = |n: &str| RequestedOutput::named(n);
         let names = |v: Vec<&Step>| v.iter().map(|s| s.model_name.clone()).collect::<Vec<_>>();
         assert_eq!(names(needed_steps(&steps, &[out("Y")])), ["a", "b"]);
         assert_eq!(names(needed_steps(&steps, &[out("Z")])), ["c"]);

@@ -204,6 +204,18 @@ pub struct RequestedOutput {
     pub shm: Option<ShmRef>,
 }
 
+impl RequestedOutput {
+    /// The tensor itself, in the response (no classification, no shared
+    /// memory).
+    pub fn named(name: impl Into<String>) -> Self {
+        RequestedOutput {
+            name: name.into(),
+            classification: None,
+            shm: None,
+        }
+    }
+}
+
 /// A validated-later inference request, as the engine receives it.
 #[derive(Debug, Clone, Default)]
 pub struct InferRequest {

@@ -1080,11 +1080,7 @@ fn bls_request(frame: &Frame) -> Result<InferRequest> {
         .map(|o| {
             o.iter()
                 .filter_map(Value::as_str)
-                .map(|name| RequestedOutput {
-                    name: name.to_string(),
-                    classification: None,
-                    shm: None,
-                })
+                .map(|name| RequestedOutput::named(name.to_string()))
                 .collect()
         })
         .unwrap_or_default();

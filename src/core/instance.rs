@@ -230,6 +230,13 @@ impl InstancePool {
         self.threads.len()
     }
 
+    /// Whether every instance is promised to a replacing pool (an instance
+    /// update that removes none).
+    pub fn hands_over_all(&self) -> bool {
+        let successors = self.successors.lock().unwrap_or_else(|p| p.into_inner());
+        successors.iter().all(Option::is_some)
+    }
+
     /// Promises instance `i` to a pool that replaces this one: when this
     /// pool goes (its queue closed and drained), that instance thread hands
     /// its instance to the returned receiver instead of dropping it. Pass

@@ -25,6 +25,7 @@ from trtis_harness import grpc_client_for, running_server
 
 MODEL_PY = '''
 import os
+import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -44,6 +45,8 @@ class TritonPythonModel:
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if x.size and x.flat[0] < 0:
+                time.sleep(3)  # a slow request
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
         return out
 
@@ -184,3 +187,32 @@ def test_another_change_recreates_every_instance(client, repo):
     # A change elsewhere in the config (batching): the same.
     reload(client, repo, cpu(2), True)
     assert wait_counts(repo, (6, 4)) == (6, 4)
+
+
+def test_adding_instances_does_not_wait_for_requests_in_flight(server, client, repo):
+    """Triton's test_update_while_inferencing: a slow request on the old
+    instance does not hold up an update that only adds one."""
+    (repo / "counts.log").unlink(missing_ok=True)
+    reload(client, repo, cpu(1), False)
+    slow = grpc_client_for(server)
+    x = -np.ones(4, dtype=np.float32)
+    i = grpcclient.InferInput("INPUT0", [4], "FP32")
+    i.set_data_from_numpy(x)
+    done = threading.Event()
+
+    def slow_request():
+        slow.infer("counted", [i])
+        done.set()
+
+    t = threading.Thread(target=slow_request)
+    t.start()
+    time.sleep(0.5)  # the request is running
+    (repo / "counted" / "config.pbtxt").write_text(config(cpu(2), False))
+    client.load_model("counted")
+    # The load came back while the slow request still ran.
+    assert not done.is_set()
+    assert counts(repo) == (2, 0)
+    t.join(30)
+    assert done.is_set()
+    slow.close()
+    infer(client, False)

@@ -375,12 +375,19 @@ impl ModelManager {
         };
         drop(retired);
         drop(old_scratch);
-        // An instance update ends as Triton's does: the instances that go
-        // are finalized before the load returns. The old version's
+        // An instance update that removes instances ends as Triton's does:
+        // they are finalized before the load returns. The old version's
         // requests in flight finish first (new ones reach the new version),
-        // then its pool goes, handing over the instances that stay.
+        // then its pool goes, handing over the instances that stay. One
+        // that only adds instances returns at once; the old pool hands its
+        // instances over whenever its requests in flight are done.
         for (_, old) in previous {
-            if loaded_versions.contains(&old.version) {
+            let removes = old
+                .pool
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+                .is_some_and(|pool| !pool.hands_over_all());
+            if removes && loaded_versions.contains(&old.version) {
                 let deadline = std::time::Instant::now() + INSTANCE_UPDATE_DRAIN;
                 while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
                     std::thread::sleep(std::time::Duration::from_millis(1));

@@ -87,6 +87,7 @@ fn main() {
         model_dir: &args.model_dir,
         version_dir,
         instance_name: format!("{}_0", config.name),
+        instance_index: 0,
         device: Device::Cpu,
         options: &options,
     })

@@ -1,7 +1,9 @@
 //! The `identity` backend, as Triton ships it: output *i* is input *i*, for
 //! every datatype, BYTES binary-safe. No model file is needed. Like Triton's,
 //! it takes an `execute_delay_ms` parameter: each execution sleeps that long
-//! (for testing queues, shutdown and lifecycle under load). A `delay_input`
+//! (for testing queues, shutdown and lifecycle under load), and with
+//! `instance_wise_delay_multiplier` M the instance made k-th (from 0) sleeps
+//! `execute_delay_ms * max(M * k, 1)`, as Triton's does. A `delay_input`
 //! parameter names an INT32 input whose largest value adds that many
 //! milliseconds, so requests can finish out of order (ordering tests).
 //!
@@ -39,7 +41,8 @@ pub struct IdentityInstance {
 }
 
 impl IdentityInstance {
-    pub fn new(config: &ModelConfig) -> Result<Self> {
+    /// The instance made `index`-th of the model (from 0).
+    pub fn new(config: &ModelConfig, index: usize) -> Result<Self> {
         use crate::core::config::pb::model_config::SchedulingChoice;
         let (supplied, states) = match &config.scheduling_choice {
             Some(SchedulingChoice::SequenceBatching(sb)) => (
@@ -70,6 +73,20 @@ impl IdentityInstance {
                     config.name
                 ))
             })?,
+        };
+        let multiplier = match config.parameters.get("instance_wise_delay_multiplier") {
+            None => 0,
+            Some(p) => p.string_value.trim().parse::<u64>().map_err(|_| {
+                Error::invalid_arg(format!(
+                    "parameter 'instance_wise_delay_multiplier' of model '{}' must be a whole number",
+                    config.name
+                ))
+            })?,
+        };
+        let delay_ms = if multiplier > 0 {
+            delay_ms.saturating_mul(multiplier.saturating_mul(index as u64).max(1))
+        } else {
+            delay_ms
         };
         let delay_input = match config.parameters.get("delay_input") {
             None => None,
@@ -279,4 +296,42 @@ fn record(path: &std::path::Path, inputs: &[Tensor]) -> Result<()> {
         })?;
     writeln!(file, "{}", serde_json::Value::Object(line))
         .map_err(|e| Error::internal(format!("identity: cannot record: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(parameters: &str) -> ModelConfig {
+        let text = format!(
+            r#"name: "m" backend: "identity" max_batch_size: 8
+            input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+            output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+            {parameters}"#
+        );
+        crate::core::config::parse_config(text.as_bytes())
+            .unwrap()
+            .config
+    }
+
+    #[test]
+    fn the_delay_grows_with_the_instance_as_tritons_multiplier_says() {
+        let c = config(
+            r#"parameters { key: "execute_delay_ms" value: { string_value: "100" } }
+               parameters { key: "instance_wise_delay_multiplier" value: { string_value: "4" } }"#,
+        );
+        let ms = |k| IdentityInstance::new(&c, k).unwrap().delay.as_millis();
+        // Triton: execute_delay_ms * max(multiplier * instance id, 1).
+        assert_eq!((ms(0), ms(1), ms(2)), (100, 400, 800));
+        let plain =
+            config(r#"parameters { key: "execute_delay_ms" value: { string_value: "100" } }"#);
+        assert_eq!(
+            IdentityInstance::new(&plain, 3).unwrap().delay.as_millis(),
+            100
+        );
+        let bad = config(
+            r#"parameters { key: "instance_wise_delay_multiplier" value: { string_value: "x" } }"#,
+        );
+        assert!(IdentityInstance::new(&bad, 0).is_err());
+    }
 }

@@ -217,6 +217,10 @@ pub struct LoadContext<'a> {
     pub version_dir: PathBuf,
     /// `<group name>_<index>`.
     pub instance_name: String,
+    /// Its place among the model's instances, in the order they are made
+    /// (Triton's instance id, which its identity backend's
+    /// `instance_wise_delay_multiplier` reads).
+    pub instance_index: usize,
     /// Where the instance runs (`device::place`).
     pub device: crate::core::device::Device,
     pub options: &'a BackendOptions,
@@ -253,15 +257,20 @@ pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
 /// a backend thread; here that hop was the most of its cost at low load).
 pub fn inline_instance(config: &ModelConfig) -> Option<Box<dyn InstanceExec>> {
     let plain = config.backend == "identity"
-        && ["execute_delay_ms", "delay_input", "record_inputs"]
-            .iter()
-            .all(|p| !config.parameters.contains_key(*p))
+        && [
+            "execute_delay_ms",
+            "instance_wise_delay_multiplier",
+            "delay_input",
+            "record_inputs",
+        ]
+        .iter()
+        .all(|p| !config.parameters.contains_key(*p))
         && config.input.iter().all(|i| i.reshape.is_none())
         && config.output.iter().all(|o| o.reshape.is_none());
     if !plain {
         return None;
     }
-    identity::IdentityInstance::new(config)
+    identity::IdentityInstance::new(config, 0)
         .ok()
         .map(|i| Box::new(i) as Box<dyn InstanceExec>)
 }
@@ -281,7 +290,10 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         }
     }
     let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
-        "identity" => Box::new(identity::IdentityInstance::new(ctx.config)?),
+        "identity" => Box::new(identity::IdentityInstance::new(
+            ctx.config,
+            ctx.instance_index,
+        )?),
         #[cfg(feature = "openvino")]
         "onnxruntime" if openvino::wanted_by_onnx(ctx.config) => {
             Box::new(openvino::OvInstance::load_for_onnx(ctx)?)
@@ -432,6 +444,7 @@ mod tests {
                 model_dir: &dir,
                 version_dir: dir.join("no-such-version"),
                 instance_name: "m_0".into(),
+                instance_index: 0,
                 device: crate::core::device::Device::Cpu,
                 options: &Default::default(),
             };

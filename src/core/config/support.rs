@@ -91,7 +91,12 @@ pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that read
 /// The `parameters` each built-in backend reads.
 pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
     match backend {
-        "identity" => &["execute_delay_ms", "delay_input", "record_inputs"],
+        "identity" => &[
+            "execute_delay_ms",
+            "instance_wise_delay_multiplier",
+            "delay_input",
+            "record_inputs",
+        ],
         // What backend::onnx::settings reads (a test there checks), plus
         // any `session.*` key.
         "onnxruntime" => &[

@@ -281,7 +281,7 @@ pub(super) fn load_version(
     let mut loaders: Vec<Loader> = Vec::new();
     let mut claims = Vec::new();
     let kept = kept_instances(opts, config, &placements, previous);
-    for (placement, kept) in placements.into_iter().zip(kept) {
+    for (instance_index, (placement, kept)) in placements.into_iter().zip(kept).enumerate() {
         let group = &config.instance_group[placement.group];
         // What the rate limiter grants this instance before each run
         // (with --rate-limit=execution_count; Triton ignores the
@@ -321,6 +321,7 @@ pub(super) fn load_version(
                 model_dir: &model_dir,
                 version_dir,
                 instance_name: instance_name.clone(),
+                instance_index,
                 device,
                 options: &options,
             })?;

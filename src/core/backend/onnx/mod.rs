@@ -531,6 +531,7 @@ mod tests {
             model_dir: &dir,
             version_dir: dir.join("1"),
             instance_name: format!("{name}_0"),
+            instance_index: 0,
             device: Device::Cpu,
             options: &options,
         };

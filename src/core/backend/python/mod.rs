@@ -176,6 +176,7 @@ pub fn auto_complete(
         model_dir,
         version_dir: version_dir.to_path_buf(),
         instance_name: config.name.clone(),
+        instance_index: 0,
         device: crate::core::device::Device::Cpu,
         options,
     };

@@ -495,11 +495,15 @@ impl Engine {
     /// Holds the shared-memory regions a request reads and writes until it
     /// is answered, so they cannot be unregistered under it (Triton's rule).
     fn hold_shm(&self, request: &InferRequest) -> crate::core::shm::InUse {
-        let inputs = request.shm_inputs.iter().map(|(_, r)| r.region.as_str());
         let outputs = request
             .outputs
             .iter()
             .filter_map(|o| o.shm.as_ref().map(|r| r.region.as_str()));
+        if request.shm_inputs.is_empty() && outputs.clone().next().is_none() {
+            // Most requests: no lock taken, nothing allocated.
+            return crate::core::shm::InUse::default();
+        }
+        let inputs = request.shm_inputs.iter().map(|(_, r)| r.region.as_str());
         self.inner.shm.hold(inputs.chain(outputs))
     }
 

@@ -273,17 +273,14 @@ async fn run(
     };
     let batching = config.max_batch_size > 0;
     let source_batch = if batching { batch } else { 0 };
+    let mut inputs: HashMap<String, Tensor> =
+        inputs.into_iter().map(|t| (t.name.clone(), t)).collect();
     let mut tensors: HashMap<String, Slot> = HashMap::new();
     for spec in &config.input {
-        let tensor = match inputs.iter().position(|t| t.name == spec.name) {
-            None => None,
-            Some(i) => {
-                let t = inputs[i].clone();
-                Some(match &spec.reshape {
-                    Some(r) => reshaped(t, &spec.dims, &r.shape, batching)?,
-                    None => t,
-                })
-            }
+        // Moved, not copied: the request's tensors become the ensemble's.
+        let tensor = match (inputs.remove(&spec.name), &spec.reshape) {
+            (Some(t), Some(r)) => Some(reshaped(t, &spec.dims, &r.shape, batching)?),
+            (t, _) => t,
         };
         tensors.insert(
             spec.name.clone(),
@@ -293,7 +290,6 @@ async fn run(
             },
         );
     }
-    drop(inputs);
     let steps = needed_steps(&ensembling.step, outputs);
     // How many readers each tensor has left (the response counts as one).
     let mut readers: HashMap<String, usize> = HashMap::new();

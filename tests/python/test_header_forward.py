@@ -139,3 +139,58 @@ def test_without_the_flag_no_header_is_forwarded(repo):
         params = seen_parameters(client.infer("probe", probe_inputs(httpclient), headers=HEADERS))
         client.close()
         assert not [k for k in params if k.startswith("x-")], params
+
+
+def test_http_header_values_keep_their_trailing_blanks(server):
+    """Triton's HTTP server hands a forwarded header's value on as the
+    client sent it (Triton's L0_parameters: `'... a backslash\\ '`); so does
+    trtis, request after request on one keep-alive connection."""
+    value = 'This is a "quoted" string with a backslash\\ '
+    client = httpclient.InferenceServerClient(server.url)
+    for n in range(3):
+        result = client.infer(
+            "probe",
+            probe_inputs(httpclient),
+            headers={"x-forward-user": value + " " * n, "x-forward-team": "infra\t"},
+        )
+        params = seen_parameters(result)
+        assert params["x-forward-user"] == value + " " * n
+        assert params["x-forward-team"] == "infra\t"
+        # A header the pattern does not forward is not touched.
+        assert "x-other" not in params
+    client.close()
+
+
+def test_pipelined_requests_each_get_their_own_blanks(server):
+    """Two requests written at once on one socket (the second read while the
+    first is answered): each model call sees its own request's bytes."""
+    import socket
+
+    def request(value: str) -> bytes:
+        body = json.dumps(
+            {"inputs": [{"name": "IN", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}
+        ).encode()
+        head = (
+            "POST /v2/models/probe/infer HTTP/1.1\r\nHost: x\r\n"
+            f"x-forward-user: {value}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    host, port = server.url.rsplit(":", 1)
+    users = []
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request("one ") + request("two  "))
+        f = s.makefile("rb")
+        for _ in range(2):
+            status = f.readline()
+            assert status.startswith(b"HTTP/1.1 200"), status
+            length = 0
+            while (line := f.readline()) not in (b"\r\n", b""):
+                name, _, v = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(v)
+            doc = json.loads(f.read(length))
+            info = next(o for o in doc["outputs"] if o["name"] == "INFO")
+            users.append(json.loads(json.loads(info["data"][0])["parameters"])["x-forward-user"])
+    assert users == ["one ", "two  "]

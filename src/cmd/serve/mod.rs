@@ -609,8 +609,9 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             apps.push((listener, trtis::core::frontend::openai::router(state)));
         }
         for (listener, mut app) in apps {
-            if let Some(forward) = front.http_forward.clone() {
-                app = app.layer(axum::Extension(std::sync::Arc::new(forward)));
+            let forward = front.http_forward.clone().map(std::sync::Arc::new);
+            if let Some(forward) = forward.clone() {
+                app = app.layer(axum::Extension(forward));
             }
             if !front.http_rules.is_empty() {
                 app = app.layer(axum::middleware::from_fn_with_state(
@@ -635,7 +636,9 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         }
                     };
                     services.push(tokio::spawn(async move {
-                        trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown)
+                        trtis::core::frontend::http_conn::serve(
+                            listener, app, limits, forward, shutdown,
+                        )
                             .await;
                         Ok(())
                     }));
@@ -645,7 +648,9 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         let _ = tcp.set_nodelay(true);
                     });
                     services.push(tokio::spawn(async move {
-                        trtis::core::frontend::http_conn::serve(listener, app, limits, shutdown)
+                        trtis::core::frontend::http_conn::serve(
+                            listener, app, limits, forward, shutdown,
+                        )
                             .await;
                         Ok(())
                     }));

@@ -22,6 +22,11 @@ impl HeaderForward {
             .map_err(|e| format!("{flag}={pattern}: not a regular expression: {e}"))
     }
 
+    /// Whether a header of this name is forwarded.
+    pub fn matches(&self, name: &str) -> bool {
+        self.pattern.is_match(name) && !crate::core::types::reserved_parameter(name)
+    }
+
     /// The (name, value) pairs to forward: names that match, with values
     /// that are text; never a reserved parameter name.
     pub fn pick<'a>(

@@ -56,6 +56,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::forward::HeaderForward;
+use super::raw_heads::{Heads, Recorder};
+
 /// The two bounds of an HTTP connection (`None`: no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnLimits {
@@ -78,11 +81,13 @@ impl ConnLimits {
 
 /// Serves `app` on the connections `listener` accepts until `shutdown`
 /// completes, then shuts down gracefully (module doc); returns when every
-/// connection is closed.
+/// connection is closed. `forward`: the header forward pattern, whose
+/// headers keep their trailing blanks (`raw_heads`).
 pub async fn serve<L>(
     mut listener: L,
     app: Router,
     limits: ConnLimits,
+    forward: Option<Arc<HeaderForward>>,
     shutdown: impl Future<Output = ()>,
 ) where
     L: Listener,
@@ -101,6 +106,7 @@ pub async fn serve<L>(
             io,
             app.clone(),
             limits,
+            forward.clone(),
             stop_rx.clone(),
             closed_rx.clone(),
         ));
@@ -117,19 +123,29 @@ async fn connection<I>(
     io: I,
     app: Router,
     limits: ConnLimits,
+    forward: Option<Arc<HeaderForward>>,
     mut stop: watch::Receiver<bool>,
     _closed: watch::Receiver<()>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let clock = Arc::new(Clock::new());
+    let (recorder, heads) = match forward {
+        Some(f) => {
+            let (r, h) = Recorder::new(f);
+            (Some(r), Some(h))
+        }
+        None => (None, None),
+    };
     let io = TokioIo::new(Watched {
         io,
         clock: clock.clone(),
+        recorder,
     });
     let service = Service {
         app,
         clock: clock.clone(),
+        heads,
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The header bound is ours (module doc).
@@ -277,10 +293,12 @@ impl Clock {
     }
 }
 
-/// The connection's I/O, reporting every read and write to the clock.
+/// The connection's I/O, reporting every read and write to the clock (and
+/// the bytes read to the recorder, when there is one).
 struct Watched<I> {
     io: I,
     clock: Arc<Clock>,
+    recorder: Option<Recorder>,
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
@@ -294,6 +312,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.clock.read();
+            if let Some(recorder) = &mut this.recorder {
+                recorder.read(&buf.filled()[before..]);
+            }
         }
         polled
     }
@@ -345,6 +366,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
 struct Service {
     app: Router,
     clock: Arc<Clock>,
+    heads: Option<Heads>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Service {
@@ -352,7 +374,13 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Service {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
+        // HTTP/1 requests come in the order they were read (raw_heads).
+        if req.version() < hyper::Version::HTTP_2 {
+            if let Some(head) = self.heads.as_ref().and_then(Heads::next) {
+                head.restore(req.headers_mut());
+            }
+        }
         let arriving = !req.body().is_end_stream();
         self.clock.begin(arriving);
         let busy = Busy(self.clock.clone());

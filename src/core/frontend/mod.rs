@@ -15,6 +15,7 @@ pub mod grpc_v1;
 pub mod http;
 pub mod http_conn;
 pub mod openai;
+pub mod raw_heads;
 pub mod restrict;
 pub mod test_hooks;
 pub mod tls;

@@ -143,6 +143,7 @@ fn main() {
         gpu_backends: &[],
         missing_gpu: Severity::Warning,
         server_support: true,
+        model_files: true,
     };
     let rounds = 30;
     let mut read = Vec::new();

@@ -55,6 +55,7 @@ fn run_case(case: &Path) -> Vec<String> {
         // Triton's own rules: what this server refuses is tested in
         // config_support.rs.
         server_support: false,
+        model_files: false,
     };
     let models = check_repository(repo.path(), None, &opts).unwrap();
     models

@@ -500,5 +500,7 @@ pub(super) fn infer_response(resp: ModelInferResponse) -> Result<InferResponse, 
         model_version: resp.model_version,
         id: resp.id,
         outputs: tensors,
+        // The command line shows no response parameters.
+        parameters: Default::default(),
     })
 }

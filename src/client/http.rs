@@ -309,6 +309,8 @@ pub(crate) fn infer_response(
         model_version: v.model_version,
         id: v.id,
         outputs: tensors,
+        // The command line shows no response parameters.
+        parameters: Default::default(),
     })
 }
 

@@ -574,6 +574,8 @@ impl V1Client {
             model_version: meta.model_version.to_string(),
             id: meta.id.to_string(),
             outputs: tensors,
+            // The command line shows no response parameters.
+            parameters: Default::default(),
         })
     }
 }

@@ -51,6 +51,7 @@ pub fn run(args: Args) -> ExitCode {
         gpu_backends: trtis::core::backend::gpu_backends(device::visible_gpus()),
         missing_gpu: Severity::Warning,
         server_support: true,
+        model_files: true,
     };
     let mut models: Vec<CheckedModel> = Vec::new();
     for path in &args.paths {

@@ -276,6 +276,10 @@ impl InstancePool {
                 instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
             })
         };
+        let parameters = inline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .response_parameters();
         let done = Done {
             result,
             queue: (taken - work.enqueued).saturating_sub(work.gather),
@@ -283,6 +287,7 @@ impl InstancePool {
             input: work.gather,
             output: Duration::ZERO,
             rejected: false,
+            parameters,
         };
         work.reply.send(done);
         Ok(())
@@ -491,6 +496,7 @@ fn run_instance(
             input: work.gather + input,
             output,
             rejected: false,
+            parameters: instance.response_parameters(),
         };
         // A panicking reply callback (a bug) must not take the instance
         // thread with it.
@@ -554,6 +560,7 @@ impl Sent {
             input: self.gather,
             output: Duration::ZERO,
             rejected: false,
+            parameters: None,
         };
         if catch_unwind(AssertUnwindSafe(|| self.reply.send(done))).is_err() {
             crate::core::logging::log('E', "a batch's completion handler panicked");

@@ -472,3 +472,94 @@ def test_a_region_in_use_cannot_be_unregistered(server, clients, protocol, shm_r
     status = c.get_system_shared_memory_status()
     names = [r["name"] for r in status] if protocol == "http" else list(status.regions)
     assert name not in names
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_identity_backend_sets_tritons_example_response_parameters(clients, protocol):
+    """Triton's identity backend puts param0..param3 on every response
+    (L0_backend_identity); over HTTP they are the response's `parameters`,
+    over gRPC typed InferParameters."""
+    r = infer(clients[protocol], protocol, "nop_batch", {"INPUT0": np.ones((1, 3), np.float32)})
+    response = r.get_response()
+    if protocol == "http":
+        params = response["parameters"]
+        got = (params["param0"], params["param1"], params["param2"], params["param3"])
+    else:
+        p = response.parameters
+        got = (p["param0"].string_param, p["param1"].int64_param, p["param2"].bool_param, p["param3"].double_param)
+    assert got == ("an example string parameter", 42, False, 123.123)
+
+
+def test_the_identity_backend_counts_input_bytes_in_a_custom_metric(tmp_path):
+    from trtis_harness import metric, running_server_with_metrics
+
+    repo = build_repository(tmp_path / "models", {"counted": NOP_BATCH})
+    for server in running_server_with_metrics(repo, name="identity metric"):
+        c = httpclient.InferenceServerClient(server.url)
+        for _ in range(3):
+            infer(c, "http", "counted", {"INPUT0": np.ones((2, 2), np.float32)})
+        c.close()
+        # 3 requests x 4 FP32 elements.
+        assert metric(server, "input_byte_size_counter", model="counted", version="1") == 48
+
+
+SCALAR_CONFIG = """platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ DIMS ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ DIMS ] } ]
+"""
+
+
+def scalar_model(repo, dims):
+    """An ONNX identity over a rank-0 tensor (Triton's onnx_scalar_1dim)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    d = repo / "scalar"
+    (d / "1").mkdir(parents=True)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT"], ["OUTPUT"])],
+        "scalar",
+        [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    (d / "config.pbtxt").write_text(SCALAR_CONFIG.replace("DIMS", dims))
+    return repo
+
+
+def test_a_scalar_onnx_tensor_is_served_as_shape_1(tmp_path):
+    repo = scalar_model(tmp_path / "models", "1")
+    for server in running_server(repo, name="scalar"):
+        c = httpclient.InferenceServerClient(server.url)
+        i = httpclient.InferInput("INPUT", [1], "FP32")
+        i.set_data_from_numpy(np.array([2.5], np.float32))
+        np.testing.assert_array_equal(c.infer("scalar", [i]).as_numpy("OUTPUT"), [2.5])
+        c.close()
+
+
+def test_a_scalar_onnx_tensor_with_other_dims_is_refused(tmp_path):
+    """Triton refuses to load it (L0_scalar_io); validate-config says so too."""
+    import subprocess
+
+    from trtis_harness import trtis_bin
+
+    repo = scalar_model(tmp_path / "models", "2")
+    wanted = (
+        "unable to load model 'scalar', scalar tensor 'INPUT', should only provide 1 in the model "
+        "configuration when the model doesn't support batching. Model configuration provided: [2]."
+    )
+    check = subprocess.run([str(trtis_bin()), "validate-config", str(repo)], capture_output=True, text=True)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert wanted in check.stdout + check.stderr
+    from trtis_harness import ServerError, TrtisServer
+
+    server = TrtisServer(repo, name="scalar [2]")
+    try:
+        with pytest.raises(ServerError) as e:
+            server.start()
+    finally:
+        server.kill()
+    assert wanted in str(e.value)

@@ -13,6 +13,12 @@
 //! input state. A `record_inputs` parameter names a file that gets one JSON
 //! line per execution with every input tensor the model received (shape,
 //! datatype, values), to check what a scheduler gave the model.
+//!
+//! As Triton's identity backend does, every response carries the example
+//! response parameters `param0`..`param3` (a string, an integer, a boolean
+//! and a double), the counter `input_byte_size_counter{model,version}`
+//! adds up the bytes of every input received, and `creation_delay_sec`
+//! makes loading the model's first instance take that many seconds.
 
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -38,11 +44,53 @@ pub struct IdentityInstance {
     states: Vec<(String, String)>,
     /// Where to append a JSON line per execution.
     record: Option<std::path::PathBuf>,
+    /// `input_byte_size_counter{model,version}` (None where it could not be
+    /// made: another family of that name exists).
+    byte_counter: Option<crate::core::custom_metrics::Handle>,
+}
+
+/// Triton's identity backend's example response parameters.
+fn example_parameters() -> std::sync::Arc<crate::core::types::ResponseParameters> {
+    static PARAMETERS: std::sync::OnceLock<std::sync::Arc<crate::core::types::ResponseParameters>> =
+        std::sync::OnceLock::new();
+    PARAMETERS
+        .get_or_init(|| {
+            let mut p = crate::core::types::ResponseParameters::new();
+            p.insert("param0".into(), "an example string parameter".into());
+            p.insert("param1".into(), 42.into());
+            p.insert("param2".into(), false.into());
+            p.insert("param3".into(), 123.123.into());
+            std::sync::Arc::new(p)
+        })
+        .clone()
+}
+
+/// Joins the counter Triton's identity backend keeps per model version.
+fn byte_counter(model: &str, version: &str) -> Option<crate::core::custom_metrics::Handle> {
+    use crate::core::custom_metrics as cm;
+    const NAME: &str = "input_byte_size_counter";
+    // The family lives as long as one of its metrics (which holds it).
+    let _family = cm::family(
+        NAME,
+        "Cumulative input byte size of all requests received by the model",
+        cm::Kind::Counter,
+    )
+    .ok()?;
+    cm::metric(
+        NAME,
+        vec![
+            ("model".to_string(), model.to_string()),
+            ("version".to_string(), version.to_string()),
+        ],
+        None,
+    )
+    .ok()
 }
 
 impl IdentityInstance {
-    /// The instance made `index`-th of the model (from 0).
-    pub fn new(config: &ModelConfig, index: usize) -> Result<Self> {
+    /// The instance made `index`-th of version `version` of the model
+    /// (from 0).
+    pub fn new(config: &ModelConfig, index: usize, version: &str) -> Result<Self> {
         use crate::core::config::pb::model_config::SchedulingChoice;
         let (supplied, states) = match &config.scheduling_choice {
             Some(SchedulingChoice::SequenceBatching(sb)) => (
@@ -106,7 +154,21 @@ impl IdentityInstance {
                     })?,
             ),
         };
+        if let Some(p) = config.parameters.get("creation_delay_sec") {
+            let secs = p.string_value.trim().parse::<u64>().map_err(|_| {
+                Error::invalid_arg(format!(
+                    "parameter 'creation_delay_sec' of model '{}' must be a whole number of seconds",
+                    config.name
+                ))
+            })?;
+            // Triton's sleeps once, making the model; here its first instance.
+            if index == 0 && secs > 0 {
+                crate::core::logging::log('I', &format!("Creation delay is set to: {secs}"));
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+            }
+        }
         Ok(IdentityInstance {
+            byte_counter: byte_counter(&config.name, version),
             outputs: config.output.iter().map(|o| o.name.clone()).collect(),
             inputs: config
                 .input
@@ -140,13 +202,36 @@ impl super::InstanceExec for IdentityInstance {
         requests: Vec<crate::core::responder::BackendRequest>,
     ) -> Result<()> {
         for r in requests {
+            r.respond.set_parameters(Some(example_parameters()));
             let result = self.execute(r.inputs, &r.outputs);
             r.respond.respond(result, true);
         }
         Ok(())
     }
 
+    fn response_parameters(&self) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
+        Some(example_parameters())
+    }
+
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
+        if let Some(counter) = &self.byte_counter {
+            let bytes: usize = inputs.iter().map(|t| t.data.len()).sum();
+            let _ = crate::core::custom_metrics::update(
+                counter,
+                crate::core::custom_metrics::Update::Increment(bytes as f64),
+            );
+        }
+        if crate::core::logging::enabled('V', 1) {
+            for t in &inputs {
+                crate::core::logging::verbose(&format!(
+                    "\tinput {}: datatype = {}, shape = {:?}, byte_size = {}, buffer_count = 1",
+                    t.name,
+                    t.datatype.name(),
+                    t.shape,
+                    t.data.len()
+                ));
+            }
+        }
         let mut delay = self.delay;
         if let Some(t) = self.delay_input.and_then(|i| inputs.get(i)) {
             let most = t
@@ -320,18 +405,18 @@ mod tests {
             r#"parameters { key: "execute_delay_ms" value: { string_value: "100" } }
                parameters { key: "instance_wise_delay_multiplier" value: { string_value: "4" } }"#,
         );
-        let ms = |k| IdentityInstance::new(&c, k).unwrap().delay.as_millis();
+        let ms = |k| IdentityInstance::new(&c, k, "1").unwrap().delay.as_millis();
         // Triton: execute_delay_ms * max(multiplier * instance id, 1).
         assert_eq!((ms(0), ms(1), ms(2)), (100, 400, 800));
         let plain =
             config(r#"parameters { key: "execute_delay_ms" value: { string_value: "100" } }"#);
         assert_eq!(
-            IdentityInstance::new(&plain, 3).unwrap().delay.as_millis(),
+            IdentityInstance::new(&plain, 3, "1").unwrap().delay.as_millis(),
             100
         );
         let bad = config(
             r#"parameters { key: "instance_wise_delay_multiplier" value: { string_value: "x" } }"#,
         );
-        assert!(IdentityInstance::new(&bad, 0).is_err());
+        assert!(IdentityInstance::new(&bad, 0, "1").is_err());
     }
 }

@@ -66,6 +66,12 @@ pub trait InstanceExec: Send {
         None
     }
 
+    /// The parameters each response of the last `execute` carries (Triton's
+    /// `TRITONBACKEND_ResponseSet*Parameter`); None for none.
+    fn response_parameters(&self) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
+        None
+    }
+
     /// Memory the instance holds outside the server process (a Python
     /// worker's resident set), read once it has loaded, for the
     /// statistics' `memory_usage`; empty where there is none to tell.
@@ -255,13 +261,14 @@ pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
 /// `execute_delay_ms`, `delay_input`, `record_inputs`) and without
 /// reshapes. A request then costs no thread hop (Triton's identity runs on
 /// a backend thread; here that hop was the most of its cost at low load).
-pub fn inline_instance(config: &ModelConfig) -> Option<Box<dyn InstanceExec>> {
+pub fn inline_instance(config: &ModelConfig, version: &str) -> Option<Box<dyn InstanceExec>> {
     let plain = config.backend == "identity"
         && [
             "execute_delay_ms",
             "instance_wise_delay_multiplier",
             "delay_input",
             "record_inputs",
+            "creation_delay_sec",
         ]
         .iter()
         .all(|p| !config.parameters.contains_key(*p))
@@ -270,7 +277,7 @@ pub fn inline_instance(config: &ModelConfig) -> Option<Box<dyn InstanceExec>> {
     if !plain {
         return None;
     }
-    identity::IdentityInstance::new(config, 0)
+    identity::IdentityInstance::new(config, 0, version)
         .ok()
         .map(|i| Box::new(i) as Box<dyn InstanceExec>)
 }
@@ -293,6 +300,10 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
         "identity" => Box::new(identity::IdentityInstance::new(
             ctx.config,
             ctx.instance_index,
+            &ctx.version_dir
+                .file_name()
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default(),
         )?),
         #[cfg(feature = "openvino")]
         "onnxruntime" if openvino::wanted_by_onnx(ctx.config) => {
@@ -320,7 +331,9 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
 /// backend how the config binds to `forward()` (read from the model file in
 /// each of `version_dirs` that has one). `validate-config` and `serve` both
 /// report these (through `repository::check`), so they agree.
-pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
+/// With `model_files`, an ONNX model's file is opened to check what its
+/// loading checks (`validate-config`; `serve` finds it when loading).
+pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf], model_files: bool) -> Vec<Issue> {
     let mut out = Vec::new();
     match config.backend.as_str() {
         "custom" => out.extend(custom::check(config, version_dirs)),
@@ -331,6 +344,25 @@ pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue
         "onnxruntime" => {
             if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
                 out.push(Issue::error("parameters", e.message));
+            }
+            if model_files {
+                let file = if config.default_model_filename.is_empty() {
+                    "model.onnx"
+                } else {
+                    config.default_model_filename.as_str()
+                };
+                // A file ONNX Runtime cannot open is the load's to report.
+                let found = version_dirs
+                    .iter()
+                    .map(|d| d.join(file))
+                    .filter(|p| p.is_file())
+                    .filter_map(|p| onnx::model_io(&p).ok())
+                    .find_map(|(i, o)| {
+                        crate::core::config::autocomplete::check_scalars(config, &i, &o).err()
+                    });
+                if let Some(e) = found {
+                    out.push(Issue::error("input", e.message));
+                }
             }
             // The OpenVINO accelerator: this backend runs the ONNX file.
             #[cfg(feature = "openvino")]
@@ -408,7 +440,7 @@ mod tests {
         let io = "input [ { name: \"I\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n\
                   output [ { name: \"O\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n";
         let plain = config(&format!("name: \"m\"\nbackend: \"identity\"\n{io}"));
-        assert!(inline_instance(&plain).is_some());
+        assert!(inline_instance(&plain, "1").is_some());
         for extra in [
             "parameters { key: \"execute_delay_ms\" value: { string_value: \"0\" } }",
             "parameters { key: \"record_inputs\" value: { string_value: \"/tmp/x\" } }",
@@ -416,16 +448,16 @@ mod tests {
             let c = config(&format!(
                 "name: \"m\"\nbackend: \"identity\"\n{io}{extra}\n"
             ));
-            assert!(inline_instance(&c).is_none(), "{extra}");
+            assert!(inline_instance(&c, "1").is_none(), "{extra}");
         }
         let reshaped = config(
             "name: \"m\"\nbackend: \"identity\"\n\
              input [ { name: \"I\" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]\n\
              output [ { name: \"O\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n",
         );
-        assert!(inline_instance(&reshaped).is_none());
+        assert!(inline_instance(&reshaped, "1").is_none());
         let onnx = config(&format!("name: \"m\"\nbackend: \"onnxruntime\"\n{io}"));
-        assert!(inline_instance(&onnx).is_none());
+        assert!(inline_instance(&onnx, "1").is_none());
     }
 
     /// What `config::support` says is built is what `load_instance` loads

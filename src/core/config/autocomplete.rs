@@ -34,6 +34,47 @@ pub struct ModelTensor {
     pub shape: Vec<i64>,
 }
 
+/// Checks the config's dims of the model's scalar (rank-0) tensors, as
+/// Triton's ONNX Runtime backend does at load: every dim must be 1 (a
+/// scalar is served as shape [1]). `inputs` and `outputs` are the model
+/// file's tensors.
+pub fn check_scalars(
+    config: &ModelConfig,
+    inputs: &[ModelTensor],
+    outputs: &[ModelTensor],
+) -> crate::core::error::Result<()> {
+    let batch_outputs: Vec<&str> = config
+        .batch_output
+        .iter()
+        .flat_map(|b| b.target_name.iter().map(String::as_str))
+        .collect();
+    let config_ios = config
+        .input
+        .iter()
+        .map(|i| (&i.name, i.reshape.as_ref().map(|r| &r.shape).unwrap_or(&i.dims), inputs))
+        .chain(
+            config
+                .output
+                .iter()
+                .filter(|o| !batch_outputs.contains(&o.name.as_str()))
+                .map(|o| (&o.name, o.reshape.as_ref().map(|r| &r.shape).unwrap_or(&o.dims), outputs)),
+        );
+    for (name, dims, tensors) in config_ios {
+        let scalar = tensors
+            .iter()
+            .any(|t| &t.name == name && t.shape.is_empty());
+        if scalar && dims.iter().any(|&d| d != 1) {
+            let shown: Vec<String> = dims.iter().map(i64::to_string).collect();
+            return Err(crate::core::error::Error::invalid_arg(format!(
+                "unable to load model '{}', scalar tensor '{name}', should only provide 1 in the model configuration when the model doesn't support batching. Model configuration provided: [{}].",
+                config.name,
+                shown.join(",")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Completes `config` from the model's tensors: inputs and outputs the
 /// config does not list are added. With `choose_batching` (Triton does so
 /// when the config says nothing about batching: max_batch_size 0 and no

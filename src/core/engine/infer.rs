@@ -91,6 +91,7 @@ impl Engine {
                     model_version: model.version.to_string(),
                     id: request.id,
                     outputs: tensors,
+                    parameters: Default::default(),
                 });
             }
             miss = Some((cache, key, lookup.elapsed()));
@@ -138,6 +139,7 @@ impl Engine {
         let labels = self.labels_of(&model, &outputs);
         let batching = model.config.max_batch_size > 0;
         let compute = (done.input, done.compute, done.output);
+        let parameters = done.parameters.as_deref().cloned().unwrap_or_default();
         if let Err(e) = &done.result {
             if e.answered {
                 // The model answered with an error: a success, as Triton
@@ -175,6 +177,7 @@ impl Engine {
             model_version: model.version.to_string(),
             id: request.id,
             outputs: tensors,
+            parameters,
         })
     }
 }
@@ -333,6 +336,7 @@ impl Engine {
             first.get_or_insert_with(|| start.elapsed());
             let timing = (done.queue, (done.input, done.compute, done.output));
             let rejected = done.rejected;
+            let parameters = done.parameters.as_deref().cloned().unwrap_or_default();
             let tensors = done
                 .result
                 .and_then(|t| classify(labels, batching, &outputs, t, batch))
@@ -343,6 +347,7 @@ impl Engine {
                     model_version: model.version.to_string(),
                     id: request.id.clone(),
                     outputs,
+                    parameters,
                 })),
                 Err(e) => {
                     if rejected {

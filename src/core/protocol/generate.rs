@@ -395,6 +395,7 @@ mod tests {
     #[test]
     fn responses_sorted_scalars_unwrapped() {
         let r = InferResponse {
+            parameters: Default::default(),
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),

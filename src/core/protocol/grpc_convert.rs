@@ -374,10 +374,39 @@ pub fn infer_response(resp: InferResponse) -> ModelInferResponse {
         model_name: resp.model_name,
         model_version: resp.model_version,
         id: resp.id,
-        parameters: Default::default(),
+        parameters: response_parameters(resp.parameters),
         outputs,
         raw_output_contents: raw,
     }
+}
+
+/// Response parameters as gRPC's: strings, booleans, integers (unsigned
+/// past i64's range) and doubles.
+fn response_parameters(
+    parameters: crate::core::types::ResponseParameters,
+) -> std::collections::HashMap<String, InferParameter> {
+    parameters
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let choice = match value {
+                serde_json::Value::Bool(b) => ParameterChoice::BoolParam(b),
+                serde_json::Value::String(s) => ParameterChoice::StringParam(s),
+                serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                    (Some(i), _, _) => ParameterChoice::Int64Param(i),
+                    (None, Some(u), _) => ParameterChoice::Uint64Param(u),
+                    (None, None, Some(f)) => ParameterChoice::DoubleParam(f),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            Some((
+                key,
+                InferParameter {
+                    parameter_choice: Some(choice),
+                },
+            ))
+        })
+        .collect()
 }
 
 pub fn model_metadata(meta: ModelMetadata) -> ModelMetadataResponse {

@@ -649,6 +649,9 @@ pub fn build_response(
     if !response.id.is_empty() {
         doc.insert("id".into(), json!(response.id));
     }
+    if !response.parameters.is_empty() {
+        doc.insert("parameters".into(), Value::Object(response.parameters));
+    }
     doc.insert("outputs".into(), Value::Array(outputs));
     let body =
         serde_json::to_vec(&Value::Object(doc)).map_err(|e| Error::internal(e.to_string()))?;
@@ -761,6 +764,7 @@ mod tests {
     #[test]
     fn bytes_outputs_that_are_not_utf8_are_refused_as_json() {
         let resp = |data: &[&[u8]]| InferResponse {
+            parameters: Default::default(),
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),
@@ -873,6 +877,7 @@ mod tests {
     #[test]
     fn response_binary_tail_follows_the_json() {
         let resp = InferResponse {
+            parameters: Default::default(),
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),

@@ -254,6 +254,7 @@ impl ModelManager {
             gpu_backends: self.opts.gpu_backends,
             missing_gpu: Severity::Error,
             server_support: true,
+            model_files: false,
         };
         let (mut model, fingerprint, scratch) = match over {
             None => {

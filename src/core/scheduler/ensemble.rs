@@ -129,6 +129,7 @@ impl EnsembleScheduler {
                 input: Duration::ZERO,
                 output: Duration::ZERO,
                 rejected: false,
+                parameters: None,
             }
         }))
     }

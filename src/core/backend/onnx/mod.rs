@@ -244,6 +244,11 @@ pub fn data_type_of(ty: TensorElementType) -> Option<DataType> {
 /// The inputs and outputs of the model file at `path`.
 pub fn model_io(path: &Path) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
     let session = open_session(path, &ModelConfig::default())?;
+    Ok(session_io(&session))
+}
+
+/// A session's inputs and outputs.
+fn session_io(session: &Session) -> (Vec<ModelTensor>, Vec<ModelTensor>) {
     let info = |outlets: &[ort::value::Outlet]| -> Vec<ModelTensor> {
         outlets
             .iter()
@@ -262,7 +267,7 @@ pub fn model_io(path: &Path) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
             })
             .collect()
     };
-    Ok((info(session.inputs()), info(session.outputs())))
+    (info(session.inputs()), info(session.outputs()))
 }
 
 pub struct OnnxInstance {
@@ -288,6 +293,8 @@ impl OnnxInstance {
         };
         let settings = OrtSettings::from_config(ctx.config)?;
         let session = open_with(&ctx.version_dir.join(file), &settings, ctx.device)?;
+        let (inputs, outputs) = session_io(&session);
+        crate::core::config::autocomplete::check_scalars(ctx.config, &inputs, &outputs)?;
         let binding = match ctx.device {
             Device::Gpu(_) => Some(session.create_binding().map_err(ort_err)?),
             _ => None,

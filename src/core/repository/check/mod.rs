@@ -66,6 +66,10 @@ pub struct CheckOptions {
     /// on for `validate-config` and `serve`; off to check Triton's own rules
     /// alone (the `config_cases` corpus).
     pub server_support: bool,
+    /// Also open the model files to check the config against them where
+    /// loading does so (an ONNX model's scalar tensors): on for
+    /// `validate-config`; off for `serve`, whose loading checks them.
+    pub model_files: bool,
 }
 
 /// One checked model.
@@ -284,7 +288,9 @@ fn check_model(dir: ModelDir, opts: &CheckOptions) -> CheckedModel {
         m.push_dir(Severity::Warning, warning);
     }
     let config_path = m.dir.config_path();
-    let config = match std::fs::read(&config_path) {
+    // A regular file only: a FIFO would block the load (and the server's
+    // start) until a writer came.
+    let config = match crate::core::fsutil::read_regular(&config_path) {
         Ok(bytes) => match parse_config(&bytes) {
             Ok(parsed) => {
                 m.source_map = parsed.source_map;
@@ -397,7 +403,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
             .iter()
             .filter_map(|v| m.dir.versions.get(v).cloned())
             .collect();
-        for issue in crate::core::backend::check_config(&config, &dirs) {
+        for issue in crate::core::backend::check_config(&config, &dirs, opts.model_files) {
             m.push(issue);
         }
     }
@@ -463,7 +469,14 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
     if needs_file && !file_name.is_empty() && is_contained_path(file_name) {
         for v in &versions {
             let file = m.dir.versions[v].join(&config.default_model_filename);
-            if !file.exists() {
+            let kind = std::fs::metadata(&file).map(|meta| meta.file_type());
+            if kind.as_ref().is_ok_and(|k| !k.is_file() && !k.is_dir()) {
+                // A FIFO (or device) would block the backend reading it.
+                m.push(Issue::error(
+                    "default_model_filename",
+                    format!("{} is not a regular file", file.display()),
+                ));
+            } else if kind.is_err() {
                 m.push(Issue::error(
                     "default_model_filename",
                     format!(
@@ -517,7 +530,9 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
             };
             let field = format!("sequence_batching.state[{i}].initial_state[0].data_file");
             let relative = Path::new("initial_state").join(file);
-            match std::fs::metadata(m.dir.path.join(&relative)) {
+            let path = m.dir.path.join(&relative);
+            // A regular file only: the scheduler reads it whole.
+            match crate::core::fsutil::open_regular(&path).and_then(|f| f.metadata()) {
                 Err(e) => m.push(Issue::error(
                     field,
                     format!(

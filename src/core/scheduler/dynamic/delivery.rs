@@ -75,6 +75,7 @@ mod tests {
             input: Duration::ZERO,
             output: Duration::ZERO,
             rejected: false,
+            parameters: None,
         }
     }
 

@@ -467,6 +467,7 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
                 input: done.input,
                 output,
                 rejected: false,
+                parameters: done.parameters.clone(),
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
         }

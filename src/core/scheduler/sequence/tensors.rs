@@ -454,6 +454,7 @@ fn finish(
             input: done.input,
             output,
             rejected: false,
+            parameters: done.parameters.clone(),
         });
     }
 }

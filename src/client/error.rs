@@ -11,6 +11,10 @@ pub enum ClientError {
     Grpc { code: String, message: String },
     /// The server could not be reached.
     Transport(String),
+    /// The server closed the connection while the request was still being
+    /// sent: it refused the request before reading it whole (an HTTP
+    /// server answers 413 and closes when a body is over its limit).
+    Closed(String),
     /// The server's answer could not be understood.
     Decode(String),
     /// What was asked cannot be done with the chosen API.
@@ -22,7 +26,10 @@ impl ClientError {
     pub fn message(&self) -> &str {
         match self {
             ClientError::Http { message, .. } | ClientError::Grpc { message, .. } => message,
-            ClientError::Transport(m) | ClientError::Decode(m) | ClientError::Unsupported(m) => m,
+            ClientError::Transport(m)
+            | ClientError::Closed(m)
+            | ClientError::Decode(m)
+            | ClientError::Unsupported(m) => m,
         }
     }
 
@@ -38,6 +45,7 @@ impl fmt::Display for ClientError {
             ClientError::Http { status, message } => write!(f, "HTTP {status}: {message}"),
             ClientError::Grpc { code, message } => write!(f, "gRPC {code}: {message}"),
             ClientError::Transport(m) => write!(f, "cannot reach the server: {m}"),
+            ClientError::Closed(m) => f.write_str(m),
             ClientError::Decode(m) => write!(f, "unexpected answer from the server: {m}"),
             ClientError::Unsupported(m) => write!(f, "not supported: {m}"),
         }
@@ -74,8 +82,42 @@ impl From<tonic::Status> for ClientError {
     }
 }
 
+/// Whether `e` is a request whose connection the server closed (or reset)
+/// while it was going out, after the connection was made: a write failed
+/// with EPIPE, or with ECONNRESET where hyper says it was writing (its
+/// "error writing a body to connection"; a reset while reading the answer
+/// is not this).
+fn closed_while_sending(e: &reqwest::Error) -> bool {
+    if e.is_connect() || e.is_timeout() || !e.is_request() {
+        return false;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::BrokenPipe => true,
+                std::io::ErrorKind::ConnectionReset => with_causes(e).contains("writing"),
+                _ => false,
+            };
+        }
+        source = s.source();
+    }
+    false
+}
+
 impl From<reqwest::Error> for ClientError {
     fn from(e: reqwest::Error) -> Self {
+        if closed_while_sending(&e) {
+            // The answer (a 413, say) is lost with the connection: the
+            // client cannot read it while it is still writing, so say what
+            // most likely happened instead of "cannot reach the server".
+            return ClientError::Closed(format!(
+                "the server closed the connection before the request was sent whole ({}): \
+                 it most likely refused the request as too large (a Triton server's \
+                 limit is its --http-max-input-size, 64 MiB by default)",
+                with_causes(&e)
+            ));
+        }
         if e.is_connect() || e.is_timeout() || e.is_request() {
             ClientError::Transport(with_causes(&e))
         } else {

@@ -77,7 +77,7 @@ pub fn build(
                 );
             }
             let shape = full_shape(spec, how.batching, how.batch, how.shapes)?;
-            let n = element_count(&shape).ok_or("shape too large")?;
+            let n = generated_elements(&spec.name, datatype, &shape)?;
             Ok(Tensor {
                 name: spec.name.clone(),
                 datatype,
@@ -86,6 +86,34 @@ pub fn build(
             })
         })
         .collect()
+}
+
+/// The most bytes one generated input may take (2 GiB, gRPC's and
+/// protobuf's own limit on a message): a mistyped `--shape` is refused
+/// with a message instead of allocating until memory runs out.
+pub const MAX_GENERATED_BYTES: usize = 1 << 31;
+
+/// The elements of a generated input of `shape`, refused when a dimension
+/// is negative or the data would exceed `MAX_GENERATED_BYTES` (counted
+/// without overflow; a BYTES element as its 4-byte length at least).
+fn generated_elements(name: &str, datatype: DataType, shape: &[i64]) -> Result<usize, String> {
+    if shape.iter().any(|&d| d < 0) {
+        return Err(format!(
+            "input '{name}': shape {shape:?} has a negative dimension (give variable dimensions with --shape {name}:d1,d2)"
+        ));
+    }
+    element_count(shape)
+        .filter(|&n| {
+            n.checked_mul(datatype.size().unwrap_or(4))
+                .is_some_and(|bytes| bytes <= MAX_GENERATED_BYTES)
+        })
+        .ok_or_else(|| {
+            format!(
+                "input '{name}': shape {shape:?} of {} takes more than {} GiB (check --shape and -b)",
+                datatype.name(),
+                MAX_GENERATED_BYTES >> 30
+            )
+        })
 }
 
 /// The request shape of an input: the batch size, then its dims with the
@@ -120,7 +148,9 @@ pub fn full_shape(
 
 /// The entries of a perf_analyzer `--input-data` file (`{"data": [...]}`).
 pub fn read_input_data(path: &Path) -> Result<Vec<serde_json::Map<String, Value>>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // A regular file only: a FIFO would block until a writer came.
+    let text = crate::core::fsutil::read_regular_to_string(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = || {
         format!(
@@ -249,5 +279,49 @@ pub fn generate(dt: DataType, n: usize, how: Generate, seed: &mut u64) -> Vec<u8
                 })
                 .collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, datatype: &str, shape: &[i64]) -> TensorMetadata {
+        TensorMetadata {
+            name: name.to_string(),
+            datatype: datatype.to_string(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_generated_input_is_bounded() {
+        let specs = [spec("INPUT0", "FP32", &[-1])];
+        let build_with = |dims: &str| {
+            let shapes = parse_shapes(&[format!("INPUT0:{dims}")]).unwrap();
+            let how = InputSpec {
+                batching: false,
+                batch: 1,
+                shapes: &shapes,
+                generate: Generate::Zero,
+                entry: None,
+            };
+            build(&specs, &how, &mut 1)
+        };
+        assert_eq!(build_with("16").unwrap()[0].data.len(), 64);
+        // Over the bound, overflowing, negative: a message, no allocation.
+        for dims in [
+            "99999999999",
+            "4294967296,4294967296",
+            "9223372036854775807,2",
+        ] {
+            let e = build_with(dims).unwrap_err();
+            assert!(e.contains("takes more than 2 GiB"), "{dims}: {e}");
+        }
+        let e = build_with("-4").unwrap_err();
+        assert!(e.contains("negative dimension"), "{e}");
+        // Just at the bound is accepted (counted, not built here).
+        assert!(generated_elements("I", DataType::Fp32, &[1 << 29]).is_ok());
+        assert!(generated_elements("I", DataType::Fp32, &[(1 << 29) + 1]).is_err());
     }
 }

@@ -45,7 +45,7 @@ pub struct ConnectOptions {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, ClientError> {
-    std::fs::read(path).map_err(|e| {
+    crate::core::fsutil::read_regular(path).map_err(|e| {
         ClientError::Transport(format!("cannot read the {what} {}: {e}", path.display()))
     })
 }

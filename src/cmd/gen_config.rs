@@ -95,6 +95,10 @@ pub fn run(args: Args) -> ExitCode {
             .unwrap_or_else(|| default_name(&args.model)),
         ..Default::default()
     };
+    if let Err(message) = refuse_special_file(&args.model) {
+        eprintln!("error: {message}");
+        return ExitCode::from(1);
+    }
     let made = match args.model.extension().and_then(|e| e.to_str()) {
         Some("onnx") => onnx_config(&args, &mut config).map(|()| Vec::new()),
         Some("pt") => torchscript_config(&args, &mut config),
@@ -146,6 +150,24 @@ pub fn run(args: Args) -> ExitCode {
     }
     println!("{text}");
     ExitCode::SUCCESS
+}
+
+/// Refuses a model path that is there but is no regular file (a FIFO
+/// would block the reader until a writer came; a device is no model); for a
+/// SavedModel directory, the same of its `saved_model.pb`. A path that is
+/// not there, or a directory where a file is expected, is left to the
+/// reader's own error.
+fn refuse_special_file(model: &Path) -> Result<(), String> {
+    let is_dir = std::fs::metadata(model).is_ok_and(|m| m.is_dir());
+    let file = if is_dir {
+        model.join("saved_model.pb")
+    } else {
+        model.to_path_buf()
+    };
+    match trtis::core::fsutil::check_regular(&file) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
+        _ => Ok(()),
+    }
 }
 
 fn dynamic_batching() -> Option<SchedulingChoice> {

@@ -61,7 +61,9 @@ fn image_files(paths: &[PathBuf], failures: &mut usize) -> Vec<PathBuf> {
 }
 
 fn load(path: &Path, input: &ImageInput, scaling: Scaling) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    // A regular file only: a FIFO would block until a writer came.
+    let bytes = trtis::core::fsutil::read_regular(path)
+        .map_err(|e| format!("cannot read the file: {e}"))?;
     image::preprocess(&bytes, input, scaling)
 }
 

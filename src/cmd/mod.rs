@@ -47,16 +47,56 @@ pub enum Command {
     ValidateConfig(validate_config::Args),
 }
 
+/// SIGPIPE ends the process, as by default, only when stdout or stderr is
+/// the broken pipe. A socket's is ignored, so the write fails with EPIPE
+/// and the client reports it: the HTTP client writes a request body with
+/// `writev`, which (unlike `send`) cannot be told MSG_NOSIGNAL, so a server
+/// that answers 413 and closes while a large body is still going out would
+/// otherwise kill `trtis infer` silently (exit 141).
+fn stdout_sigpipe_only() {
+    /// The handler: async-signal-safe calls only (poll, signal, raise). A
+    /// pipe's write end polls POLLERR once its reader is gone (a socket's,
+    /// POLLERR or POLLHUP).
+    extern "C" fn on_sigpipe(_: libc::c_int) {
+        let mut fds = [1, 2].map(|fd| libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        });
+        // SAFETY: two valid pollfd entries, no wait.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        let broken = ready > 0
+            && fds
+                .iter()
+                .any(|p| p.revents & (libc::POLLERR | libc::POLLHUP) != 0);
+        if broken {
+            // Dies of SIGPIPE once the handler returns (the signal is
+            // blocked while it runs), as a Unix tool does.
+            // SAFETY: both are async-signal-safe.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+        }
+    }
+    // SAFETY: installing a handler that only makes async-signal-safe
+    // calls, before any thread starts.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigpipe as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGPIPE, &action, std::ptr::null_mut());
+    }
+}
+
 /// Runs the chosen subcommand.
 pub fn dispatch(cli: Cli) -> ExitCode {
     if !matches!(cli.command, Command::Serve(_)) {
         // A command whose output is piped into `head` ends quietly when the
         // reader does, as Unix tools do (Rust ignores SIGPIPE, so `println!`
-        // panicked on the closed pipe). Socket writes are not affected: the
-        // standard library sends with MSG_NOSIGNAL. The server keeps
-        // ignoring it.
-        // SAFETY: setting a signal's disposition before any thread starts.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        // panicked on the closed pipe). The server keeps ignoring it.
+        stdout_sigpipe_only();
     }
     match cli.command {
         Command::Serve(args) => serve::run(*args),

@@ -28,7 +28,8 @@ fn descr(dt: DataType) -> Option<&'static str> {
 /// Reads an array: its datatype, shape and raw little-endian data.
 pub fn read(path: &Path) -> Result<(DataType, Vec<i64>, Vec<u8>), String> {
     let fail = |m: &str| format!("{}: {m}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| fail(&e.to_string()))?;
+    // A regular file only: a FIFO would block until a writer came.
+    let bytes = trtis::core::fsutil::read_regular(path).map_err(|e| fail(&e.to_string()))?;
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(fail("not a .npy file"));
     }
@@ -85,17 +86,35 @@ pub fn read(path: &Path) -> Result<(DataType, Vec<i64>, Vec<u8>), String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<i64>().map_err(|_| fail("bad shape")))
+        .map(|s| {
+            s.parse::<i64>().ok().filter(|&d| d >= 0).ok_or_else(|| {
+                fail(&format!(
+                    "bad shape {shape_text:?}: dimensions are counts, 0 or more"
+                ))
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    let data = bytes[start + header_len..].to_vec();
-    let expected = shape.iter().product::<i64>() as usize * dt.size().unwrap_or(1);
-    if data.len() != expected {
+    let data = &bytes[start + header_len..];
+    // The header is the file's word, not to be trusted: its shape must
+    // account for exactly the data there is, counted without overflow.
+    let expected = data_size(&shape, dt.size().unwrap_or(1));
+    if expected != Some(data.len()) {
+        let needs =
+            expected.map_or_else(|| "more than can be counted".to_string(), |n| n.to_string());
         return Err(fail(&format!(
-            "holds {} data bytes, its shape needs {expected}",
+            "holds {} data bytes, its shape {shape:?} needs {needs}",
             data.len()
         )));
     }
-    Ok((dt, shape, data))
+    Ok((dt, shape, data.to_vec()))
+}
+
+/// The bytes of a tensor of `shape` (every dimension 0 or more) and
+/// elements of `element_size` bytes; None when that does not fit a `usize`.
+fn data_size(shape: &[i64], element_size: usize) -> Option<usize> {
+    shape.iter().try_fold(element_size, |bytes, &d| {
+        bytes.checked_mul(usize::try_from(d).ok()?)
+    })
 }
 
 /// Writes a numeric tensor as a version 1 .npy file.
@@ -124,4 +143,73 @@ pub fn write(path: &Path, t: &Tensor) -> std::io::Result<()> {
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&t.data);
     std::fs::write(path, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version 1 .npy file of `<f4` data with the header's `shape` text.
+    fn file_with_shape(dir: &Path, shape: &str, data: &[u8]) -> std::path::PathBuf {
+        let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}\n");
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        let path = dir.join("a.npy");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_shape_must_match_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = [0u8; 16 * 4];
+        let (dt, shape, read_data) = read(&file_with_shape(dir.path(), "(2, 8)", &data)).unwrap();
+        assert_eq!(
+            (dt, shape, read_data.len()),
+            (DataType::Fp32, vec![2, 8], 64)
+        );
+        let (_, shape, read_data) = read(&file_with_shape(dir.path(), "()", &data[..4])).unwrap();
+        assert_eq!((shape, read_data.len()), (vec![], 4));
+        let (_, shape, read_data) = read(&file_with_shape(dir.path(), "(0, 5)", &[])).unwrap();
+        assert_eq!((shape, read_data.len()), (vec![0, 5], 0));
+
+        for (shape, data) in [
+            // Overflows when multiplied: an error, never a panic or a
+            // wrapped (empty) tensor.
+            ("(4294967296, 4294967296)", &[][..]),
+            ("(4294967296, 4294967296, 4)", &[][..]),
+            ("(9223372036854775807, 2)", &data[..]),
+            // Negative dimensions.
+            ("(-1, 16)", &data[..]),
+            ("(-1, -16)", &data[..]),
+            // More or less than the data there is.
+            ("(2, 9)", &data[..]),
+            ("(2, 7)", &data[..]),
+            ("(99999999999,)", &data[..]),
+        ] {
+            let e = read(&file_with_shape(dir.path(), shape, data)).unwrap_err();
+            assert!(e.contains("a.npy: "), "{shape}: {e}");
+        }
+        let e = read(&file_with_shape(dir.path(), "(-1, 16)", &data)).unwrap_err();
+        assert!(e.contains("bad shape"), "{e}");
+        let e = read(&file_with_shape(
+            dir.path(),
+            "(4294967296, 4294967296)",
+            &[],
+        ))
+        .unwrap_err();
+        assert!(e.contains("more than can be counted"), "{e}");
+    }
+
+    #[test]
+    fn data_size_is_checked() {
+        assert_eq!(data_size(&[2, 3], 4), Some(24));
+        assert_eq!(data_size(&[], 8), Some(8));
+        assert_eq!(data_size(&[0, i64::MAX], 4), Some(0));
+        assert_eq!(data_size(&[1 << 32, 1 << 32], 1), None);
+        assert_eq!(data_size(&[-1], 4), None);
+    }
 }

@@ -79,7 +79,7 @@ pub struct Args {
     max_trials: usize,
 
     /// Judge stability and the latency threshold by this percentile
-    /// instead of the average.
+    /// instead of the average (1 to 99, as perf_analyzer).
     #[arg(long = "percentile")]
     percentile: Option<f64>,
 
@@ -169,6 +169,16 @@ pub fn run(args: Args) -> ExitCode {
     if args.server.api == ApiArg::V1 {
         return fail(
             "trtis perf speaks the v2 API only: --api v1 is not supported (measure a v1 server with its own perf_client)",
+            2,
+        );
+    }
+    if let Some(p) = args.percentile.filter(|p| !(1.0..=99.0).contains(p)) {
+        // perf_analyzer's range; p0 or p200 would be no percentile at all.
+        return fail(
+            format!(
+                "--percentile must be between 1 and 99, got {}",
+                report::g6(p)
+            ),
             2,
         );
     }

@@ -355,7 +355,7 @@ pub(super) fn load_version(
         // Without the rate limiter (whose permits the instance threads take),
         // an identity model's requests run on the caller's thread.
         if opts.rate_limiter.is_none() {
-            if let Some(instance) = crate::core::backend::inline_instance(config) {
+            if let Some(instance) = crate::core::backend::inline_instance(config, &version.to_string()) {
                 pool.run_inline(instance);
             }
         }
@@ -441,7 +441,7 @@ pub(super) fn read_labels(
             continue;
         }
         let path = model_dir.join(&output.label_filename);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let text = crate::core::fsutil::read_regular_to_string(&path).map_err(|e| {
             Error::internal(format!(
                 "failed to open text file for read {}: {e}",
                 path.display()

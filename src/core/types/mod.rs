@@ -253,7 +253,9 @@ pub struct TraceContext {
 
 impl TraceContext {
     /// From a request's headers (`get` looks one up by its lower-case
-    /// name); none without a `traceparent`.
+    /// name); none without a valid `traceparent`. An invalid one is ignored
+    /// entirely, as if absent, and its `tracestate` with it (W3C Trace
+    /// Context: a vendor must not continue a trace it cannot parse).
     pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a [u8]>) -> Option<TraceContext> {
         let text = |name: &str| {
             get(name)
@@ -261,12 +263,48 @@ impl TraceContext {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
+        let traceparent = text("traceparent").filter(|t| valid_traceparent(t))?;
         Some(TraceContext {
-            traceparent: text("traceparent")?,
+            traceparent,
             tracestate: text("tracestate"),
             parent_trace: None,
         })
     }
+}
+
+/// Whether `value` is a `traceparent` W3C Trace Context level 1 accepts:
+/// `version-traceid-parentid-flags` in lower-case hex; version 2 digits and
+/// not `ff`; trace id 32 digits and parent id 16, neither all zeros; flags
+/// 2 digits. Version `00` has exactly these 4 fields; a later version may
+/// add fields after a `-`, which are ignored.
+pub fn valid_traceparent(value: &str) -> bool {
+    let hex = |field: &str, len: usize| {
+        field.len() == len
+            && field
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |field: &str| field.bytes().any(|b| b != b'0');
+    let mut fields = value.split('-');
+    let (Some(version), Some(trace), Some(parent), Some(flags)) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return false;
+    };
+    let rest_ok = if version == "00" {
+        fields.next().is_none()
+    } else {
+        // A later version's own fields: only the 4 known ones are read.
+        true
+    };
+    hex(version, 2)
+        && version != "ff"
+        && rest_ok
+        && hex(trace, 32)
+        && nonzero(trace)
+        && hex(parent, 16)
+        && nonzero(parent)
+        && hex(flags, 2)
 }
 
 /// Whether a request parameter is one of Triton's own (the sequence and
@@ -343,13 +381,20 @@ pub struct SequenceParams {
 }
 
 /// The engine's answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct InferResponse {
     pub model_name: String,
     pub model_version: String,
     pub id: String,
     pub outputs: Vec<Tensor>,
+    /// The response parameters the model set (Triton's
+    /// `TRITONBACKEND_ResponseSet*Parameter`): strings, integers, booleans
+    /// and doubles.
+    pub parameters: ResponseParameters,
 }
+
+/// A response's parameters, in the order the model set them.
+pub type ResponseParameters = serde_json::Map<String, serde_json::Value>;
 
 /// A tensor of model metadata: name, protocol datatype, full shape (with -1
 /// for the batch dimension and variable dimensions).
@@ -370,4 +415,84 @@ pub struct ModelMetadata {
     pub platform: String,
     pub inputs: Vec<TensorMetadata>,
     pub outputs: Vec<TensorMetadata>,
+}
+
+#[cfg(test)]
+mod traceparent_tests {
+    use super::*;
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SPAN: &str = "00f067aa0ba902b7";
+
+    #[test]
+    fn valid_traceparents_are_taken() {
+        assert!(valid_traceparent(&format!("00-{TRACE}-{SPAN}-01")));
+        assert!(valid_traceparent(&format!("00-{TRACE}-{SPAN}-00")));
+        // A later version may carry more fields; the first 4 are read.
+        assert!(valid_traceparent(&format!("01-{TRACE}-{SPAN}-01")));
+        assert!(valid_traceparent(&format!(
+            "cc-{TRACE}-{SPAN}-01-what-ever"
+        )));
+    }
+
+    #[test]
+    fn invalid_traceparents_are_refused() {
+        let cases = [
+            // Version ff is forbidden.
+            format!("ff-{TRACE}-{SPAN}-01"),
+            // Upper-case hex, in each field.
+            format!("00-{}-{SPAN}-01", TRACE.to_uppercase()),
+            format!("00-{TRACE}-{}-01", "00F067AA0BA902B7"),
+            format!("0A-{TRACE}-{SPAN}-01"),
+            format!("00-{TRACE}-{SPAN}-0A"),
+            // All-zero trace id, all-zero parent (span) id.
+            format!("00-{}-{SPAN}-01", "0".repeat(32)),
+            format!("00-{TRACE}-{}-01", "0".repeat(16)),
+            // Bad flags: wrong length, not hex, missing.
+            format!("00-{TRACE}-{SPAN}-1"),
+            format!("00-{TRACE}-{SPAN}-001"),
+            format!("00-{TRACE}-{SPAN}-zz"),
+            format!("00-{TRACE}-{SPAN}-"),
+            // Three fields.
+            format!("00-{TRACE}-{SPAN}"),
+            // An extra field on version 00.
+            format!("00-{TRACE}-{SPAN}-01-extra"),
+            format!("00-{TRACE}-{SPAN}-01-"),
+            // Wrong lengths.
+            format!("0-{TRACE}-{SPAN}-01"),
+            format!("000-{TRACE}-{SPAN}-01"),
+            format!("00-{}-{SPAN}-01", &TRACE[1..]),
+            format!("00-{TRACE}0-{SPAN}-01"),
+            format!("00-{TRACE}-{}-01", &SPAN[1..]),
+            format!("00-{TRACE}-{SPAN}0-01"),
+            // Non-hex.
+            format!("00-{}g-{SPAN}-01", &TRACE[1..]),
+            format!("00-{TRACE}-{}x-01", &SPAN[1..]),
+            format!("0g-{TRACE}-{SPAN}-01"),
+            // Garbage.
+            String::new(),
+            "-".to_string(),
+            "hello".to_string(),
+        ];
+        for case in &cases {
+            assert!(!valid_traceparent(case), "{case:?} was taken");
+        }
+    }
+
+    #[test]
+    fn an_invalid_traceparent_drops_the_tracestate_too() {
+        let context = |parent: String| {
+            let headers = [("traceparent", parent), ("tracestate", "a=b".to_string())];
+            TraceContext::from_headers(|name| {
+                headers
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.as_bytes())
+            })
+        };
+        let good = context(format!("00-{TRACE}-{SPAN}-01")).expect("a valid context");
+        assert_eq!(good.tracestate.as_deref(), Some("a=b"));
+        assert_eq!(context(format!("ff-{TRACE}-{SPAN}-01")), None);
+        assert_eq!(context(format!("00-{}-{SPAN}-01", "0".repeat(32))), None);
+    }
 }

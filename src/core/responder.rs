@@ -36,6 +36,9 @@ pub struct Done {
     pub output: Duration,
     /// Refused before reaching an instance (a queue timeout).
     pub rejected: bool,
+    /// The response parameters the model set (shared by the requests of a
+    /// batch).
+    pub parameters: Option<Arc<crate::core::types::ResponseParameters>>,
 }
 
 impl Done {
@@ -49,6 +52,7 @@ impl Done {
             compute: Duration::ZERO,
             output: Duration::ZERO,
             rejected,
+            parameters: None,
         }
     }
 }
@@ -70,7 +74,158 @@ pub enum Sink {
     /// Exactly one answer, to a function (the scheduler's delivery).
     Once(Box<dyn FnOnce(Done) + Send>),
     /// Any number of answers; dropping the sender is the final flag.
-    Stream(mpsc::UnboundedSender<Done>),
+    Stream(StreamTx),
+}
+
+/// The most bytes of a decoupled request's responses that wait for their
+/// caller to take them: past it, the thread sending the next response
+/// (the backend's: a Python worker's reader, which in turn stops reading
+/// the model's responses) waits until the caller takes some or goes away.
+/// A client that stops reading a stream so slows its own stream, never
+/// the server's memory (the routes only take a response when they can
+/// send it on).
+pub const STREAM_BUDGET: usize = 2 << 20;
+
+/// Bytes a waiting response counts for: its tensors' data, and a little
+/// for each tensor and for the response itself, so that a stream of empty
+/// responses is bounded too.
+fn weight(done: &Done) -> usize {
+    let tensors = done.result.as_ref().map(|t| t.as_slice()).unwrap_or(&[]);
+    256 + tensors.iter().map(|t| 64 + t.data.len()).sum::<usize>()
+}
+
+struct Budget {
+    /// The most bytes that may wait.
+    limit: usize,
+    /// Bytes waiting, and whether the caller went away.
+    state: Mutex<(usize, bool)>,
+    room: std::sync::Condvar,
+}
+
+impl Budget {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, n: usize) {
+        self.lock().0 += n;
+    }
+
+    fn take(&self, n: usize) {
+        let mut s = self.lock();
+        s.0 = s.0.saturating_sub(n);
+        if s.0 <= self.limit {
+            self.room.notify_all();
+        }
+    }
+}
+
+/// The sending end of a stream of responses (`stream_channel`).
+#[derive(Clone)]
+pub struct StreamTx {
+    tx: mpsc::UnboundedSender<(Done, usize)>,
+    budget: Arc<Budget>,
+}
+
+/// The receiving end of a stream of responses; dropping it tells the
+/// sender that nobody waits any more.
+pub struct StreamRx {
+    rx: mpsc::UnboundedReceiver<(Done, usize)>,
+    budget: Arc<Budget>,
+}
+
+/// A stream of responses whose sender waits (`StreamTx::wait_room`) while
+/// more than `STREAM_BUDGET` bytes are not taken.
+pub fn stream_channel() -> (StreamTx, StreamRx) {
+    stream_channel_within(STREAM_BUDGET)
+}
+
+/// As `stream_channel`, the sender waiting past `limit` bytes (`usize::MAX`:
+/// never, for a receiver that only reads once the sender is done).
+pub fn stream_channel_within(limit: usize) -> (StreamTx, StreamRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let budget = Arc::new(Budget {
+        limit,
+        state: Mutex::new((0, false)),
+        room: std::sync::Condvar::new(),
+    });
+    (
+        StreamTx {
+            tx,
+            budget: budget.clone(),
+        },
+        StreamRx { rx, budget },
+    )
+}
+
+impl StreamTx {
+    /// Queues one response (never waits); gives it back when nobody takes
+    /// responses any more.
+    pub fn send(&self, done: Done) -> std::result::Result<(), Done> {
+        let n = weight(&done);
+        self.budget.add(n);
+        self.tx.send((done, n)).map_err(|e| {
+            self.budget.take(n);
+            e.0 .0
+        })
+    }
+
+    /// Whether the receiving end is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Waits while more than `STREAM_BUDGET` bytes are queued, until the
+    /// receiver takes some or goes away. Never waits on an async runtime's
+    /// thread (there a response is queued regardless: no backend answers
+    /// a stream from one).
+    pub fn wait_room(&self) {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return;
+        }
+        let mut s = self.budget.lock();
+        while s.0 > self.budget.limit && !s.1 {
+            s = self
+                .budget
+                .room
+                .wait_timeout(s, Duration::from_millis(500))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if self.tx.is_closed() {
+                break;
+            }
+        }
+    }
+}
+
+impl StreamRx {
+    /// The next response; `None` once the sender is gone.
+    pub async fn recv(&mut self) -> Option<Done> {
+        let (done, n) = self.rx.recv().await?;
+        self.budget.take(n);
+        Some(done)
+    }
+
+    /// The next response if one is queued.
+    pub fn try_recv(&mut self) -> std::result::Result<Done, mpsc::error::TryRecvError> {
+        let (done, n) = self.rx.try_recv()?;
+        self.budget.take(n);
+        Ok(done)
+    }
+
+    /// The next response, waiting on this (non-async) thread.
+    pub fn blocking_recv(&mut self) -> Option<Done> {
+        let (done, n) = self.rx.blocking_recv()?;
+        self.budget.take(n);
+        Some(done)
+    }
+}
+
+impl Drop for StreamRx {
+    fn drop(&mut self) {
+        self.budget.lock().1 = true;
+        self.budget.room.notify_all();
+    }
 }
 
 /// A change every response's tensors go through before they are sent (the
@@ -83,6 +238,8 @@ struct State {
     /// When an instance took the request (queue time ends).
     started: Option<Instant>,
     map: Option<OutputMap>,
+    /// Parameters every response of the request carries.
+    parameters: Option<Arc<crate::core::types::ResponseParameters>>,
 }
 
 /// One request's way to answer; clones share it.
@@ -96,6 +253,7 @@ impl Responder {
             enqueued,
             started: None,
             map: None,
+            parameters: None,
         })))
     }
 
@@ -136,6 +294,11 @@ impl Responder {
     /// Sends one response; `last` ends the request. A one-answer request
     /// ends with its first response. Returns false when the request had
     /// already ended (nothing is sent).
+    /// Sets the parameters every later response of the request carries.
+    pub fn set_parameters(&self, parameters: Option<Arc<crate::core::types::ResponseParameters>>) {
+        self.lock().parameters = parameters;
+    }
+
     pub fn respond(&self, result: Result<Vec<Tensor>>, last: bool) -> bool {
         let mut state = self.lock();
         let result = match (result, &state.map) {
@@ -153,7 +316,11 @@ impl Responder {
             Some(Sink::Stream(tx)) => {
                 let _ = tx.send(done);
                 if !last {
-                    state.sink = Some(Sink::Stream(tx));
+                    state.sink = Some(Sink::Stream(tx.clone()));
+                    // Past the budget, the backend waits for the caller
+                    // (not holding the request's lock).
+                    drop(state);
+                    tx.wait_room();
                 }
                 true
             }
@@ -192,6 +359,7 @@ impl State {
             compute: now.saturating_duration_since(started),
             output: Duration::ZERO,
             rejected: false,
+            parameters: self.parameters.clone(),
         }
     }
 }
@@ -262,7 +430,7 @@ mod tests {
 
     #[test]
     fn a_stream_carries_every_response_until_the_final_flag() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = stream_channel();
         let r = Responder::new(Sink::Stream(tx), Instant::now());
         let other = r.clone();
         assert!(r.respond(Ok(tensor(1)), false));
@@ -283,7 +451,7 @@ mod tests {
         drop(clone);
         let e = rx.recv().unwrap().result.unwrap_err();
         assert!(e.message.contains("without a final response"), "{e:?}");
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = stream_channel();
         let r = Responder::new(Sink::Stream(tx), Instant::now());
         drop(r);
         assert!(rx.try_recv().unwrap().result.is_err());

@@ -300,7 +300,8 @@ fn run_request(
         .model_transaction_policy
         .as_ref()
         .is_some_and(|p| p.decoupled);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Read once the execution returned: the stream never makes it wait.
+    let (tx, mut rx) = crate::core::responder::stream_channel_within(usize::MAX);
     let sink = if decoupled {
         Sink::Stream(tx)
     } else {

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from pathlib import Path
 import subprocess
 import threading
 
@@ -452,3 +454,38 @@ def test_sequences_accumulate_in_implicit_state(both):
     assert step(1, 3.0, end=True) == 6.0
     # A new sequence on the same id starts from zero again.
     assert step(1, 5.0, start=True, end=True) == 5.0
+
+
+def open_files(pid, suffix):
+    """The server's open file descriptors whose target ends in `suffix`."""
+    fds = Path(f"/proc/{pid}/fd")
+    out = []
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd).endswith(suffix):
+                out.append(fd.name)
+        except OSError:
+            pass  # closed meanwhile
+    return out
+
+
+def test_unloading_an_ir_model_lets_its_weights_go(server, http, repo):
+    """Every load of an IR model used to keep the model (its graph, the
+    mmap and an open fd of model.bin) after the unload: 40 cycles grew RSS
+    287 -> 840 MiB. The ports openvino 0.11 hands out are freed now, so
+    after load/unload cycles no model.bin stays open."""
+    name = "efficientnet_lite0_openvino"
+    weights = str(repo / name / "1" / "model.bin")
+    for _ in range(6):
+        http.load_model(name)
+        assert http.is_model_ready(name)
+        http.unload_model(name)
+        deadline = time.monotonic() + 30
+        while http.is_model_ready(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    # Unloaded: nothing of it is open or mapped any more.
+    assert open_files(server.proc.pid, weights) == []
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    assert weights not in maps
+    http.load_model(name)
+    assert len(open_files(server.proc.pid, weights)) <= 1

@@ -280,9 +280,45 @@ pub fn run(args: Args) -> ExitCode {
     };
     engine.attach_runtime(runtime.handle().clone());
     let code = runtime.block_on(serve(engine.clone(), &args, front, started));
-    engine.shutdown();
+    // After a stop signal, --exit-timeout-secs bounds the whole shutdown:
+    // unloading the models (a Python model's finalize, a worker stuck in
+    // a request that never ends) gets what is left of it, at least a
+    // second; past that the process exits (the Python workers die with it:
+    // PR_SET_PDEATHSIG).
+    let Some(deadline) = SHUTDOWN_DEADLINE.get().copied() else {
+        engine.shutdown();
+        return code;
+    };
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let unloading = engine.clone();
+    let spawned = std::thread::Builder::new()
+        .name("trtis-shutdown".into())
+        .spawn(move || {
+            unloading.shutdown();
+            let _ = done_tx.send(());
+        });
+    let left = deadline
+        .saturating_duration_since(std::time::Instant::now())
+        .max(Duration::from_secs(1));
+    if spawned.is_ok() && done_rx.recv_timeout(left).is_err() {
+        log(
+            'W',
+            "models still unloading when --exit-timeout-secs ran out; exiting",
+        );
+        std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+    }
+    // Work still running on the runtime (a request's blocking task stuck
+    // in a model) gets the same bound, not the runtime's wait for it.
+    let left = deadline
+        .saturating_duration_since(std::time::Instant::now())
+        .max(Duration::from_millis(100));
+    runtime.shutdown_timeout(left);
     code
 }
+
+/// When the shutdown must be over (the stop signal plus
+/// --exit-timeout-secs), set when the signal comes.
+static SHUTDOWN_DEADLINE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
 /// What the listeners put in front of the services: TLS and Triton's
 /// restricted APIs, checked before any model loads.
@@ -698,6 +734,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
     signal.await;
     log('I', "shutting down: waiting for requests in flight");
     let deadline = Instant::now() + Duration::from_secs(args.exit_timeout_secs.max(0) as u64);
+    let _ = SHUTDOWN_DEADLINE.set(deadline);
     // The drain. The listeners stay open throughout, so every request
     // already sent (even one still in a socket buffer or the accept backlog)
     // is read and answered rather than reset.

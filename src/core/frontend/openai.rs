@@ -144,18 +144,27 @@ async fn read_json(s: &AppState, headers: &HeaderMap, body: Body) -> OaiResult<F
             ));
         }
     }
+    let too_large = || {
+        OaiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Request content size exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
+                s.max_input_size
+            ),
+        )
+        .code("content_too_large")
+    };
+    // A body declared over the limit is refused before any of it is read.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_input_size as u64) {
+        return Err(too_large());
+    }
     let bytes = axum::body::to_bytes(body, s.max_input_size)
         .await
-        .map_err(|_| {
-            OaiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "Request content size exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
-                    s.max_input_size
-                ),
-            )
-            .code("content_too_large")
-        })?;
+        .map_err(|_| too_large())?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(Fields(map)),
         Ok(_) => Err(OaiError::invalid("the request body must be a JSON object")),
@@ -279,6 +288,14 @@ fn sampling(f: &Fields, max_tokens_keys: &[&str]) -> OaiResult<Sampling> {
         ("presence_penalty", -2.0..=2.0),
     ] {
         if let Some(x) = f.number(key, range)? {
+            // Nucleus sampling over no probability mass samples nothing
+            // (vLLM refuses it too): a client mistake, not a model error.
+            if key == "top_p" && x == 0.0 {
+                return Err(
+                    OaiError::invalid("'top_p' must be greater than 0 and at most 1, got 0")
+                        .param(key),
+                );
+            }
             parameters.insert(key.into(), Value::from(x));
         }
     }
@@ -900,6 +917,8 @@ async fn chat_completions(
     run(s, job, &headers, forward).await
 }
 
+use futures_util::TryStreamExt as _;
+
 async fn embeddings(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -919,6 +938,13 @@ async fn embeddings(
     };
     let inputs: Vec<String> = match f.get("input") {
         Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(items)) if items.len() > MAX_EMBEDDING_INPUTS => {
+            return Err(OaiError::invalid(format!(
+                "'input' may hold at most {MAX_EMBEDDING_INPUTS} texts, got {}",
+                items.len()
+            ))
+            .param("input"))
+        }
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => {
             items
                 .iter()
@@ -936,6 +962,13 @@ async fn embeddings(
         }
         None => return Err(OaiError::invalid("'input' is required").param("input")),
     };
+    if let Some(i) = inputs.iter().position(|t| t.len() > MAX_EMBEDDING_TEXT) {
+        return Err(OaiError::invalid(format!(
+            "input {i} is {} bytes long; an input may be at most {MAX_EMBEDDING_TEXT} bytes",
+            inputs[i].len()
+        ))
+        .param("input"));
+    }
     let base64 = match f.string("encoding_format")? {
         None | Some("float") => false,
         Some("base64") => true,
@@ -963,10 +996,18 @@ async fn embeddings(
         }
     }
     f.string("user")?;
-    let runs = inputs.iter().map(|text| {
+    // The inputs go to the model in requests of up to its max_batch_size
+    // texts (one text each when it does not batch), a few requests at a
+    // time, so a long list neither floods the model's queue nor counts
+    // as many requests.
+    let per_request = usize::try_from(model.config.max_batch_size)
+        .unwrap_or(0)
+        .max(1);
+    let chunks: Vec<Vec<String>> = inputs.chunks(per_request).map(<[String]>::to_vec).collect();
+    let runs = chunks.into_iter().map(|texts: Vec<String>| {
         let engine = s.engine.clone();
         let model = Arc::clone(&model);
-        let request = bytes_input(&model.config, &spec.text_input, text.as_bytes()).map(|t| {
+        let request = batch_of_texts(&model.config, &spec.text_input, &texts).map(|t| {
             let mut r = InferRequest {
                 inputs: vec![t],
                 ..Default::default()
@@ -975,20 +1016,24 @@ async fn embeddings(
             r.trace_context = trace_context(&headers);
             r
         });
+        let n = texts.len();
         async move {
             let mut stream = answers(engine, model, request?);
-            match stream.next().await {
-                Some(answer) => answer,
-                None => Err(Error::internal("the model sent no response")),
-            }
+            let r = match stream.next().await {
+                Some(answer) => answer?,
+                None => return Err(Error::internal("the model sent no response")),
+            };
+            split_rows(r, n)
         }
     });
-    let results = futures_util::future::join_all(runs).await;
-    let mut data = Vec::with_capacity(results.len());
+    let results: Vec<Vec<Vec<Tensor>>> = futures_util::stream::iter(runs)
+        .buffered(EMBEDDING_REQUESTS_AT_ONCE)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut data = Vec::with_capacity(inputs.len());
     let mut tokens = 0u64;
-    for (index, result) in results.into_iter().enumerate() {
-        let r = result?;
-        let t = r.outputs.iter().find(|t| t.name == output).ok_or_else(|| {
+    for (index, outputs) in results.into_iter().flatten().enumerate() {
+        let t = outputs.iter().find(|t| t.name == output).ok_or_else(|| {
             OaiError::from(Error::internal(format!(
                 "the model sent no '{output}' output"
             )))
@@ -996,8 +1041,7 @@ async fn embeddings(
         if t.datatype != DataType::Fp32 {
             return Err(Error::internal(format!("output '{output}' is not FP32")).into());
         }
-        tokens += r
-            .outputs
+        tokens += outputs
             .iter()
             .find(|t| t.name == "num_input_tokens")
             .and_then(count_of)
@@ -1017,6 +1061,63 @@ async fn embeddings(
         "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
     }))
     .into_response())
+}
+
+/// How many of one embeddings call's requests run at once.
+const EMBEDDING_REQUESTS_AT_ONCE: usize = 8;
+
+/// OpenAI's bound on the texts of one embeddings call.
+const MAX_EMBEDDING_INPUTS: usize = 2048;
+
+/// The longest text one embeddings input may be, in bytes: eight times
+/// the 8,192 tokens OpenAI's embedding models take, at about 4 bytes a
+/// token. A longer text is refused rather than tying the model up.
+const MAX_EMBEDDING_TEXT: usize = 256 * 1024;
+
+/// The texts as one input of a request: a batch of them when the model
+/// batches (the batch dimension their count), else the one text.
+fn batch_of_texts(config: &crate::core::config::ModelConfig, name: &str, texts: &[String]) -> Result<Tensor> {
+    let first = texts.first().map(String::as_bytes).unwrap_or_default();
+    let mut t = bytes_input(config, name, first)?;
+    if texts.len() > 1 {
+        // bytes_input gives one text the shape [1, ...dims].
+        t.shape[0] = texts.len() as i64;
+        t.data = Tensor::serialize_bytes(texts.iter().map(String::as_bytes));
+    }
+    Ok(t)
+}
+
+/// A response of `n` texts' rows as each text's outputs (its row of every
+/// output).
+fn split_rows(r: InferResponse, n: usize) -> Result<Vec<Vec<Tensor>>> {
+    if n == 1 {
+        return Ok(vec![r.outputs]);
+    }
+    let mut rows: Vec<Vec<Tensor>> = (0..n).map(|_| Vec::new()).collect();
+    for t in r.outputs {
+        let size = t.datatype.size().ok_or_else(|| {
+            Error::internal(format!("output '{}' has no fixed element size", t.name))
+        })?;
+        if t.shape.first() != Some(&(n as i64)) || t.data.len() % n != 0 {
+            return Err(Error::internal(format!(
+                "output '{}' has shape {:?}, not a row for each of the {n} texts",
+                t.name, t.shape
+            )));
+        }
+        let row = t.data.len() / n;
+        debug_assert_eq!(row % size, 0);
+        for (i, chunk) in t.data.chunks(row.max(1)).take(n).enumerate() {
+            let mut shape = t.shape.clone();
+            shape[0] = 1;
+            rows[i].push(Tensor {
+                name: t.name.clone(),
+                datatype: t.datatype,
+                shape,
+                data: chunk.to_vec(),
+            });
+        }
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::Completion;
 use crate::core::instance::{BackendRequest, Done, Reply, Work};
@@ -16,7 +16,7 @@ use crate::core::responder::{Responder, Sink};
 /// a stream of them, ended by dropping the sender.
 pub enum Answer {
     Once(oneshot::Sender<Done>),
-    Stream(mpsc::UnboundedSender<Done>),
+    Stream(crate::core::responder::StreamTx),
 }
 
 impl Answer {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::core::batch_io::BatchIo;
 use crate::core::config::ModelConfig;
@@ -210,7 +210,7 @@ enum Answers<'a> {
     /// One answer on a channel, with the scheduler's post-processing.
     One(Option<(oneshot::Receiver<Done>, Option<After>)>),
     /// Any number of answers; the channel's close is the final flag.
-    Many(mpsc::UnboundedReceiver<Done>),
+    Many(crate::core::responder::StreamRx),
     /// One answer computed on the caller's task (an ensemble's steps).
     Running(Option<BoxFuture<'a, Done>>),
 }
@@ -233,8 +233,8 @@ impl<'a> Completion<'a> {
 
     /// A completion answered any number of times: each `Done` sent on the
     /// returned sender is one response; dropping the sender ends them.
-    pub fn stream() -> (mpsc::UnboundedSender<Done>, Self) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn stream() -> (crate::core::responder::StreamTx, Self) {
+        let (tx, rx) = crate::core::responder::stream_channel();
         let completion = Completion {
             answers: Answers::Many(rx),
         };
@@ -302,6 +302,7 @@ mod tests {
             input: Duration::ZERO,
             output: Duration::ZERO,
             rejected: false,
+            parameters: None,
         }
     }
 

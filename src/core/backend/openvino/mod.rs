@@ -177,6 +177,61 @@ impl Dim {
     }
 }
 
+/// A port of a model as openvino 0.11 hands it out (`Node`, an
+/// `ov_output_const_port_t`), freed when dropped. The crate's `Node` has no
+/// `Drop`: a port never freed holds its node, and through it the whole
+/// graph and its weights, so every load of a model kept the model after
+/// its unload (tens of MiB and an open `model.bin` per cycle). Its
+/// `get_name` leaks the name's string too; `name` frees it.
+struct OwnedPort(Option<openvino::Node>);
+
+// `Node` is one raw pointer to the port (checked here, at compile time,
+// before OwnedPort reads it out).
+const _: () = assert!(
+    std::mem::size_of::<openvino::Node>()
+        == std::mem::size_of::<*mut openvino_sys::ov_output_const_port_t>()
+);
+
+impl OwnedPort {
+    fn raw(&self) -> Option<*mut openvino_sys::ov_output_const_port_t> {
+        // SAFETY: Node is a struct of the one pointer (size asserted
+        // above), so its bytes are that pointer.
+        self.0
+            .as_ref()
+            .map(|n| unsafe { std::mem::transmute_copy::<openvino::Node, *mut openvino_sys::ov_output_const_port_t>(n) })
+    }
+
+    /// The port's tensor name (None when OpenVINO has none to give).
+    fn name(&self) -> Option<String> {
+        let raw = self.raw()?;
+        let mut name: *mut std::os::raw::c_char = std::ptr::null_mut();
+        // SAFETY: a live port; OpenVINO allocates the name, ov_free frees it.
+        unsafe {
+            if openvino_sys::ov_port_get_any_name(raw, &mut name) != openvino_sys::ov_status_e::OK
+                || name.is_null()
+            {
+                return None;
+            }
+            let text = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
+            openvino_sys::ov_free(name);
+            Some(text)
+        }
+    }
+}
+
+impl Drop for OwnedPort {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw() {
+            // Forgotten, not dropped: should a later openvino give `Node` a
+            // `Drop`, the port is still freed once.
+            #[allow(clippy::forget_non_drop)]
+            std::mem::forget(self.0.take());
+            // SAFETY: a port OpenVINO handed out and nobody else frees.
+            unsafe { openvino_sys::ov_output_const_port_free(raw) };
+        }
+    }
+}
+
 /// A model port: its name, element type and (partial) shape.
 struct Port {
     name: String,
@@ -194,14 +249,20 @@ fn ports(model: &Model, inputs: bool) -> Result<Vec<Port>> {
     .map_err(ov_error(step))?;
     (0..count)
         .map(|i| {
-            let node = if inputs {
-                model.get_input_by_index(i)
-            } else {
-                model.get_output_by_index(i)
-            }
-            .map_err(ov_error(step))?;
+            let node = OwnedPort(Some(
+                if inputs {
+                    model.get_input_by_index(i)
+                } else {
+                    model.get_output_by_index(i)
+                }
+                .map_err(ov_error(step))?,
+            ));
+            let name = node.name().ok_or_else(|| {
+                Error::internal(format!("{step}: OpenVINO gave a port without a name"))
+            })?;
+            let node = node.0.as_ref().expect("held until dropped");
             Ok(Port {
-                name: node.get_name().map_err(ov_error(step))?,
+                name,
                 element: node.get_element_type().map_err(ov_error(step))?,
                 dims: node
                     .get_partial_shape()

@@ -86,15 +86,18 @@ pub(super) async fn generate(
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
     let mut stream = start(&s, &p, &headers, forward, &body)?;
-    let mut all = Vec::new();
-    while let Some(answer) = stream.next().await {
-        all.push(answer);
+    let Some(first) = stream.next().await else {
+        return Ok(json_body(StatusCode::OK, error_json(&Error::internal(NOT_ONE))));
+    };
+    let status = status_for(&first);
+    // A second response decides the answer: dropping the stream cancels
+    // the request, so a runaway decoupled model is not waited out (nor
+    // its responses kept).
+    if stream.next().await.is_some() {
+        drop(stream);
+        return Ok(json_body(status, error_json(&Error::internal(NOT_ONE))));
     }
-    let status = all.first().map(status_for).unwrap_or(StatusCode::OK);
-    Ok(match all.as_slice() {
-        [one] => json_body(status, answer_json(one)),
-        _ => json_body(status, error_json(&Error::internal(NOT_ONE))),
-    })
+    Ok(json_body(status, answer_json(&first)))
 }
 
 pub(super) async fn generate_stream(

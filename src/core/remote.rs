@@ -266,7 +266,8 @@ fn credentials_for(scheme: &str, url: &str) -> Result<Option<serde_json::Value>>
             Path::new(&path).display()
         ))
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::core::fsutil::read_regular_to_string(Path::new(&path))
+        .map_err(|e| bad(e.to_string()))?;
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let Some(section) = doc.get(scheme) else {
         return Ok(None);

@@ -101,7 +101,7 @@ fn input_data(
         }
         Some(InputDataType::InputDataFile(file)) => {
             let path = model_dir.join("warmup").join(file);
-            let bytes = std::fs::read(&path).map_err(|e| {
+            let bytes = crate::core::fsutil::read_regular(&path).map_err(|e| {
                 Error::internal(format!(
                     "failed to open text file for read {}: {}",
                     path.display(),

@@ -101,7 +101,7 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<Issue> {
     });
     for dir in version_dirs {
         let path = library_path(config, dir);
-        let Ok(bytes) = std::fs::read(&path) else {
+        let Ok(bytes) = crate::core::fsutil::read_regular(&path) else {
             continue; // a missing file is reported with the other files
         };
         let shown = shown_path(&path);

@@ -335,7 +335,7 @@ pub fn model_file(config: &ModelConfig) -> &str {
 /// auto-complete, as in Triton).
 pub fn model_ports(path: &Path) -> Result<(Vec<ir::IrPort>, Vec<ir::IrPort>)> {
     if path.extension().is_some_and(|e| e == "xml") {
-        let xml = std::fs::read_to_string(path)
+        let xml = crate::core::fsutil::read_regular_to_string(path)
             .map_err(|e| Error::invalid_arg(format!("{}: {e}", path.display())))?;
         return ir::read(&xml);
     }

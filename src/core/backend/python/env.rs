@@ -23,7 +23,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -100,7 +99,7 @@ fn unpacked_in(root: &Path, archive: &Path) -> Result<PathBuf> {
         .prefix(&format!(".{key}-"))
         .tempdir_in(root)
         .map_err(io)?;
-    let file = File::open(archive).map_err(io)?;
+    let file = crate::core::fsutil::open_regular(archive).map_err(io)?;
     unpack(file, tmp.path()).map_err(|e| match e {
         Unpack::Refused(why) => Error::invalid_arg(format!(
             "the archive {} is refused: {why}",

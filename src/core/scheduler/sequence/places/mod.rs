@@ -483,7 +483,11 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         }
         let rows = match self.config.strategy {
             Strategy::Direct => {
-                let top = picks.iter().map(|r| r.0).max().unwrap_or(0);
+                // As Triton's direct batcher: the batch spans every slot up
+                // to the highest one with a request ready, a slot whose
+                // request does not join (another shape) padded like an
+                // empty one, so the model's batch size is that span.
+                let top = ready.iter().map(|r| r.0).max().unwrap_or(0);
                 let mut rows: Vec<Option<Row<R>>> = (0..=top).map(|_| None).collect();
                 // Taken in slot order, as Triton's batcher walks its slots:
                 // the places END frees go to the backlog lowest first.

@@ -200,3 +200,29 @@ def test_sigterm_ends_within_the_exit_timeout_with_a_request_that_never_ends(rep
     # The drain's exit timeout, a second to close connections, at least a
     # second to unload, and slack for a loaded machine.
     assert took < exit_timeout + 6, f"exited {took:.1f} s after SIGTERM"
+
+
+def test_repeated_hostile_grpc_bursts_leave_rss_flat(tmp_path):
+    """Item 11: after a burst of hostile gRPC traffic (oversized and
+    malformed messages, 100k-parameter maps) the server keeps what the first
+    burst took (allocator arenas, buffers) but later bursts add nothing."""
+    import grpc
+
+    import test_hostile as th
+    from trtis_harness import build_shm_repository
+
+    h = th.Hostile(build_shm_repository(tmp_path / "models"))
+    try:
+        after = []
+        for _ in range(3):
+            for _, call, _, _ in th.grpc_cases():
+                try:
+                    call(h)
+                except grpc.RpcError:
+                    pass
+            time.sleep(1)
+            after.append(rss_mib(h.server.proc.pid))
+        assert h.server.alive()
+        assert after[-1] - after[0] < 16, f"RSS after each burst: {after}"
+    finally:
+        h.close()

@@ -149,9 +149,11 @@ pub fn family(name: &str, help: &str, kind: Kind) -> Result<Handle> {
     }
     let mut all = families();
     match all.get_mut(name) {
-        Some(f) if f.kind != kind || f.help != help => Err(Error::invalid_arg(format!(
-            "metric family '{name}' already exists with a different kind or description"
+        Some(f) if f.kind != kind => Err(Error::invalid_arg(format!(
+            "metric family '{name}' already exists with a different kind"
         ))),
+        // As Triton's: the same name and kind is the family already made,
+        // whose description stays.
         Some(f) => {
             f.users += 1;
             Ok(Handle::Family(name.to_string()))

@@ -116,7 +116,9 @@ def test_the_metric_api_answers_and_refuses_as_documented(http):
     assert "gauge" in info["set_counter"], info
     assert "not supported for a histogram" in info["hist_value"], info
     assert "needs buckets" in info["hist_no_buckets"], info
-    assert "already exists with a different kind or description" in info["other_kind"], info
+    assert "already exists with a different kind" in info["other_kind"], info
+    assert info["same_family_value"] == info["gauge"], info
+    assert "Invalid metric operation as the corresponding 'MetricFamily' has been deleted." in info["orphan_metric"], info
     assert "not a valid Prometheus metric name" in info["bad_name"], info
 
 

@@ -181,7 +181,7 @@ impl GrpcService {
         model: std::sync::Arc<crate::core::repository::LoadedModel>,
         req: ModelInferRequest,
         trace: Option<TraceContext>,
-    ) -> impl Stream<Item = ModelStreamInferResponse> + Send + 'static {
+    ) -> impl Stream<Item = Sent> + Send + 'static {
         let id = req.id.clone();
         let empty_final = matches!(
             req.parameters
@@ -197,13 +197,7 @@ impl GrpcService {
                 },
             )])
         };
-        let error = |id: &str, e: Error| ModelStreamInferResponse {
-            error_message: e.message,
-            infer_response: Some(ModelInferResponse {
-                id: id.to_string(),
-                ..Default::default()
-            }),
-        };
+        let error = |id: &str, e: Error| failed(id, e);
         let request =
             match grpc_convert::infer_request(req).and_then(|r| engine.admit(&r).map(|()| r)) {
                 Ok(mut r) => {
@@ -215,15 +209,20 @@ impl GrpcService {
                     return futures_util::stream::iter(vec![refused]).left_stream();
                 }
             };
-        let last = empty_final.then(|| ModelStreamInferResponse {
-            error_message: String::new(),
-            infer_response: Some(ModelInferResponse {
-                model_name: model.name.clone(),
-                model_version: model.version.to_string(),
-                id: id.clone(),
-                parameters: final_flag(true),
-                ..Default::default()
-            }),
+        let last = empty_final.then(|| {
+            (
+                ModelStreamInferResponse {
+                    error_message: String::new(),
+                    infer_response: Some(ModelInferResponse {
+                        model_name: model.name.clone(),
+                        model_version: model.version.to_string(),
+                        id: id.clone(),
+                        parameters: final_flag(true),
+                        ..Default::default()
+                    }),
+                },
+                None,
+            )
         });
         let responses =
             super::answers::each(engine, model, request).map(move |answer| match answer {
@@ -232,10 +231,13 @@ impl GrpcService {
                     if empty_final {
                         response.parameters = final_flag(false);
                     }
-                    ModelStreamInferResponse {
-                        error_message: String::new(),
-                        infer_response: Some(response),
-                    }
+                    (
+                        ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(response),
+                        },
+                        None,
+                    )
                 }
                 Err(e) => error(&id, e),
             });
@@ -250,10 +252,29 @@ fn trace_of(metadata: &tonic::metadata::MetadataMap) -> Option<TraceContext> {
     TraceContext::from_headers(|name| metadata.get(name).map(|v| v.as_bytes()))
 }
 
+/// A stream's response, with the gRPC code of its error when it is one.
+type Sent = (ModelStreamInferResponse, Option<tonic::Code>);
+
+/// A failed request's stream response: as Triton, the error and the id
+/// only, so the client knows which failed.
+fn failed(id: &str, e: Error) -> Sent {
+    let code = code_of(e.kind);
+    (
+        ModelStreamInferResponse {
+            error_message: e.message,
+            infer_response: Some(ModelInferResponse {
+                id: id.to_string(),
+                ..Default::default()
+            }),
+        },
+        Some(code),
+    )
+}
+
 /// One request of a stream at work: its responses, each with its place
 /// among the stream's one-answer requests (`None`: a decoupled model's
 /// response, written as it comes).
-type Running = Pin<Box<dyn Stream<Item = (Option<u64>, ModelStreamInferResponse)> + Send>>;
+type Running = Pin<Box<dyn Stream<Item = (Option<u64>, Sent)> + Send>>;
 
 /// One `ModelStreamInfer` call: reads the client's requests, runs up to
 /// `STREAM_IN_FLIGHT` of them at once and yields their responses. As
@@ -269,6 +290,10 @@ type Running = Pin<Box<dyn Stream<Item = (Option<u64>, ModelStreamInferResponse)
 /// ends (OK) after the last response of the requests already read, or
 /// with the status of a message that could not be read, after the
 /// responses of the requests before it.
+///
+/// With the call's metadata `triton_grpc_error: true` (Triton's
+/// `triton_grpc_error` mode), the first error ends the call with its
+/// gRPC status instead, and the requests still open are cancelled.
 struct StreamCall {
     engine: Engine,
     incoming: Streaming<ModelInferRequest>,
@@ -291,6 +316,10 @@ struct StreamCall {
     forwarded: std::collections::HashMap<String, InferParameter>,
     /// The call's W3C trace context, for each of its requests.
     trace: Option<TraceContext>,
+    /// Triton's `triton_grpc_error` mode: an error ends the call.
+    grpc_error: bool,
+    /// Ended by an error in that mode: nothing more is written.
+    ended: bool,
 }
 
 impl StreamCall {
@@ -307,6 +336,8 @@ impl StreamCall {
             due: Default::default(),
             forwarded: Default::default(),
             trace: None,
+            grpc_error: false,
+            ended: false,
         }
     }
 
@@ -338,18 +369,14 @@ impl StreamCall {
                         Err(e) => Err(e),
                     };
                     let response = match answer {
-                        Ok(response) => ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(response),
-                        },
-                        // As Triton: only the id, so the client knows which failed.
-                        Err(e) => ModelStreamInferResponse {
-                            error_message: e.message,
-                            infer_response: Some(ModelInferResponse {
-                                id,
-                                ..Default::default()
-                            }),
-                        },
+                        Ok(response) => (
+                            ModelStreamInferResponse {
+                                error_message: String::new(),
+                                infer_response: Some(response),
+                            },
+                            None,
+                        ),
+                        Err(e) => failed(&id, e),
                     };
                     (Some(place), response)
                 }))
@@ -368,6 +395,9 @@ impl Stream for StreamCall {
     ) -> std::task::Poll<Option<Self::Item>> {
         use std::task::Poll;
         let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
         loop {
             if let Some(response) = this.due.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
@@ -384,8 +414,18 @@ impl Stream for StreamCall {
                 }
             }
             match Pin::new(&mut this.running).poll_next(cx) {
-                Poll::Ready(Some((None, response))) => return Poll::Ready(Some(Ok(response))),
-                Poll::Ready(Some((Some(place), response))) => {
+                Poll::Ready(Some((_, (response, Some(code))))) if this.grpc_error => {
+                    // Triton's triton_grpc_error mode: the error is the
+                    // call's status; what still runs is cancelled.
+                    this.ended = true;
+                    this.reading = false;
+                    this.running = futures_util::stream::SelectAll::new();
+                    this.due.clear();
+                    this.held.clear();
+                    return Poll::Ready(Some(Err(Status::new(code, response.error_message))));
+                }
+                Poll::Ready(Some((None, (response, _)))) => return Poll::Ready(Some(Ok(response))),
+                Poll::Ready(Some((Some(place), (response, _)))) => {
                     this.held.insert(place, response);
                     while let Some(r) = this.held.remove(&this.next_write) {
                         this.due.push_back(r);
@@ -505,9 +545,14 @@ impl GrpcInferenceService for GrpcService {
         }
         // The stream's trace context, for each of its requests (Triton).
         let trace = trace_of(req.metadata());
+        let grpc_error = req
+            .metadata()
+            .get("triton_grpc_error")
+            .is_some_and(|v| v.as_bytes() == b"true");
         let mut responses = StreamCall::new(self.engine.clone(), req.into_inner());
         responses.forwarded = forwarded;
         responses.trace = trace;
+        responses.grpc_error = grpc_error;
         Ok(Response::new(Box::pin(responses)))
     }
 

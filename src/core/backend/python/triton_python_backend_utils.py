@@ -41,6 +41,7 @@ import os
 import struct
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -319,6 +320,9 @@ class Tensor:
         name = _text(name, "Tensor name")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
+        if array is None:
+            # Triton's binding refuses None as the array argument.
+            raise TypeError("pb_utils.Tensor needs a NumPy array, got None")
         array = np.asarray(array)
         datatype = _datatype_of(array.dtype)
         if datatype is None:
@@ -450,6 +454,8 @@ class InferenceResponse:
     def __init__(self, output_tensors=None, error=None):
         output_tensors = [] if output_tensors is None else list(output_tensors)
         for tensor in output_tensors:
+            if tensor is None:
+                raise TritonModelException("Output tensor cannot be None.")
             if not isinstance(tensor, Tensor):
                 raise TypeError(
                     "output_tensors must hold pb_utils.Tensor objects, found {}".format(
@@ -749,6 +755,8 @@ class InferenceRequest:
             correlation_id = operator.index(correlation_id)
         inputs = list(inputs)
         for tensor in inputs:
+            if tensor is None:
+                raise TritonModelException("Input tensor cannot be None.")
             if not isinstance(tensor, Tensor):
                 raise TypeError(
                     "inputs must hold pb_utils.Tensor objects, found {}".format(type(tensor))
@@ -1107,12 +1115,21 @@ class Metric:
             buckets = [float(b) for b in buckets if float(b) != float("inf")]
         elif buckets is not None:
             raise TritonModelException("Only histogram metrics take buckets.")
-        self._family = family  # the family lives as long as its metrics
+        # As Triton's: a metric does not keep its family alive; once the
+        # model deletes the family, using the metric is an error.
+        self._family = weakref.ref(family)
         self._kind = family._kind
         self._id = _metric_call({"op": "metric", "family": family._id, "labels": labels,
                                  "buckets": buckets})
 
+    def _alive(self):
+        if self._family() is None:
+            raise TritonModelException(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
+            )
+
     def _update(self, op, value):
+        self._alive()
         value = float(value)
         if value != value or value in (float("inf"), float("-inf")):
             raise TritonModelException("A metric value must be a finite number.")
@@ -1136,6 +1153,7 @@ class Metric:
         self._update("observe", value)
 
     def value(self):
+        self._alive()
         if self._kind == MetricFamily.HISTOGRAM:
             raise TritonModelException("value() is not supported for a histogram metric.")
         return _metric_call({"op": "value", "id": self._id})
@@ -1197,6 +1215,9 @@ class Logger:
 
     @staticmethod
     def _emit(message, level):
+        if not isinstance(level, int) or isinstance(level, bool):
+            # Triton's level is an enum: anything else is the wrong type.
+            raise TypeError("log level must be one of pb_utils.Logger's levels, got {!r}".format(level))
         if level not in Logger._LETTERS:
             raise ValueError("invalid log level: {!r}".format(level))
         caller = sys._getframe(2)  # _emit <- log* <- the model's code

@@ -766,6 +766,9 @@ def main():
     )
     parser.add_argument("--native", help="the native core (_trtis_native) to load, if it can")
     options = parser.parse_args()
+    # The model's process sees the command line Triton's stub gives it: a
+    # model running unittest.main() in initialize must not parse ours.
+    sys.argv = [""]
     fd = options.fd
     # Ctrl-C in a terminal reaches the whole process group; the server decides
     # when this worker stops (finalize, or closing the socket).

@@ -502,5 +502,6 @@ pub(super) fn infer_response(resp: ModelInferResponse) -> Result<InferResponse, 
         outputs: tensors,
         // The command line shows no response parameters.
         parameters: Default::default(),
+        last: true,
     })
 }

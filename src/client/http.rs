@@ -311,6 +311,7 @@ pub(crate) fn infer_response(
         outputs: tensors,
         // The command line shows no response parameters.
         parameters: Default::default(),
+        last: true,
     })
 }
 

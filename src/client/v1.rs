@@ -576,6 +576,7 @@ impl V1Client {
             outputs: tensors,
             // The command line shows no response parameters.
             parameters: Default::default(),
+            last: true,
         })
     }
 }

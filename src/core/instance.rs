@@ -288,6 +288,7 @@ impl InstancePool {
             output: Duration::ZERO,
             rejected: false,
             parameters,
+            last: true,
         };
         work.reply.send(done);
         Ok(())
@@ -497,6 +498,7 @@ fn run_instance(
             output,
             rejected: false,
             parameters: instance.response_parameters(),
+            last: true,
         };
         // A panicking reply callback (a bug) must not take the instance
         // thread with it.
@@ -561,6 +563,7 @@ impl Sent {
             output: Duration::ZERO,
             rejected: false,
             parameters: None,
+            last: true,
         };
         if catch_unwind(AssertUnwindSafe(|| self.reply.send(done))).is_err() {
             crate::core::logging::log('E', "a batch's completion handler panicked");

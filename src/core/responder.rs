@@ -39,6 +39,10 @@ pub struct Done {
     /// The response parameters the model set (shared by the requests of a
     /// batch).
     pub parameters: Option<Arc<crate::core::types::ResponseParameters>>,
+    /// The model sent the final flag with this response (a one-answer
+    /// request's only response always is; a decoupled model's last may
+    /// come bare instead, after it).
+    pub last: bool,
 }
 
 impl Done {
@@ -53,6 +57,7 @@ impl Done {
             output: Duration::ZERO,
             rejected,
             parameters: None,
+            last: true,
         }
     }
 }
@@ -305,7 +310,7 @@ impl Responder {
             (Ok(mut tensors), Some(map)) => map(&mut tensors).map(|()| tensors),
             (result, _) => result,
         };
-        let done = state.done(result);
+        let done = state.done(result, last);
         match state.sink.take() {
             None => false,
             Some(Sink::Once(f)) => {
@@ -334,7 +339,7 @@ impl Responder {
         let mut state = self.lock();
         match state.sink.take() {
             Some(Sink::Once(f)) => {
-                let done = state.done(Err(error()));
+                let done = state.done(Err(error()), true);
                 drop(state);
                 f(done);
             }
@@ -349,7 +354,7 @@ impl Responder {
 }
 
 impl State {
-    fn done(&self, result: Result<Vec<Tensor>>) -> Done {
+    fn done(&self, result: Result<Vec<Tensor>>, last: bool) -> Done {
         let now = Instant::now();
         let started = self.started.unwrap_or(now);
         Done {
@@ -360,6 +365,7 @@ impl State {
             output: Duration::ZERO,
             rejected: false,
             parameters: self.parameters.clone(),
+            last,
         }
     }
 }
@@ -369,9 +375,12 @@ impl Drop for State {
         // The last handle went without the final answer: the caller hears
         // why instead of waiting forever.
         if self.sink.is_some() {
-            let done = self.done(Err(Error::internal(
-                "the model ended the request without a final response",
-            )));
+            let done = self.done(
+                Err(Error::internal(
+                    "the model ended the request without a final response",
+                )),
+                true,
+            );
             match self.sink.take() {
                 Some(Sink::Once(f)) => f(done),
                 Some(Sink::Stream(tx)) => {

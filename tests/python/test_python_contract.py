@@ -6,6 +6,11 @@ hold a `model.py` to, with our own models against a real `trtis serve`:
 - bad arguments to `pb_utils` raise Triton's exception types: `None` as a
   BLS input or a response output is a TritonModelException, `None` as a
   log level or as a Tensor's array a TypeError;
+- a decoupled model's response sent with the final flag is the last one:
+  a BLS `exec(decoupled=True)` iterator yields exactly the responses sent
+  (an empty one only for a bare final flag), and a gRPC stream with
+  `triton_enable_empty_final_response` marks that response final instead
+  of adding an empty one;
 - a gRPC stream opened with the metadata `triton_grpc_error: true` ends
   with the gRPC status of the first error (Triton's triton_grpc_error
   mode); without it the error is an in-stream message and the stream goes
@@ -85,12 +90,77 @@ output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
+# Decoupled: N responses, the last one sent with the final flag (no bare
+# final flag after it).
+FINAL_WITH_LAST = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy().reshape(-1)[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
+                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if i == n - 1 else 0
+                sender.send(pb_utils.InferenceResponse([out]), flags=flags)
+            if n == 0:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+FINAL_WITH_LAST_CONFIG = """name: "final_with_last"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+# BLS into final_with_last: how many responses the iterator yields, and how
+# many of them carry no tensor.
+BLS_COUNT = '''
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N")
+            call = pb_utils.InferenceRequest(
+                model_name="final_with_last", inputs=[pb_utils.Tensor("N", n.as_numpy())],
+                requested_output_names=["OUT"])
+            got = [len(r.output_tensors()) for r in call.exec(decoupled=True)]
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("INFO", np.array([json.dumps(got)], dtype=object))]))
+        return out
+'''
+
+BLS_COUNT_CONFIG = """name: "bls_count"
+backend: "python"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("contract") / "models"
-    (repo / "contract" / "1").mkdir(parents=True)
-    (repo / "contract" / "1" / "model.py").write_text(CONTRACT)
-    (repo / "contract" / "config.pbtxt").write_text(CONFIG)
+    for name, model, config in (
+        ("contract", CONTRACT, CONFIG),
+        ("final_with_last", FINAL_WITH_LAST, FINAL_WITH_LAST_CONFIG),
+        ("bls_count", BLS_COUNT, BLS_COUNT_CONFIG),
+    ):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(model)
+        (repo / name / "config.pbtxt").write_text(config)
     yield from running_server(repo, ["--python", sys.executable], name="contract server")
 
 
@@ -145,3 +215,36 @@ def test_without_the_mode_an_error_is_in_the_stream(server):
     assert len(answers) == 2
     assert answers[0][1] is not None and "asked to fail" in answers[0][1].message()
     assert answers[1][1] is None
+
+
+def n_input(mod, n: int):
+    i = mod.InferInput("N", [1], "INT32")
+    i.set_data_from_numpy(np.array([n], dtype=np.int32))
+    return [i]
+
+
+def test_a_decoupled_bls_call_yields_exactly_the_responses_sent(server):
+    c = httpclient.InferenceServerClient(server.url)
+    for n, expected in ((3, [1, 1, 1]), (1, [1]), (0, [0])):
+        got = json.loads(c.infer("bls_count", n_input(httpclient, n)).as_numpy("INFO")[0])
+        # The last response carried the final flag: no empty one after it;
+        # a bare final flag (n = 0) is the one empty response.
+        assert got == expected, (n, got)
+    c.close()
+
+
+def test_the_response_with_the_final_flag_is_marked_final_on_grpc(server):
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("final_with_last", n_input(grpcclient, 3), enable_empty_final_response=True)
+    flags = []
+    for _ in range(3):
+        result, error = got.get(timeout=20)
+        assert error is None, error
+        r = result.get_response()
+        flags.append((r.parameters["triton_final_response"].bool_param, len(r.outputs)))
+    c.stop_stream()
+    c.close()
+    assert flags == [(False, 1), (False, 1), (True, 1)]
+    assert got.empty(), "no empty final response after the final one"

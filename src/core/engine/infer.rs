@@ -92,6 +92,7 @@ impl Engine {
                     id: request.id,
                     outputs: tensors,
                     parameters: Default::default(),
+                    last: true,
                 });
             }
             miss = Some((cache, key, lookup.elapsed()));
@@ -178,6 +179,7 @@ impl Engine {
             id: request.id,
             outputs: tensors,
             parameters,
+            last: true,
         })
     }
 }
@@ -337,6 +339,7 @@ impl Engine {
             let timing = (done.queue, (done.input, done.compute, done.output));
             let rejected = done.rejected;
             let parameters = done.parameters.as_deref().cloned().unwrap_or_default();
+            let final_flag = done.last;
             let tensors = done
                 .result
                 .and_then(|t| classify(labels, batching, &outputs, t, batch))
@@ -348,6 +351,7 @@ impl Engine {
                     id: request.id.clone(),
                     outputs,
                     parameters,
+                    last: final_flag,
                 })),
                 Err(e) => {
                     if rejected {

@@ -209,27 +209,41 @@ impl GrpcService {
                     return futures_util::stream::iter(vec![refused]).left_stream();
                 }
             };
-        let last = empty_final.then(|| {
-            (
-                ModelStreamInferResponse {
-                    error_message: String::new(),
-                    infer_response: Some(ModelInferResponse {
-                        model_name: model.name.clone(),
-                        model_version: model.version.to_string(),
-                        id: id.clone(),
-                        parameters: final_flag(true),
-                        ..Default::default()
-                    }),
-                },
-                None,
-            )
-        });
+        // As Triton: the response that came with the final flag says so
+        // (`triton_final_response: true`); only a final flag sent bare
+        // gets the empty final response.
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::clone(&ended);
+        let (name, version) = (model.name.clone(), model.version.to_string());
+        let last_id = id.clone();
+        let last = futures_util::stream::once(async move {
+            (empty_final && !seen.load(std::sync::atomic::Ordering::Relaxed)).then(|| {
+                (
+                    ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(ModelInferResponse {
+                            model_name: name,
+                            model_version: version,
+                            id: last_id,
+                            parameters: final_flag(true),
+                            ..Default::default()
+                        }),
+                    },
+                    None,
+                )
+            })
+        })
+        .filter_map(std::future::ready);
         let responses =
             super::answers::each(engine, model, request).map(move |answer| match answer {
                 Ok(response) => {
+                    let fin = response.last;
+                    if fin {
+                        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let mut response = grpc_convert::infer_response(response);
                     if empty_final {
-                        response.parameters = final_flag(false);
+                        response.parameters.extend(final_flag(fin));
                     }
                     (
                         ModelStreamInferResponse {
@@ -242,7 +256,7 @@ impl GrpcService {
                 Err(e) => error(&id, e),
             });
         responses
-            .chain(futures_util::stream::iter(last))
+            .chain(last)
             .right_stream()
     }
 }

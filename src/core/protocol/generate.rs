@@ -396,6 +396,7 @@ mod tests {
     fn responses_sorted_scalars_unwrapped() {
         let r = InferResponse {
             parameters: Default::default(),
+            last: true,
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),

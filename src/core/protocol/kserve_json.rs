@@ -765,6 +765,7 @@ mod tests {
     fn bytes_outputs_that_are_not_utf8_are_refused_as_json() {
         let resp = |data: &[&[u8]]| InferResponse {
             parameters: Default::default(),
+            last: true,
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),
@@ -878,6 +879,7 @@ mod tests {
     fn response_binary_tail_follows_the_json() {
         let resp = InferResponse {
             parameters: Default::default(),
+            last: true,
             model_name: "m".into(),
             model_version: "1".into(),
             id: String::new(),

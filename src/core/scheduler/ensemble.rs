@@ -130,6 +130,7 @@ impl EnsembleScheduler {
                 output: Duration::ZERO,
                 rejected: false,
                 parameters: None,
+                last: true,
             }
         }))
     }

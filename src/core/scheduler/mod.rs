@@ -303,6 +303,7 @@ mod tests {
             output: Duration::ZERO,
             rejected: false,
             parameters: None,
+            last: true,
         }
     }
 

@@ -391,6 +391,10 @@ pub struct InferResponse {
     /// `TRITONBACKEND_ResponseSet*Parameter`): strings, integers, booleans
     /// and doubles.
     pub parameters: ResponseParameters,
+    /// The model sent the final flag with this response: a one-answer
+    /// model's response always; a decoupled model's last response, unless
+    /// its final flag came bare, after it.
+    pub last: bool,
 }
 
 /// A response's parameters, in the order the model set them.

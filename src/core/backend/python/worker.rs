@@ -1040,20 +1040,26 @@ fn bls(link: &Arc<Link>, frame: Frame) {
     };
     let decoupled = frame.bool("decoupled");
     let mut answered = 0usize;
+    // Whether the last reply ended the call: as Triton's iterator, a
+    // decoupled call yields exactly the responses the model sent, and an
+    // empty one only for a final flag sent bare.
+    let mut ended = false;
     let each = move |answer: Option<Result<crate::core::types::InferResponse>>| match answer {
         Some(Ok(response)) => {
             answered += 1;
+            ended = !decoupled || response.last;
             reply(
-                json!({"kind": "bls_response", "bid": id, "final": !decoupled, "error": null}),
+                json!({"kind": "bls_response", "bid": id, "final": ended, "error": null}),
                 response.outputs,
             );
         }
         Some(Err(e)) => {
             answered += 1;
+            ended = true;
             reply(error(e), Vec::new());
         }
         None => {
-            if decoupled || answered == 0 {
+            if !ended || answered == 0 {
                 reply(
                     json!({"kind": "bls_response", "bid": id, "final": true, "error": null}),
                     Vec::new(),

@@ -76,6 +76,7 @@ mod tests {
             output: Duration::ZERO,
             rejected: false,
             parameters: None,
+            last: true,
         }
     }
 

@@ -468,6 +468,7 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
                 output,
                 rejected: false,
                 parameters: done.parameters.clone(),
+                last: done.last,
             };
             finish_shared.delivery.deliver(seq, Some((reply, answer)));
         }

@@ -455,6 +455,7 @@ fn finish(
             output,
             rejected: false,
             parameters: done.parameters.clone(),
+            last: done.last,
         });
     }
 }

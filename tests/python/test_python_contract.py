@@ -11,6 +11,10 @@ hold a `model.py` to, with our own models against a real `trtis serve`:
   (an empty one only for a bare final flag), and a gRPC stream with
   `triton_enable_empty_final_response` marks that response final instead
   of adding an empty one;
+- an exception an async decoupled `execute` raises after its final flags
+  is logged (no client can get it);
+- a model process that dies in `initialize` is Triton's "Stub process
+  '<instance>' is not healthy.";
 - a gRPC stream opened with the metadata `triton_grpc_error: true` ends
   with the gRPC status of the first error (Triton's triton_grpc_error
   mode); without it the error is an in-stream message and the stream goes
@@ -150,6 +154,21 @@ output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
+# Decoupled, async: sends the final flag, then raises.
+ASYNC_RAISE = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        raise ValueError("wait_secs cannot be negative")
+'''
+
+ASYNC_RAISE_CONFIG = FINAL_WITH_LAST_CONFIG.replace("final_with_last", "async_raise")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("contract") / "models"
@@ -157,6 +176,7 @@ def server(tmp_path_factory):
         ("contract", CONTRACT, CONFIG),
         ("final_with_last", FINAL_WITH_LAST, FINAL_WITH_LAST_CONFIG),
         ("bls_count", BLS_COUNT, BLS_COUNT_CONFIG),
+        ("async_raise", ASYNC_RAISE, ASYNC_RAISE_CONFIG),
     ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(model)
@@ -248,3 +268,42 @@ def test_the_response_with_the_final_flag_is_marked_final_on_grpc(server):
     c.close()
     assert flags == [(False, 1), (False, 1), (True, 1)]
     assert got.empty(), "no empty final response after the final one"
+
+
+def test_a_model_whose_process_dies_in_initialize_is_an_unhealthy_stub(tmp_path):
+    from trtis_harness import ServerError, TrtisServer
+
+    repo = tmp_path / "models"
+    (repo / "init_exit" / "1").mkdir(parents=True)
+    (repo / "init_exit" / "1" / "model.py").write_text(
+        "import os\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        os._exit(0)\n"
+    )
+    (repo / "init_exit" / "config.pbtxt").write_text(
+        'name: "init_exit"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        "instance_group [{ kind: KIND_CPU }]\n"
+    )
+    server = TrtisServer(repo, ["--python", sys.executable], name="init_exit")
+    try:
+        with pytest.raises(ServerError) as e:
+            server.start()
+    finally:
+        server.kill()
+    # Triton's words (qa/L0_backend_python's init_exit case).
+    assert "Stub process 'init_exit_0_0' is not healthy." in str(e.value)
+
+
+def test_an_async_decoupled_execute_that_raises_after_the_final_flag_is_logged(server):
+    from trtis_harness import wait_for
+
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("async_raise", n_input(grpcclient, 1))
+    assert wait_for(
+        lambda: any("ValueError: wait_secs cannot be negative" in line for line in server.log_lines()),
+        timeout=20,
+    ), "\n".join(server.log_lines()[-20:])
+    c.stop_stream()
+    c.close()

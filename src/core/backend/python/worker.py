@@ -715,6 +715,20 @@ class Worker:
             if failure is None and result is not None:
                 failure = self._decoupled_return_error()
             if failure is not None:
+                # Logged whatever the requests' state, as Triton's stub does:
+                # an exception after the final flags reaches no client.
+                self.send_frame(
+                    {
+                        "kind": "log",
+                        "level": "E",
+                        "file": "worker.py",
+                        "line": sys._getframe().f_lineno,
+                        "message": "Failed to execute the async decoupled execute of '{}': {}".format(
+                            self.instance_name, failure
+                        ),
+                    },
+                    [],
+                )
                 for state in states:
                     state.fail(self._batch_error(failure))
 

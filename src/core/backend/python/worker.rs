@@ -730,13 +730,15 @@ impl Worker {
             .map(|s| s.to_string())
             .unwrap_or_else(|| "its socket closed".to_string());
         let why = diagnose(&lines, &self.python, self.env_dir.as_deref());
+        // Triton's words first ("Stub process 'X' is not healthy."), then
+        // how and why it died.
         Error::internal(match why {
             Some(why) => format!(
-                "the Python worker of model instance '{}' exited unexpectedly ({status}): {why}",
+                "Stub process '{}' is not healthy. The Python worker exited unexpectedly ({status}): {why}",
                 self.link.instance
             ),
             None => format!(
-                "the Python worker of model instance '{}' exited unexpectedly ({status})",
+                "Stub process '{}' is not healthy. The Python worker exited unexpectedly ({status})",
                 self.link.instance
             ),
         })

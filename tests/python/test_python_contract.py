@@ -307,3 +307,99 @@ def test_an_async_decoupled_execute_that_raises_after_the_final_flag_is_logged(s
     ), "\n".join(server.log_lines()[-20:])
     c.stop_stream()
     c.close()
+
+
+CONTROLLER = '''
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MADE = {
+    "name": "made", "backend": "identity", "max_batch_size": 0,
+    "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}],
+}
+
+
+def attempt(call):
+    try:
+        return call()
+    except pb_utils.TritonModelException as e:
+        return "TritonModelException: " + str(e)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            info = {
+                "ready_before": pb_utils.is_model_ready("target"),
+                "load": attempt(lambda: pb_utils.load_model("target")),
+                "ready_after_load": pb_utils.is_model_ready("target"),
+                "load_override": attempt(lambda: pb_utils.load_model(
+                    "made", config=json.dumps(MADE), files={"file:1/placeholder": b""})),
+                "made_ready": pb_utils.is_model_ready("made", "1"),
+                "unload": attempt(lambda: pb_utils.unload_model("target")),
+                "ready_after_unload": pb_utils.is_model_ready("target"),
+                "missing": attempt(lambda: pb_utils.load_model("no_such_model")),
+                "bad_files": attempt(lambda: pb_utils.load_model("made", config="{}", files={"1/x": b""})),
+            }
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("INFO", np.array([json.dumps(info)], dtype=object))]))
+        return out
+'''
+
+TARGET = """name: "target"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def controller_repo(root):
+    repo = root / "models"
+    (repo / "controller" / "1").mkdir(parents=True)
+    (repo / "controller" / "1" / "model.py").write_text(CONTROLLER)
+    (repo / "controller" / "config.pbtxt").write_text(
+        CONFIG.replace('"contract"', '"controller"').replace(
+            'input [ { name: "FAIL" data_type: TYPE_BOOL dims: [ 1 ] optional: true } ]',
+            'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]'))
+    (repo / "target" / "1").mkdir(parents=True)
+    (repo / "target" / "config.pbtxt").write_text(TARGET)
+    return repo
+
+
+def control_info(server):
+    c = httpclient.InferenceServerClient(server.url)
+    info = json.loads(c.infer("controller", n_input(httpclient, 1)).as_numpy("INFO")[0])
+    c.close()
+    return info
+
+
+def test_a_model_loads_and_unloads_models_in_explicit_mode(tmp_path):
+    repo = controller_repo(tmp_path)
+    args = ["--python", sys.executable, "--model-control-mode", "explicit", "--load-model", "controller"]
+    for server in running_server(repo, args, name="model control"):
+        info = control_info(server)
+        assert info["ready_before"] is False
+        assert info["load"] is None and info["ready_after_load"] is True
+        # A model made from a config and files, as a load request's.
+        assert info["load_override"] is None and info["made_ready"] is True
+        assert info["unload"] is None and info["ready_after_unload"] is False
+        assert info["missing"].startswith("TritonModelException: "), info
+        assert "file:" in info["bad_files"], info
+        c = httpclient.InferenceServerClient(server.url)
+        assert c.is_model_ready("made") and not c.is_model_ready("target")
+        c.close()
+
+
+def test_model_control_from_a_model_follows_the_servers_mode(tmp_path):
+    repo = controller_repo(tmp_path)
+    for server in running_server(repo, ["--python", sys.executable], name="no model control"):
+        info = control_info(server)
+        # Mode none: every model is loaded at start; loading is refused.
+        assert info["ready_before"] is True
+        assert "explicit model load / unload is not allowed" in info["load"], info
+        assert "explicit model load / unload is not allowed" in info["unload"], info

@@ -160,6 +160,28 @@ pub trait Host: Send + Sync {
     /// serves), without blocking: `each` gets every response as it comes
     /// (one, or a decoupled model's any number), or the error, then `None`.
     fn infer(&self, name: String, version: String, request: InferRequest, each: HostAnswers);
+
+    /// Loads, unloads or asks after a model (a Python model's
+    /// `pb_utils.load_model` / `unload_model` / `is_model_ready`), as the
+    /// server's model control mode allows, without blocking: `done` gets
+    /// the answer (for `Ready`, whether it is ready).
+    fn control(&self, op: ModelControl, done: Box<dyn FnOnce(Result<bool>) + Send>);
+}
+
+/// What a model asks of the server's model control.
+#[derive(Debug, Clone)]
+pub enum ModelControl {
+    /// Load (or reload) `name`, with a `config` (JSON) and `file:` files
+    /// in place of the repository's when given, as a load request's.
+    Load {
+        name: String,
+        config: String,
+        files: Vec<(String, Vec<u8>)>,
+    },
+    /// Unload `name` (with `dependents`, an ensemble's composing models).
+    Unload { name: String, dependents: bool },
+    /// Whether `name` (`version` "" for any) is ready.
+    Ready { name: String, version: String },
 }
 
 /// What the server's command line gives the backends.

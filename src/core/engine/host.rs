@@ -8,7 +8,7 @@
 use std::sync::{Arc, Weak};
 
 use super::{Engine, Inner};
-use crate::core::backend::{Host, HostAnswers};
+use crate::core::backend::{Host, HostAnswers, ModelControl};
 use crate::core::error::{Error, Result};
 use crate::core::types::{InferRequest, InferResponse};
 
@@ -23,6 +23,21 @@ impl EngineHost {
 }
 
 impl Host for EngineHost {
+    fn control(&self, op: ModelControl, done: Box<dyn FnOnce(Result<bool>) + Send>) {
+        let Some(inner) = self.engine.upgrade() else {
+            return done(Err(Error::unavailable("the server is shutting down")));
+        };
+        let engine = Engine { inner };
+        let Some(runtime) = engine.inner.runtime.get().cloned() else {
+            return done(Err(Error::unavailable(
+                "model control is not available in this server",
+            )));
+        };
+        runtime.spawn(async move {
+            done(Self::control_async(engine, op).await);
+        });
+    }
+
     fn infer(&self, name: String, version: String, request: InferRequest, each: HostAnswers) {
         let mut each = Ended(Some(each));
         let Some(inner) = self.engine.upgrade() else {
@@ -76,6 +91,31 @@ impl Host for EngineHost {
 /// A BLS call's answer callback that always ends: dropped before its end
 /// (a task that panicked or was dropped with the runtime), it answers with
 /// an error and the end, so the model's `exec()` never waits forever.
+impl EngineHost {
+    fn control_async(
+        engine: Engine,
+        op: ModelControl,
+    ) -> impl std::future::Future<Output = Result<bool>> + Send {
+        async move {
+            match op {
+                ModelControl::Load {
+                    name,
+                    config,
+                    files,
+                } => {
+                    let over = (!config.is_empty() || !files.is_empty())
+                        .then(|| crate::core::repository::LoadOverride { config, files });
+                    engine.load_with(&name, over).await.map(|()| true)
+                }
+                ModelControl::Unload { name, dependents } => {
+                    engine.unload_with(&name, dependents).await.map(|()| true)
+                }
+                ModelControl::Ready { name, version } => Ok(engine.model_ready(&name, &version)),
+            }
+        }
+    }
+}
+
 struct Ended(Option<HostAnswers>);
 
 impl Ended {

@@ -1180,6 +1180,67 @@ def _metric_drop(metric_id):
 
 
 # ---------------------------------------------------------------------------
+# Model control from a model (Triton's pb_utils.load_model, unload_model,
+# is_model_ready): the server's own model control, as its mode allows.
+
+
+def _model_control(header, parts=()):
+    if _runtime is None:
+        raise TritonModelException("Model control is only available inside a running model.")
+    header["kind"] = "model_control"
+    reply, _ = _runtime.start_bls(header, list(parts)).get()
+    if reply.get("error"):
+        raise TritonModelException(reply["error"])
+    return reply.get("value")
+
+
+def load_model(model_name, config="", files=None):
+    """Loads (or reloads) model `model_name` of this server, with `config` (a
+    model configuration in JSON) and `files` ({"file:<path>": bytes}) in
+    place of its repository's files when given, as a load request's."""
+    model_name = _text(model_name, "model_name")
+    if not isinstance(config, _TEXT_TYPES):
+        raise TypeError("config must be a str of JSON")
+    config = _text(config, "config")
+    if files is None:
+        files = {}
+    if not isinstance(files, dict):
+        raise TypeError("files must be a dict of 'file:<path>' to bytes")
+    descs, parts = [], []
+    for name, content in files.items():
+        name = _text(name, "a file name")
+        if not name.startswith("file:"):
+            raise TritonModelException(
+                "Unrecognized file parameter '{}': a file's name starts with 'file:'".format(name)
+            )
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            raise TypeError("the content of file '{}' must be bytes".format(name))
+        content = bytes(content)
+        descs.append({"name": name, "size": len(content)})
+        parts.append(content)
+    if files and not config:
+        raise TritonModelException(
+            "Failed to load model '{}': files need a 'config' to go with them.".format(model_name)
+        )
+    _model_control({"op": "load", "model": model_name, "config": config, "files": descs}, parts)
+
+
+def unload_model(model_name, unload_dependents=False):
+    """Unloads model `model_name` (with `unload_dependents`, an ensemble's
+    composing models too)."""
+    model_name = _text(model_name, "model_name")
+    _model_control({"op": "unload", "model": model_name, "unload_dependents": bool(unload_dependents)})
+
+
+def is_model_ready(model_name, model_version=""):
+    """Whether model `model_name` (version `model_version`, "" for the one
+    the server serves) is ready."""
+    model_name = _text(model_name, "model_name")
+    model_version = _text(str(model_version), "model_version") if model_version != "" else ""
+    return bool(_model_control({"op": "ready", "model": model_name, "version": model_version}))
+
+
+# ---------------------------------------------------------------------------
 # Logger
 
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::frame::{code_name, Frame};
-use crate::core::backend::Host;
+use crate::core::backend::{Host, ModelControl};
 use crate::core::custom_metrics;
 use crate::core::error::{Error, Result};
 use crate::core::responder::Responder;
@@ -831,6 +831,7 @@ fn read_frames(stream: UnixStream, link: &Arc<Link>, control: mpsc::Sender<Frame
             }
             "bls" => bls(link, frame),
             "metric" => metric(link, &frame),
+            "model_control" => model_control(link, &frame),
             _ => {
                 if control.send(frame).is_err() {
                     // Nobody listens (the instance is going away); keep
@@ -962,6 +963,77 @@ fn metric(link: &Arc<Link>, frame: &Frame) {
             "error": error,
         }));
         link.post(Outgoing::Frame(reply));
+    }
+}
+
+/// A `model_control` frame (pb_utils.load_model / unload_model /
+/// is_model_ready): runs on the server's model control, answered with a
+/// `reply` (`value`: true, or whether the model is ready).
+fn model_control(link: &Arc<Link>, frame: &Frame) {
+    let bid = frame.u64("bid");
+    let reply = {
+        let link = Arc::clone(link);
+        move |answer: Result<bool>| {
+            let (value, error) = match answer {
+                Ok(v) => (json!(v), Value::Null),
+                Err(e) => (Value::Null, json!(e.message)),
+            };
+            link.post(Outgoing::Frame(Frame::new(json!({
+                "kind": "reply",
+                "bid": bid,
+                "value": value,
+                "error": error,
+            }))));
+        }
+    };
+    let name = frame.str("model").to_string();
+    let op = match frame.str("op") {
+        "load" => {
+            // The files' bytes follow one another in the body, in the
+            // order of `files` (each with its name and size).
+            let mut files = Vec::new();
+            let mut at = 0usize;
+            for f in frame
+                .header
+                .get("files")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let size = f.get("size").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let Some(bytes) = at.checked_add(size).and_then(|end| frame.body.get(at..end)) else {
+                    return reply(Err(Error::invalid_arg("a file's bytes are missing")));
+                };
+                at += size;
+                let key = f.get("name").and_then(Value::as_str).unwrap_or_default();
+                let path = key.strip_prefix("file:").unwrap_or(key);
+                files.push((path.to_string(), bytes.to_vec()));
+            }
+            ModelControl::Load {
+                name,
+                config: frame.str("config").to_string(),
+                files,
+            }
+        }
+        "unload" => ModelControl::Unload {
+            name,
+            dependents: frame.bool("unload_dependents"),
+        },
+        "ready" => ModelControl::Ready {
+            name,
+            version: frame.str("version").to_string(),
+        },
+        other => {
+            return reply(Err(Error::invalid_arg(format!(
+                "unknown model control operation '{other}'"
+            ))))
+        }
+    };
+    match link.host.clone() {
+        Some(host) => host.control(op, Box::new(reply)),
+        None => reply(Err(Error::unavailable(
+            "this server runs no model control for models",
+        ))),
     }
 }
 

@@ -15,6 +15,8 @@ hold a `model.py` to, with our own models against a real `trtis serve`:
   is logged (no client can get it);
 - a model process that dies in `initialize` is Triton's "Stub process
   '<instance>' is not healthy.";
+- a one-answer model's response sent through the response sender is its
+  answer at once (a second send raising in the model takes nothing back);
 - a gRPC stream opened with the metadata `triton_grpc_error: true` ends
   with the gRPC status of the first error (Triton's triton_grpc_error
   mode); without it the error is an in-stream message and the stream goes
@@ -168,6 +170,25 @@ class TritonPythonModel:
 
 ASYNC_RAISE_CONFIG = FINAL_WITH_LAST_CONFIG.replace("final_with_last", "async_raise")
 
+# Not decoupled: answers through the response sender, then sends again
+# (which raises, and the exception leaves execute).
+SEND_TWICE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([7], dtype=np.int32))]))
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([8], dtype=np.int32))]))
+        return None
+'''
+
+SEND_TWICE_CONFIG = FINAL_WITH_LAST_CONFIG.replace("final_with_last", "send_twice").replace(
+    "model_transaction_policy { decoupled: true }\n", "")
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -177,6 +198,7 @@ def server(tmp_path_factory):
         ("final_with_last", FINAL_WITH_LAST, FINAL_WITH_LAST_CONFIG),
         ("bls_count", BLS_COUNT, BLS_COUNT_CONFIG),
         ("async_raise", ASYNC_RAISE, ASYNC_RAISE_CONFIG),
+        ("send_twice", SEND_TWICE, SEND_TWICE_CONFIG),
     ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(model)
@@ -403,3 +425,25 @@ def test_model_control_from_a_model_follows_the_servers_mode(tmp_path):
         assert info["ready_before"] is True
         assert "explicit model load / unload is not allowed" in info["load"], info
         assert "explicit model load / unload is not allowed" in info["unload"], info
+
+
+def test_a_one_answer_models_first_response_is_its_answer(server):
+    """A non-decoupled model's response sent through the sender is the
+    answer at once: a second send raises in the model, and the exception
+    leaving execute takes nothing back (Triton delivers the first)."""
+    c = httpclient.InferenceServerClient(server.url)
+    assert c.infer("send_twice", n_input(httpclient, 1)).as_numpy("OUT").tolist() == [7]
+    c.close()
+    answers = stream_answers_of(server, "send_twice", 1)
+    assert answers[0][1] is None and answers[0][0].as_numpy("OUT").tolist() == [7]
+
+
+def stream_answers_of(server, model, n):
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer(model, n_input(grpcclient, n))
+    answers = [got.get(timeout=20)]
+    c.stop_stream()
+    c.close()
+    return answers

@@ -786,6 +786,9 @@ class TritonPythonModel:
     assert worker.recv_header("executed")["error"] is None
     header = worker.recv_header("response")
     assert (header["rid"], header["final"], header["error"]) == (1, True, None)
+    # The failure is logged (no client may get it), then fails the rest.
+    header = worker.recv_header("log")
+    assert header["level"] == "E" and "RuntimeError: late" in header["message"], header
     header = worker.recv_header("response")
     assert (header["rid"], header["final"]) == (2, True)
     assert header["error"]["message"] == batch_error(

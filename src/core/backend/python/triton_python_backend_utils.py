@@ -558,7 +558,7 @@ class _RequestState:
         self.sender_used = False
         self.closed = False
         self._sent = 0
-        self._held = None  # default mode: a response waiting for the final flag
+        self._flagged = False  # a one-answer request's final flag was sent
         self._lock = threading.Lock()
 
     def send(self, response, flags):
@@ -589,6 +589,11 @@ class _RequestState:
                         "Unable to send response. Non-decoupled model cannot send "
                         "complete final before sending a response."
                     )
+            if not self.decoupled and response is None and self._sent == 1 and not self._flagged:
+                # The final flag after the one response, which went out as
+                # the request's answer when it was sent.
+                self._flagged = True
+                return
             if self.closed:
                 raise TritonModelException(
                     "Unable to send response. Response sender has been closed."
@@ -596,13 +601,11 @@ class _RequestState:
             if response is not None:
                 self._sent += 1
             if not self.decoupled:
-                # The one response goes out together with the final flag.
-                if not final:
-                    self._held = response
-                    return
-                if response is None:
-                    response = self._held
-                self._held = None
+                # As Triton's: the one response is the answer the moment it
+                # is sent (a second one, or an exception after it, does not
+                # take it back).
+                self._flagged = final
+                final = True
             self.closed = final
             self._emit(response, final)
 

@@ -180,12 +180,13 @@ impl ChatTemplate {
                 format!("chat template '{file}' must be a path inside the model's directory"),
             ));
         }
-        let source = crate::core::fsutil::read_regular_to_string(&model_dir.join(relative)).map_err(|e| {
-            err(
-                key,
-                format!("cannot read chat template '{file}' in the model's directory: {e}"),
-            )
-        })?;
+        let source = crate::core::fsutil::read_regular_to_string(&model_dir.join(relative))
+            .map_err(|e| {
+                err(
+                    key,
+                    format!("cannot read chat template '{file}' in the model's directory: {e}"),
+                )
+            })?;
         let mut env = Self::environment();
         env.add_template_owned(TEMPLATE, source).map_err(|e| {
             err(

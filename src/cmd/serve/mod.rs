@@ -675,7 +675,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         trtis::core::frontend::http_conn::serve(
                             listener, app, limits, forward, shutdown,
                         )
-                            .await;
+                        .await;
                         Ok(())
                     }));
                 }
@@ -687,7 +687,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         trtis::core::frontend::http_conn::serve(
                             listener, app, limits, forward, shutdown,
                         )
-                            .await;
+                        .await;
                         Ok(())
                     }));
                 }

@@ -209,7 +209,9 @@ impl super::InstanceExec for IdentityInstance {
         Ok(())
     }
 
-    fn response_parameters(&self) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
+    fn response_parameters(
+        &self,
+    ) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
         Some(example_parameters())
     }
 
@@ -411,7 +413,10 @@ mod tests {
         let plain =
             config(r#"parameters { key: "execute_delay_ms" value: { string_value: "100" } }"#);
         assert_eq!(
-            IdentityInstance::new(&plain, 3, "1").unwrap().delay.as_millis(),
+            IdentityInstance::new(&plain, 3, "1")
+                .unwrap()
+                .delay
+                .as_millis(),
             100
         );
         let bad = config(

@@ -68,7 +68,9 @@ pub trait InstanceExec: Send {
 
     /// The parameters each response of the last `execute` carries (Triton's
     /// `TRITONBACKEND_ResponseSet*Parameter`); None for none.
-    fn response_parameters(&self) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
+    fn response_parameters(
+        &self,
+    ) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
         None
     }
 
@@ -355,7 +357,11 @@ pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
 /// report these (through `repository::check`), so they agree.
 /// With `model_files`, an ONNX model's file is opened to check what its
 /// loading checks (`validate-config`; `serve` finds it when loading).
-pub fn check_config(config: &ModelConfig, version_dirs: &[PathBuf], model_files: bool) -> Vec<Issue> {
+pub fn check_config(
+    config: &ModelConfig,
+    version_dirs: &[PathBuf],
+    model_files: bool,
+) -> Vec<Issue> {
     let mut out = Vec::new();
     match config.backend.as_str() {
         "custom" => out.extend(custom::check(config, version_dirs)),

@@ -51,13 +51,25 @@ pub fn check_scalars(
     let config_ios = config
         .input
         .iter()
-        .map(|i| (&i.name, i.reshape.as_ref().map(|r| &r.shape).unwrap_or(&i.dims), inputs))
+        .map(|i| {
+            (
+                &i.name,
+                i.reshape.as_ref().map(|r| &r.shape).unwrap_or(&i.dims),
+                inputs,
+            )
+        })
         .chain(
             config
                 .output
                 .iter()
                 .filter(|o| !batch_outputs.contains(&o.name.as_str()))
-                .map(|o| (&o.name, o.reshape.as_ref().map(|r| &r.shape).unwrap_or(&o.dims), outputs)),
+                .map(|o| {
+                    (
+                        &o.name,
+                        o.reshape.as_ref().map(|r| &r.shape).unwrap_or(&o.dims),
+                        outputs,
+                    )
+                }),
         );
     for (name, dims, tensors) in config_ios {
         let scalar = tensors

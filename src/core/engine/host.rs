@@ -92,26 +92,21 @@ impl Host for EngineHost {
 /// (a task that panicked or was dropped with the runtime), it answers with
 /// an error and the end, so the model's `exec()` never waits forever.
 impl EngineHost {
-    fn control_async(
-        engine: Engine,
-        op: ModelControl,
-    ) -> impl std::future::Future<Output = Result<bool>> + Send {
-        async move {
-            match op {
-                ModelControl::Load {
-                    name,
-                    config,
-                    files,
-                } => {
-                    let over = (!config.is_empty() || !files.is_empty())
-                        .then(|| crate::core::repository::LoadOverride { config, files });
-                    engine.load_with(&name, over).await.map(|()| true)
-                }
-                ModelControl::Unload { name, dependents } => {
-                    engine.unload_with(&name, dependents).await.map(|()| true)
-                }
-                ModelControl::Ready { name, version } => Ok(engine.model_ready(&name, &version)),
+    async fn control_async(engine: Engine, op: ModelControl) -> Result<bool> {
+        match op {
+            ModelControl::Load {
+                name,
+                config,
+                files,
+            } => {
+                let over = (!config.is_empty() || !files.is_empty())
+                    .then_some(crate::core::repository::LoadOverride { config, files });
+                engine.load_with(&name, over).await.map(|()| true)
             }
+            ModelControl::Unload { name, dependents } => {
+                engine.unload_with(&name, dependents).await.map(|()| true)
+            }
+            ModelControl::Ready { name, version } => Ok(engine.model_ready(&name, &version)),
         }
     }
 }

@@ -255,9 +255,7 @@ impl GrpcService {
                 }
                 Err(e) => error(&id, e),
             });
-        responses
-            .chain(last)
-            .right_stream()
+        responses.chain(last).right_stream()
     }
 }
 

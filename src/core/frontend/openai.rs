@@ -291,10 +291,10 @@ fn sampling(f: &Fields, max_tokens_keys: &[&str]) -> OaiResult<Sampling> {
             // Nucleus sampling over no probability mass samples nothing
             // (vLLM refuses it too): a client mistake, not a model error.
             if key == "top_p" && x == 0.0 {
-                return Err(
-                    OaiError::invalid("'top_p' must be greater than 0 and at most 1, got 0")
-                        .param(key),
-                );
+                return Err(OaiError::invalid(
+                    "'top_p' must be greater than 0 and at most 1, got 0",
+                )
+                .param(key));
             }
             parameters.insert(key.into(), Value::from(x));
         }
@@ -1076,7 +1076,11 @@ const MAX_EMBEDDING_TEXT: usize = 256 * 1024;
 
 /// The texts as one input of a request: a batch of them when the model
 /// batches (the batch dimension their count), else the one text.
-fn batch_of_texts(config: &crate::core::config::ModelConfig, name: &str, texts: &[String]) -> Result<Tensor> {
+fn batch_of_texts(
+    config: &crate::core::config::ModelConfig,
+    name: &str,
+    texts: &[String],
+) -> Result<Tensor> {
     let first = texts.first().map(String::as_bytes).unwrap_or_default();
     let mut t = bytes_input(config, name, first)?;
     if texts.len() > 1 {

@@ -165,10 +165,7 @@ impl Recorder {
 impl Heads {
     /// The next request's kept values (`None` once the recorder stopped).
     pub fn next(&self) -> Option<RawHead> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 }
 
@@ -181,9 +178,12 @@ impl RawHead {
                 continue;
             };
             let same = {
-                let now: Vec<&[u8]> = headers.get_all(&name).iter().map(|v| v.as_bytes()).collect();
-                now.len() == raw.len()
-                    && now.iter().zip(&raw).all(|(n, r)| *n == trim_end(r))
+                let now: Vec<&[u8]> = headers
+                    .get_all(&name)
+                    .iter()
+                    .map(|v| v.as_bytes())
+                    .collect();
+                now.len() == raw.len() && now.iter().zip(&raw).all(|(n, r)| *n == trim_end(r))
             };
             if !same {
                 continue;

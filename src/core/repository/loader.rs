@@ -355,7 +355,9 @@ pub(super) fn load_version(
         // Without the rate limiter (whose permits the instance threads take),
         // an identity model's requests run on the caller's thread.
         if opts.rate_limiter.is_none() {
-            if let Some(instance) = crate::core::backend::inline_instance(config, &version.to_string()) {
+            if let Some(instance) =
+                crate::core::backend::inline_instance(config, &version.to_string())
+            {
                 pool.run_inline(instance);
             }
         }

@@ -196,9 +196,9 @@ impl OwnedPort {
     fn raw(&self) -> Option<*mut openvino_sys::ov_output_const_port_t> {
         // SAFETY: Node is a struct of the one pointer (size asserted
         // above), so its bytes are that pointer.
-        self.0
-            .as_ref()
-            .map(|n| unsafe { std::mem::transmute_copy::<openvino::Node, *mut openvino_sys::ov_output_const_port_t>(n) })
+        self.0.as_ref().map(|n| unsafe {
+            std::mem::transmute_copy::<openvino::Node, *mut openvino_sys::ov_output_const_port_t>(n)
+        })
     }
 
     /// The port's tensor name (None when OpenVINO has none to give).
@@ -212,7 +212,9 @@ impl OwnedPort {
             {
                 return None;
             }
-            let text = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
+            let text = std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned();
             openvino_sys::ov_free(name);
             Some(text)
         }

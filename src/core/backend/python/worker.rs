@@ -1001,7 +1001,8 @@ fn model_control(link: &Arc<Link>, frame: &Frame) {
                 .flatten()
             {
                 let size = f.get("size").and_then(Value::as_u64).unwrap_or(0) as usize;
-                let Some(bytes) = at.checked_add(size).and_then(|end| frame.body.get(at..end)) else {
+                let Some(bytes) = at.checked_add(size).and_then(|end| frame.body.get(at..end))
+                else {
                     return reply(Err(Error::invalid_arg("a file's bytes are missing")));
                 };
                 at += size;

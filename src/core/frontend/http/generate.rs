@@ -87,7 +87,10 @@ pub(super) async fn generate(
 ) -> ApiResult<Response> {
     let mut stream = start(&s, &p, &headers, forward, &body)?;
     let Some(first) = stream.next().await else {
-        return Ok(json_body(StatusCode::OK, error_json(&Error::internal(NOT_ONE))));
+        return Ok(json_body(
+            StatusCode::OK,
+            error_json(&Error::internal(NOT_ONE)),
+        ));
     };
     let status = status_for(&first);
     // A second response decides the answer: dropping the stream cancels

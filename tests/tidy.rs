@@ -98,7 +98,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cache", &[]),
     ("custom_metrics", &[]),
     ("responder", &[]),
-    ("openai", &["config"]),
+    ("openai", &["config", "fsutil"]),
     (
         "backend",
         &[
@@ -139,6 +139,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "instance",
             "responder",
             "scheduler",
+            "fsutil",
             "logging",
         ],
     ),
@@ -158,6 +159,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "metrics_settings",
             "memory",
             "openai",
+            "fsutil",
             "logging",
         ],
     ),

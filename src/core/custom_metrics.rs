@@ -397,7 +397,13 @@ mod tests {
     fn families_are_shared_and_live_while_someone_holds_them() {
         let a = family("test_shared_total", "Shared", Kind::Counter).unwrap();
         let b = family("test_shared_total", "Shared", Kind::Counter).unwrap();
-        assert!(family("test_shared_total", "Other help", Kind::Counter).is_err());
+        // Another description joins the family (Triton's), which keeps its
+        // first; another kind is refused.
+        let c = family("test_shared_total", "Other help", Kind::Counter).unwrap();
+        let mut text = String::new();
+        render(&mut text);
+        assert!(text.contains("# HELP test_shared_total Shared\n"), "{text}");
+        drop(c);
         assert!(family("test_shared_total", "Shared", Kind::Gauge).is_err());
         let m1 = metric(
             "test_shared_total",

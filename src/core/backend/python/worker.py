@@ -781,7 +781,7 @@ def main():
     parser.add_argument("--native", help="the native core (_trtis_native) to load, if it can")
     options = parser.parse_args()
     # The model's process sees the command line Triton's stub gives it: a
-    # model running unittest.main() in initialize must not parse ours.
+    # model running a test runner (it parses sys.argv) in initialize works.
     sys.argv = [""]
     fd = options.fd
     # Ctrl-C in a terminal reaches the whole process group; the server decides

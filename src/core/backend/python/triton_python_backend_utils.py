@@ -669,8 +669,9 @@ class InferenceResponseSender:
 class ResponseIterator:
     """The responses of a decoupled BLS call, up to and including the final one."""
 
-    def __init__(self, replies):
+    def __init__(self, replies, first=None):
         self._replies = replies
+        self._first = first
         self._done = False
 
     def __iter__(self):
@@ -679,7 +680,10 @@ class ResponseIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        header, body = self._replies.get()
+        if self._first is not None:
+            (header, body), self._first = self._first, None
+        else:
+            header, body = self._replies.get()
         self._done = bool(header.get("final", True))
         return _response_from_reply(header, body)
 
@@ -901,7 +905,10 @@ class InferenceRequest:
                 )
             )
         if decoupled:
-            return ResponseIterator(replies)
+            # As Triton's: the call returns once its first response came
+            # (so async_exec waits for it in the executor, not in the
+            # event loop the caller then iterates on).
+            return ResponseIterator(replies, first=replies.get())
         return _response_from_reply(*replies.get())
 
     def async_exec(self, decoupled=False):

@@ -18,15 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "python")
 import grpc  # noqa: E402
 
 import test_hostile as th  # noqa: E402
-from trtis_harness import build_shm_repository  # noqa: E402
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from trtis_harness import build_shm_repository, rss_mib  # noqa: E402
 
 
 def main() -> None:

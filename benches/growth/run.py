@@ -27,17 +27,9 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import tritonclient.http as httpclient  # noqa: E402
 
-from trtis_harness import EXAMPLES, TrtisServer  # noqa: E402
+from trtis_harness import EXAMPLES, TrtisServer, rss_mib  # noqa: E402
 
 MODELS = ("text_generator", "text_embedding", "efficientnet_lite0_openvino")
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def open_fds(pid: int) -> int:

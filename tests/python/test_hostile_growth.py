@@ -31,17 +31,9 @@ import time
 
 import pytest
 
-from trtis_harness import EXAMPLES, TrtisServer, running_server
+from trtis_harness import EXAMPLES, TrtisServer, rss_mib, running_server
 
 LIMIT = 1 << 20  # the server's --http-max-input-size
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 @pytest.fixture(scope="module")

@@ -716,6 +716,15 @@ def binary_body(header: dict, *tensors: bytes) -> tuple[bytes, dict]:
     return head + b"".join(tensors), headers
 
 
+def rss_mib(pid: int) -> float:
+    """A process's resident set (VmRSS) in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmRSS for process {pid}")
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 free right now (for servers that must keep
     their port across restarts, or that the harness does not start). It is

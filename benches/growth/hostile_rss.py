@@ -15,8 +15,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "python"))
 
-import grpc  # noqa: E402
-
 import test_hostile as th  # noqa: E402
 from trtis_harness import build_shm_repository, rss_mib  # noqa: E402
 
@@ -30,11 +28,7 @@ def main() -> None:
             time.sleep(1)
             rows = [("start", rss_mib(pid))]
             for b in range(bursts):
-                for _, call, _, _ in th.grpc_cases():
-                    try:
-                        call(h)
-                    except grpc.RpcError:
-                        pass
+                th.grpc_burst(h)
                 time.sleep(2)
                 rows.append((f"grpc burst {b + 1}", rss_mib(pid)))
             print("| after | RSS MiB | vs. first burst |")

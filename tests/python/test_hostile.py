@@ -1209,6 +1209,16 @@ def outputs_once(resp) -> str | None:
 DECODE_CODES = ("INVALID_ARGUMENT", "INTERNAL")
 
 
+def grpc_burst(h: Hostile) -> None:
+    """Sends every gRPC case once, their refusals expected (a burst of
+    hostile traffic, for memory checks)."""
+    for _, call, _, _ in grpc_cases():
+        try:
+            call(h)
+        except grpc.RpcError:
+            pass
+
+
 def grpc_cases():
     """(id, call(h) -> raises grpc.RpcError or returns, codes, accept_ok):
     the status codes accepted, and whether OK is accepted too (True, or a

@@ -224,15 +224,17 @@ def test_the_model_sees_tritons_argv_and_exception_types(server):
     assert info["tensor_none"] == "TypeError"
 
 
-def stream_answers(server, headers, fails):
+def stream_answers(server, headers, model, requests):
+    """Sends each of `requests` (input lists) on one gRPC stream opened with
+    `headers`; the (result, error) pairs that came within 20 s each."""
     c = grpcclient.InferenceServerClient(server.grpc_url)
     got: queue.Queue = queue.Queue()
     c.start_stream(callback=lambda result, error: got.put((result, error)), headers=headers)
-    for f in fails:
-        c.async_stream_infer("contract", fail_input(grpcclient, f))
+    for inputs in requests:
+        c.async_stream_infer(model, inputs)
     answers = []
     try:
-        for _ in fails:
+        for _ in requests:
             answers.append(got.get(timeout=20))
     except queue.Empty:
         pass
@@ -241,8 +243,12 @@ def stream_answers(server, headers, fails):
     return answers
 
 
+def fail_answers(server, headers, fails):
+    return stream_answers(server, headers, "contract", [fail_input(grpcclient, f) for f in fails])
+
+
 def test_triton_grpc_error_mode_ends_the_stream_with_the_status(server):
-    answers = stream_answers(server, {"triton_grpc_error": "true"}, [False, True, False])
+    answers = fail_answers(server, {"triton_grpc_error": "true"}, [False, True, False])
     assert answers[0][1] is None
     error = answers[1][1]
     assert error is not None
@@ -253,7 +259,7 @@ def test_triton_grpc_error_mode_ends_the_stream_with_the_status(server):
 
 
 def test_without_the_mode_an_error_is_in_the_stream(server):
-    answers = stream_answers(server, {}, [True, False])
+    answers = fail_answers(server, {}, [True, False])
     assert len(answers) == 2
     assert answers[0][1] is not None and "asked to fail" in answers[0][1].message()
     assert answers[1][1] is None
@@ -434,16 +440,6 @@ def test_a_one_answer_models_first_response_is_its_answer(server):
     c = httpclient.InferenceServerClient(server.url)
     assert c.infer("send_twice", n_input(httpclient, 1)).as_numpy("OUT").tolist() == [7]
     c.close()
-    answers = stream_answers_of(server, "send_twice", 1)
+    answers = stream_answers(server, {}, "send_twice", [n_input(grpcclient, 1)])
     assert answers[0][1] is None and answers[0][0].as_numpy("OUT").tolist() == [7]
 
-
-def stream_answers_of(server, model, n):
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    got: queue.Queue = queue.Queue()
-    c.start_stream(callback=lambda result, error: got.put((result, error)))
-    c.async_stream_infer(model, n_input(grpcclient, n))
-    answers = [got.get(timeout=20)]
-    c.stop_stream()
-    c.close()
-    return answers

@@ -279,6 +279,16 @@ pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
     })
 }
 
+/// The model file a config names (`default_model_filename`), else the
+/// backend's `default`.
+pub(crate) fn model_file<'a>(config: &'a ModelConfig, default: &'a str) -> &'a str {
+    if config.default_model_filename.is_empty() {
+        default
+    } else {
+        &config.default_model_filename
+    }
+}
+
 /// An instance to run requests on the caller's thread instead of an
 /// instance thread, for a backend whose execution is a few moves of
 /// memory: `identity` without its test delays and recording (no
@@ -374,11 +384,7 @@ pub fn check_config(
                 out.push(Issue::error("parameters", e.message));
             }
             if model_files {
-                let file = if config.default_model_filename.is_empty() {
-                    "model.onnx"
-                } else {
-                    config.default_model_filename.as_str()
-                };
+                let file = model_file(config, "model.onnx");
                 // A file ONNX Runtime cannot open is the load's to report.
                 let found = version_dirs
                     .iter()
@@ -409,11 +415,7 @@ pub fn check_config(
                 out.extend(pytorch::check_package_config(config, version_dirs));
                 return out;
             }
-            let file = if config.default_model_filename.is_empty() {
-                "model.pt"
-            } else {
-                config.default_model_filename.as_str()
-            };
+            let file = model_file(config, "model.pt");
             // Each version's file is checked as its load checks it
             // (`bind_file`); without a file, by the config's own rules. The
             // same finding from several versions is reported once.

@@ -155,11 +155,7 @@ async fn read_json(s: &AppState, headers: &HeaderMap, body: Body) -> OaiResult<F
         .code("content_too_large")
     };
     // A body declared over the limit is refused before any of it is read.
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > s.max_input_size as u64) {
+    if super::http::content_length(headers).is_some_and(|n| n > s.max_input_size) {
         return Err(too_large());
     }
     let bytes = axum::body::to_bytes(body, s.max_input_size)

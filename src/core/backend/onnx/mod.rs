@@ -286,11 +286,7 @@ pub struct OnnxInstance {
 
 impl OnnxInstance {
     pub fn load(ctx: &LoadContext) -> Result<Self> {
-        let file = if ctx.config.default_model_filename.is_empty() {
-            "model.onnx"
-        } else {
-            ctx.config.default_model_filename.as_str()
-        };
+        let file = super::model_file(ctx.config, "model.onnx");
         let settings = OrtSettings::from_config(ctx.config)?;
         let session = open_with(&ctx.version_dir.join(file), &settings, ctx.device)?;
         let (inputs, outputs) = session_io(&session);

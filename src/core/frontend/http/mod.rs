@@ -276,12 +276,17 @@ fn too_large(size: Option<usize>, max: usize) -> ApiError {
     )))
 }
 
-/// The body's Content-Length, refused at once when it says more than `max`.
-fn declared_length(headers: &HeaderMap, max: usize) -> Result<Option<usize>, ApiError> {
-    let declared = headers
+/// The body's declared Content-Length, when it has a readable one.
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// The body's Content-Length, refused at once when it says more than `max`.
+fn declared_length(headers: &HeaderMap, max: usize) -> Result<Option<usize>, ApiError> {
+    let declared = content_length(headers);
     if declared.is_some_and(|n| n > max) {
         return Err(too_large(declared, max));
     }

@@ -705,6 +705,7 @@ mod tests {
             outputs: Vec::new(),
             info,
             respond,
+            reschedule: None,
         };
         (request, rx)
     }

@@ -72,6 +72,24 @@ pub struct BackendRequest {
     pub outputs: Vec<String>,
     pub info: RequestInfo,
     pub respond: Responder,
+    /// How the model puts the request back in its scheduler's queue to run
+    /// again (Triton's `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`), keeping
+    /// its responder: set only where the scheduler takes requests back
+    /// (`sequence_batching { iterative_sequence: true }`).
+    pub reschedule: Option<Reschedule>,
+}
+
+/// Puts a request back in its scheduler's queue; it answers through the
+/// responder given. Called on the instance's thread once the execution that
+/// asked for it returned (before the scheduler hears that it ended).
+pub type Reschedule = Box<dyn FnOnce(Responder) + Send>;
+
+/// Triton's refusal of a reschedule where the scheduler takes no request
+/// back (a model without `iterative_sequence`).
+pub fn reschedule_refused() -> Error {
+    Error::invalid_arg(
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.",
+    )
 }
 
 /// Where a request's answers go.

@@ -315,6 +315,7 @@ fn run_request(
         outputs: outputs.to_vec(),
         info: Default::default(),
         respond,
+        reschedule: None,
     }])?;
     while let Some(done) = rx.blocking_recv() {
         done.result?;

@@ -371,31 +371,23 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         }
     }
 
-    match &config.scheduling_choice {
-        Some(SchedulingChoice::SequenceBatching(s)) if s.iterative_sequence => refuse(
-            &mut out,
-            "sequence_batching.iterative_sequence".into(),
-            "iterative sequences need a decoupled backend that reschedules its requests",
-        ),
-        Some(SchedulingChoice::EnsembleScheduling(e)) => {
-            for (j, step) in e.step.iter().enumerate() {
-                if !step.model_namespace.is_empty() {
-                    refuse(
-                        &mut out,
-                        format!("ensemble_scheduling.step[{j}].model_namespace"),
-                        "model namespacing is not supported: model names are global",
-                    );
-                }
-            }
-            if e.max_inflight_requests > 0 {
-                hint(
+    if let Some(SchedulingChoice::EnsembleScheduling(e)) = &config.scheduling_choice {
+        for (j, step) in e.step.iter().enumerate() {
+            if !step.model_namespace.is_empty() {
+                refuse(
                     &mut out,
-                    "ensemble_scheduling.max_inflight_requests".into(),
-                    "an ensemble's steps are not limited in flight; each composing model's queue bounds them",
+                    format!("ensemble_scheduling.step[{j}].model_namespace"),
+                    "model namespacing is not supported: model names are global",
                 );
             }
         }
-        _ => {}
+        if e.max_inflight_requests > 0 {
+            hint(
+                &mut out,
+                "ensemble_scheduling.max_inflight_requests".into(),
+                "an ensemble's steps are not limited in flight; each composing model's queue bounds them",
+            );
+        }
     }
 
     for (i, group) in config.instance_group.iter().enumerate() {

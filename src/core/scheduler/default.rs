@@ -92,6 +92,7 @@ impl DefaultScheduler {
             outputs: submission.output_names(),
             info: submission.info(),
             respond: Responder::new(answer.into_sink(), submission.enqueued),
+            reschedule: None,
             inputs: submission.inputs,
         };
         let stats = Arc::clone(&self.stats);

@@ -267,6 +267,9 @@ impl InstanceExec for PythonInstance {
 struct SentBatch {
     /// Its requests' ids on the worker's link.
     ids: Vec<u64>,
+    /// Per request (in `ids`' order): how to put it back in its
+    /// scheduler's queue, where the scheduler takes it back.
+    reschedule: Vec<Option<crate::core::responder::Reschedule>>,
     /// While another batch runs before it: what sending it again to a new
     /// worker takes, should the worker die first (as Triton runs the
     /// requests still queued on the restarted stub).
@@ -373,8 +376,10 @@ impl super::Pipeline for PythonInstance {
         let mut ids = Vec::with_capacity(requests.len());
         let mut responders = Vec::with_capacity(requests.len());
         let mut tokens = Vec::with_capacity(requests.len());
+        let mut reschedule = Vec::with_capacity(requests.len());
         for r in requests {
             let id = link.next_id();
+            reschedule.push(r.reschedule);
             let inputs = frame.add_owned_tensors(r.inputs);
             let info = &r.info;
             list.push(json!({
@@ -408,7 +413,11 @@ impl super::Pipeline for PythonInstance {
             responders,
             tokens,
         });
-        self.sent.push_back(SentBatch { ids, again });
+        self.sent.push_back(SentBatch {
+            ids,
+            reschedule,
+            again,
+        });
         Ok(())
     }
 
@@ -429,10 +438,13 @@ impl super::Pipeline for PythonInstance {
         // model's responses may still come after.
         let answer = worker.answer_or_wake(wake)?;
         let link = std::sync::Arc::clone(&worker.link);
-        let batch = self.sent.pop_front().unwrap_or_default();
+        let mut batch = self.sent.pop_front().unwrap_or_default();
         let result = match answer {
             Ok(f) => match f.error() {
-                None => Ok(()),
+                None => {
+                    reschedule(&link, &mut batch, &f);
+                    Ok(())
+                }
                 Some(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -449,6 +461,41 @@ impl super::Pipeline for PythonInstance {
             began(&link, &next.ids);
         }
         Some(result)
+    }
+}
+
+/// The requests of `batch` the model released with
+/// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` (the `executed` frame's
+/// `rescheduled` ids) go back to their scheduler, answering through the
+/// same responder; where the scheduler takes no request back they fail
+/// with Triton's reason (which Triton logs).
+fn reschedule(link: &worker::Link, batch: &mut SentBatch, executed: &Frame) {
+    let Some(Value::Array(ids)) = executed.header.get("rescheduled") else {
+        return;
+    };
+    for rid in ids.iter().filter_map(Value::as_u64) {
+        let Some(i) = batch.ids.iter().position(|&id| id == rid) else {
+            continue;
+        };
+        let responder = link
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&rid);
+        let Some(responder) = responder else {
+            continue; // answered or cancelled meanwhile
+        };
+        match batch.reschedule.get_mut(i).and_then(Option::take) {
+            Some(again) => again(responder),
+            None => {
+                let e = crate::core::responder::reschedule_refused();
+                crate::core::logging::log(
+                    'E',
+                    &format!("Failed to release request: {}", e.message),
+                );
+                responder.fail(e);
+            }
+        }
     }
 }
 

@@ -549,6 +549,10 @@ class _RequestState:
     collected when both are gone; if that happens before the final response
     went out, the request is reported as abandoned."""
 
+    # What `request.set_release_flags` set (a class default: the native
+    # core makes states without __init__).
+    release_flags = 1  # TRITONSERVER_REQUEST_RELEASE_ALL
+
     def __init__(self, rid, index, requested, decoupled):
         self.rid = rid
         self.index = index  # position in its batch, for messages
@@ -860,6 +864,23 @@ class InferenceRequest:
 
     def is_cancelled(self):
         return self._state is not None and self._state.is_cancelled()
+
+    def set_release_flags(self, flags):
+        """How the request is released when `execute` returns:
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE puts it back in the
+        scheduler's queue to run again (a model with `sequence_batching {
+        iterative_sequence: true }`; return None for it, or for a decoupled
+        model reschedule before `execute` returns)."""
+        if isinstance(flags, bool) or not hasattr(flags, "__index__"):
+            raise TypeError(
+                "set_release_flags(): incompatible function arguments: flags must be an int"
+            )
+        flags = operator.index(flags)
+        if not 0 <= flags < 2**32:
+            raise TypeError("set_release_flags(): flags must fit in an unsigned 32-bit integer")
+        self._release_flags = flags
+        if self._state is not None:
+            self._state.release_flags = flags
 
     def get_response_sender(self):
         if self._state is None:

@@ -63,6 +63,15 @@ _SENT = object()
 _MAX_BUFFERS = 512
 
 
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+
+
+def _rescheduled(states):
+    """The states of the requests the model released with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE."""
+    return [state for state in states if state.release_flags == _RESCHEDULE]
+
+
 def _exit(code):
     """End the process now: model threads (daemon or not) must not keep it."""
     for stream in (sys.stdout, sys.stderr):
@@ -570,13 +579,22 @@ class Worker:
             error = self._batch_error(pb_utils._format_exception(exc))
         if error is _SENT:
             return
+        executed = {"kind": "executed", "error": error}
         if error is not None:
             for state in states:
                 state.close()
+        else:
+            rescheduled = _rescheduled(states)
+            if rescheduled:
+                # Back to the scheduler: this run of the request sends
+                # nothing more (it answers when it runs again).
+                for state in rescheduled:
+                    state.close()
+                executed["rescheduled"] = [state.rid for state in rescheduled]
         # `after`: what went to the write socket before; the server deals
         # with it before it takes the batch as done.
-        after = self.wire.sent() if self.wire is not None else self.sent
-        frames.append(({"kind": "executed", "error": error, "after": after}, []))
+        executed["after"] = self.wire.sent() if self.wire is not None else self.sent
+        frames.append((executed, []))
         self.send_frames(frames, answer=True)
 
     def _batch_error(self, message):
@@ -620,7 +638,11 @@ class Worker:
         except BaseException as exc:  # any failure of model code
             return self._batch_error(pb_utils._format_exception(exc))
         if type(result) is list and not self.decoupled:  # the usual case
-            if self.wire is not None and self.wire.answer(result, states):
+            if (
+                self.wire is not None
+                and not _rescheduled(states)
+                and self.wire.answer(result, states)
+            ):
                 return _SENT
             return self._answer(result, states, frames)
         failure = None
@@ -686,7 +708,12 @@ class Worker:
                 "InferenceRequest objects. InferenceRequest(s) size is:{}, and "
                 "InferenceResponse(s) size is:{}\n".format(len(states), len(result))
             )
-        for response in result:
+        for state, response in zip(states, result):
+            if response is not None and state.release_flags == _RESCHEDULE:
+                return self._batch_error(
+                    "Expected a None object in the execute function return list for "
+                    "reschduled request, found type '{}'.".format(type(response))
+                )
             if response is not None and not isinstance(response, pb_utils.InferenceResponse):
                 return self._batch_error(
                     "Expected an 'InferenceResponse' object in the execute function "
@@ -695,7 +722,7 @@ class Worker:
         for state, response in zip(states, result):
             by_model = True
             if response is None:
-                if state.sender_used:
+                if state.sender_used or state.release_flags == _RESCHEDULE:
                     continue  # the response sender answers (maybe later, from a thread)
                 response = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(self._no_response_message(state.index))

@@ -528,6 +528,7 @@ fn requests_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Work {
                 outputs: r.outputs,
                 info: r.info.map(|i| *i).unwrap_or_default(),
                 respond: Responder::new(sink, r.enqueued),
+                reschedule: None,
             }
         })
         .collect();

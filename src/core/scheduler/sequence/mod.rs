@@ -28,8 +28,8 @@ pub mod places;
 mod settings;
 mod tensors;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,7 @@ use super::worker::{self, Batcher, Worker};
 use super::{pending, Answering, Completion, Submission};
 use crate::core::error::{request_prefix, Error, Result};
 use crate::core::instance::{Done, InstancePool, Work, WorkSource};
+use crate::core::responder::Responder;
 use crate::core::stats::ModelStats;
 use crate::core::types::{hooks, DataType, RequestInfo, SequenceId, Tensor};
 use places::Refusal;
@@ -52,7 +53,7 @@ struct SeqRequest {
     outputs: Vec<String>,
     enqueued: Instant,
     /// Where its answers go (several for a decoupled model).
-    reply: Answer,
+    reply: SeqReply,
     pending: Arc<AtomicI64>,
     id: SequenceId,
     /// The request's `timeout` (µs, 0: none): how long it may wait in the
@@ -61,6 +62,34 @@ struct SeqRequest {
     /// What a backend that takes requests apart reads of it (id,
     /// correlation id, flags, parameters); None otherwise.
     info: Option<Box<RequestInfo>>,
+}
+
+/// Where a queued request's answers go: its caller's channel, or, for a
+/// request its model rescheduled, the responder it already answers
+/// through (a decoupled model's stream goes on).
+enum SeqReply {
+    Caller(Answer),
+    Taken(Responder),
+}
+
+impl SeqReply {
+    /// Sends the request's last answer.
+    fn send(self, done: Done) {
+        match self {
+            SeqReply::Caller(answer) => answer.send(done),
+            SeqReply::Taken(responder) => {
+                responder.respond(done.result, true);
+            }
+        }
+    }
+
+    /// The responder the request answers through once an instance took it.
+    fn into_responder(self, enqueued: Instant) -> Responder {
+        match self {
+            SeqReply::Caller(answer) => Responder::new(answer.into_sink(), enqueued),
+            SeqReply::Taken(responder) => responder,
+        }
+    }
 }
 
 impl std::fmt::Debug for SeqRequest {
@@ -82,6 +111,9 @@ struct State {
     /// 0 for good. Tests use them to count the batches a known set of
     /// requests makes.
     hold: (usize, usize),
+    /// Iterative sequences whose running request the model rescheduled:
+    /// they keep their place when the execution ends.
+    rescheduled: HashSet<u64>,
 }
 
 impl State {
@@ -144,6 +176,9 @@ struct Seq {
     /// One per instance: instance `i` waits for its next batch on
     /// `wake[i]`.
     wake: Vec<Condvar>,
+    /// The correlation id the next iterative sequence started without one
+    /// gets (Triton's count, from 1).
+    next_iterative: AtomicU64,
 }
 
 type Shared = worker::Shared<Seq>;
@@ -209,6 +244,7 @@ impl SequenceBatcher {
                 settings,
                 answering,
                 wake: (0..instances.max(1)).map(|_| Condvar::new()).collect(),
+                next_iterative: AtomicU64::new(1),
             },
             State {
                 seqs,
@@ -218,6 +254,7 @@ impl SequenceBatcher {
                     hooks::env_count("TRITONSERVER_DELAY_SCHEDULER") as usize,
                     hooks::env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER") as usize,
                 ),
+                rescheduled: HashSet::new(),
             },
             |shared| start_pool(Arc::new(worker::Source(Arc::clone(shared)))),
         )?;
@@ -232,18 +269,32 @@ impl SequenceBatcher {
         self.check(&submission, &prefix)?;
         let (reply, completion) = Answer::new(shared.answering.decoupled);
         let sequence = submission.sequence;
+        // An iterative sequence's request without a correlation id starts
+        // a sequence of its own (Triton's `IterativeSequencer`).
+        let (id, start, end) = if shared.settings.iterative && sequence.id.is_none() {
+            let n = shared.next_iterative.fetch_add(1, Ordering::Relaxed);
+            (SequenceId::Number(n), true, false)
+        } else {
+            (sequence.id.clone(), sequence.start, sequence.end)
+        };
+        let info = shared.answering.lists.then(|| {
+            let mut info = submission.info();
+            info.correlation_id = id.clone();
+            info.flags = u32::from(start) | (u32::from(end) << 1);
+            Box::new(info)
+        });
         let request = SeqRequest {
-            info: shared.answering.lists.then(|| Box::new(submission.info())),
+            info,
             outputs: submission.output_names(),
             inputs: submission.inputs,
             enqueued: submission.enqueued,
-            reply,
+            reply: SeqReply::Caller(reply),
             pending: Arc::clone(&shared.stats.pending),
-            id: sequence.id.clone(),
+            id,
             timeout_us: submission.timeout_us,
         };
         pending(&shared.stats.pending, || {
-            self.push(request, sequence.start, sequence.end, &prefix)
+            self.push(request, start, end, &prefix)
         })?;
         Ok(completion)
     }
@@ -276,7 +327,7 @@ impl SequenceBatcher {
                 "inference request to model '{name}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
-        if id.is_none() {
+        if id.is_none() && !shared.settings.iterative {
             return Err(Error::invalid_arg(format!(
                 "inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
             )));
@@ -366,6 +417,35 @@ fn fail(r: SeqRequest, error: Error, rejected: bool) {
     r.pending.fetch_sub(1, Ordering::Relaxed);
     r.reply
         .send(Done::failed(error, r.enqueued.elapsed(), rejected));
+}
+
+/// Puts a request its model rescheduled back in its sequence (an
+/// iterative sequence keeps its place), to run again as neither START nor
+/// END; the instance holding the place is woken.
+fn requeue(shared: &Shared, serial: u64, mut request: SeqRequest) {
+    if let Some(info) = request.info.as_mut() {
+        info.flags = 0;
+    }
+    request.pending.fetch_add(1, Ordering::Relaxed);
+    let mut state = shared.lock();
+    match state.seqs.requeue(serial, request, Instant::now()) {
+        Ok(()) => {
+            state.rescheduled.insert(serial);
+            let instance = state.seqs.instance_of(serial);
+            drop(state);
+            if let Some(wake) = instance.and_then(|i| shared.wake.get(i)) {
+                wake.notify_one();
+            }
+        }
+        Err(r) => {
+            drop(state);
+            fail(
+                r,
+                Error::internal("the sequence of a rescheduled request has ended"),
+                false,
+            );
+        }
+    }
 }
 
 /// The moment a batcher that is closing batches at: far ahead, so queued

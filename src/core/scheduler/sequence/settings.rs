@@ -54,6 +54,11 @@ pub struct SeqSettings {
     pub states: Vec<StateSpec>,
     /// `max_batch_size > 0`: tensors have a batch dimension.
     pub batching: bool,
+    /// `iterative_sequence`: a request without a correlation id starts a
+    /// sequence of its own; the model may reschedule a request (it runs
+    /// again in its sequence's place); a request released ends its
+    /// sequence.
+    pub iterative: bool,
 }
 
 impl SeqSettings {
@@ -206,6 +211,7 @@ impl SeqSettings {
             controls,
             states,
             batching: c.max_batch_size > 0,
+            iterative: sb.iterative_sequence,
         }))
     }
 

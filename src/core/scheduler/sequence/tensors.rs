@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use super::places::Row;
 use super::settings::zeros;
-use super::{Control, ControlKind, SeqRequest, SeqSettings, Shared, State};
+use super::{requeue, Control, ControlKind, SeqReply, SeqRequest, SeqSettings, Shared, State};
 use crate::core::error::{Error, Result};
 use crate::core::instance::{BackendRequest, Done, Reply, Work};
-use crate::core::responder::Responder;
+use crate::core::responder::{Reschedule, Responder};
 use crate::core::scheduler::lists::{list_work, Answer};
 use crate::core::scheduler::split::split;
 use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
@@ -134,15 +134,19 @@ fn requests_work(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo
             })
             .collect();
         let request = match row {
-            Some(RowInfo { request: r, .. }) => {
+            Some(RowInfo {
+                request: r, serial, ..
+            }) => {
                 r.pending.fetch_sub(1, Ordering::Relaxed);
+                let reschedule = settings.iterative.then(|| rescheduler(shared, serial, &r));
                 let mut inputs = r.inputs;
                 inputs.extend(controls);
                 BackendRequest {
                     inputs,
                     outputs: r.outputs,
                     info: r.info.map(|i| *i).unwrap_or_default(),
-                    respond: Responder::new(r.reply.into_sink(), r.enqueued),
+                    respond: r.reply.into_responder(r.enqueued),
+                    reschedule,
                 }
             }
             None => {
@@ -152,6 +156,7 @@ fn requests_work(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo
                     outputs: null_outputs.clone(),
                     info: RequestInfo::default(),
                     respond: Responder::new(nowhere.into_sink(), Instant::now()),
+                    reschedule: None,
                 }
             }
         };
@@ -167,6 +172,30 @@ fn requests_work(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo
     };
     let sizes = vec![1; requests.len()];
     list_work(requests, sizes, first_enqueued, finish)
+}
+
+/// How the model puts row `serial`'s request `r` back in its sequence (an
+/// iterative sequence): with its inputs as it came (a copy, made only for
+/// such models), its control inputs filled again when it next runs.
+fn rescheduler(shared: &Arc<Shared>, serial: u64, r: &SeqRequest) -> Reschedule {
+    let shared = Arc::clone(shared);
+    let inputs = r.inputs.clone();
+    let outputs = r.outputs.clone();
+    let info = r.info.clone();
+    let (pending, id, timeout_us) = (Arc::clone(&r.pending), r.id.clone(), r.timeout_us);
+    Box::new(move |responder| {
+        let request = SeqRequest {
+            inputs,
+            outputs,
+            enqueued: Instant::now(),
+            reply: SeqReply::Taken(responder),
+            pending,
+            id,
+            timeout_us,
+            info,
+        };
+        requeue(&shared, serial, request);
+    })
 }
 
 /// Builds the batch's tensors (inputs, then controls, then states) and the
@@ -318,6 +347,16 @@ impl Drop for Release {
             state
                 .seqs
                 .finished(self.instance, &self.serials, Instant::now());
+            if self.shared.settings.iterative {
+                // A request released ends its iterative sequence; one
+                // rescheduled keeps it.
+                for &serial in &self.serials {
+                    if !state.rescheduled.remove(&serial) {
+                        state.seqs.end(serial);
+                        state.states.remove(&serial);
+                    }
+                }
+            }
             !state.open || state.keeper_needed()
         };
         if keeper {

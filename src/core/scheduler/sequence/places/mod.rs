@@ -278,6 +278,47 @@ impl<K: Hash + Eq + Clone, R> Sequences<K, R> {
         Ok(serial)
     }
 
+    /// Queues a request of sequence `serial` again, neither START nor END
+    /// (a request its model rescheduled: an iterative sequence keeps its
+    /// place); gives the request back when the sequence is gone.
+    pub fn requeue(&mut self, serial: u64, request: R, now: Instant) -> Result<(), R> {
+        let Some(seq) = self.sequences.get_mut(&serial) else {
+            return Err(request);
+        };
+        seq.queue.push_back(Entry {
+            request,
+            start: false,
+            end: false,
+            arrived: now,
+        });
+        seq.last = now;
+        if let Some((i, _)) = seq.place {
+            self.ready[i].insert(serial);
+        }
+        self.queued += 1;
+        Ok(())
+    }
+
+    /// Ends sequence `serial` without an END request (an iterative
+    /// sequence whose request was released): its id is forgotten at once
+    /// and its place freed, or, with requests of it still queued, once the
+    /// last of them (which becomes its END) is taken.
+    pub fn end(&mut self, serial: u64) {
+        let Some(seq) = self.sequences.get_mut(&serial) else {
+            return;
+        };
+        match seq.queue.back_mut() {
+            Some(last) => {
+                last.end = true;
+                let key = seq.key.clone();
+                if self.active.get(&key) == Some(&serial) {
+                    self.active.remove(&key);
+                }
+            }
+            None => self.remove(serial),
+        }
+    }
+
     /// The shape key of START requests (and of new sequences).
     pub fn set_start_key(&mut self, key: u64) {
         self.start_key = key;

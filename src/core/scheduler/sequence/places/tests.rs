@@ -366,3 +366,58 @@ fn queued_counts_follow_submits_takes_and_removals() {
         Refusal::NoStart
     );
 }
+
+#[test]
+fn a_requeued_request_keeps_its_place_until_the_sequence_ends() {
+    // One place: sequence 1 runs, is requeued (an iterative sequence's
+    // rescheduled request), runs again; sequence 2 waits in the backlog
+    // until `end` frees the place.
+    let t0 = Instant::now();
+    let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+    let one = s.submit(1, true, false, 10, t0).unwrap();
+    assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+    s.submit(2, true, false, 20, t0).unwrap();
+    assert_eq!(s.place_of(&2), None, "backlogged");
+    s.requeue(one, 11, t0).unwrap();
+    s.finished(0, &[one], t0);
+    match s.next(0, t0, any) {
+        Next::Run(b) => {
+            let row = b.rows[0].as_ref().unwrap();
+            assert_eq!(row.entry.request, 11);
+            assert!(!row.entry.start && !row.entry.end, "neither START nor END");
+        }
+        other => panic!("expected a batch, got {other:?}"),
+    }
+    s.finished(0, &[one], t0);
+    s.end(one);
+    assert!(!s.alive(one));
+    assert_eq!(
+        s.place_of(&2),
+        Some((0, 0)),
+        "the place went to the backlog"
+    );
+    assert_eq!(rows(s.next(0, t0, any)), vec![Some(20)]);
+    // A gone sequence gives the request back.
+    assert_eq!(s.requeue(one, 12, t0), Err(12));
+}
+
+#[test]
+fn ending_a_sequence_with_requests_queued_ends_it_after_the_last() {
+    let t0 = Instant::now();
+    let mut s: Sequences<u64, i32> = Sequences::new(direct(1, 1));
+    let one = s.submit(1, true, false, 10, t0).unwrap();
+    assert_eq!(rows(s.next(0, t0, any)), vec![Some(10)]);
+    s.submit(1, false, false, 11, t0).unwrap();
+    s.finished(0, &[one], t0);
+    s.end(one);
+    assert_eq!(s.serial_of(&1), None, "the id is forgotten at once");
+    assert!(s.alive(one));
+    match s.next(0, t0, any) {
+        Next::Run(b) => assert!(
+            b.rows[0].as_ref().unwrap().entry.end,
+            "the last one ends it"
+        ),
+        other => panic!("expected a batch, got {other:?}"),
+    }
+    assert!(!s.alive(one));
+}

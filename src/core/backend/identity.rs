@@ -194,7 +194,7 @@ impl IdentityInstance {
 }
 
 impl super::InstanceExec for IdentityInstance {
-    /// With ragged inputs (`config::support::takes_request_lists`): each
+    /// With ragged inputs (`config::catalog::takes_request_lists`): each
     /// request of the batch answered on its own, as Triton's identity
     /// backend does.
     fn execute_requests(
@@ -383,6 +383,28 @@ fn record(path: &std::path::Path, inputs: &[Tensor]) -> Result<()> {
         })?;
     writeln!(file, "{}", serde_json::Value::Object(line))
         .map_err(|e| Error::internal(format!("identity: cannot record: {e}")))
+}
+
+/// The identity backend in the registry.
+pub struct Identity;
+
+impl super::Backend for Identity {
+    fn name(&self) -> &'static str {
+        "identity"
+    }
+
+    fn load(&self, ctx: &super::LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+        let version = ctx
+            .version_dir
+            .file_name()
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Box::new(IdentityInstance::new(
+            ctx.config,
+            ctx.instance_index,
+            &version,
+        )?))
+    }
 }
 
 #[cfg(test)]

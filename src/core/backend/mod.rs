@@ -32,7 +32,83 @@ use crate::core::error::{Error, Result};
 use crate::core::responder::BackendRequest;
 use crate::core::types::{InferRequest, InferResponse, Tensor};
 
-pub use crate::core::config::support::takes_request_lists;
+pub use crate::core::config::catalog::takes_request_lists;
+
+/// A backend: what the server does with a model of it, behind one
+/// registry (`registry`). What the rest of the server decides by a
+/// backend's name is in its catalog entry (`config::catalog`), as data.
+/// Adding a backend is a folder here with its `Backend`, one line in
+/// `registry`, its catalog entry and its docs page.
+pub trait Backend: Sync {
+    /// Its catalog entry's name (the config's `backend`).
+    fn name(&self) -> &'static str;
+
+    /// Loads one instance of a model version.
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>>;
+
+    /// What it would refuse of `config` at load that can be known without
+    /// loading it (read from the model files in `version_dirs`; with
+    /// `model_files`, also those it would open to check). `validate-config`
+    /// and `serve` both report these.
+    fn check(&self, _config: &ModelConfig, _version_dirs: &[PathBuf], _model_files: bool) -> Vec<Issue> {
+        Vec::new()
+    }
+
+    /// The config completed from the model's files (auto-complete on);
+    /// None when it has nothing to complete.
+    fn auto_complete(&self, _config: &ModelConfig, _ctx: &CompleteContext) -> Option<Result<ModelConfig>> {
+        None
+    }
+
+    /// Whether it runs KIND_GPU instances in this installation (asked
+    /// only when the server has GPUs).
+    fn gpu_ready(&self) -> bool {
+        false
+    }
+}
+
+/// What auto-complete needs beside the config.
+pub struct CompleteContext<'a> {
+    /// `<repo>/<model>`.
+    pub model_dir: &'a Path,
+    /// The newest version's directory.
+    pub version_dir: &'a Path,
+    pub options: &'a BackendOptions,
+    /// Triton's normalization (for what a model's own completion added).
+    pub normalize: &'a dyn Fn(&mut ModelConfig) -> std::result::Result<(), Issue>,
+}
+
+/// Triton's words for a model whose load failed: "load failed for model
+/// 'NAME': WHY".
+pub fn load_failed(config: &ModelConfig, why: impl std::fmt::Display) -> Error {
+    Error::invalid_arg(format!("load failed for model '{}': {why}", config.name))
+}
+
+/// The backends built into this binary: one line each.
+pub fn registry() -> &'static [&'static dyn Backend] {
+    static ALL: std::sync::OnceLock<Vec<&'static dyn Backend>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut all: Vec<&'static dyn Backend> = vec![
+            &identity::Identity,
+            &pytorch::PyTorch,
+            &python::Python,
+            &custom::Custom,
+        ];
+        #[cfg(feature = "onnx")]
+        all.push(&onnx::Onnx);
+        #[cfg(feature = "tensorflow")]
+        all.push(&tensorflow::TensorFlow);
+        #[cfg(feature = "openvino")]
+        all.push(&openvino::OpenVino);
+        all
+    })
+}
+
+/// The backend of this build named `name`.
+pub fn lookup(name: &str) -> Option<&'static dyn Backend> {
+    registry().iter().copied().find(|b| b.name() == name)
+}
 
 /// One loaded instance of a model version.
 pub trait InstanceExec: Send {
@@ -268,14 +344,11 @@ pub fn gpu_backends(visible: &[i32]) -> &'static [&'static str] {
     }
     static FOUND: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     FOUND.get_or_init(|| {
-        let mut out = vec!["python"];
-        if onnx::cuda_provider_available() {
-            out.push("onnxruntime");
-        }
-        if pytorch::links_cuda() {
-            out.push("pytorch");
-        }
-        out
+        registry()
+            .iter()
+            .filter(|b| b.gpu_ready())
+            .map(|b| b.name())
+            .collect()
     })
 }
 
@@ -320,43 +393,22 @@ pub fn inline_instance(config: &ModelConfig, version: &str) -> Option<Box<dyn In
 /// The config's `reshape`s wrap every backend's instance.
 pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
     if let crate::core::device::Device::Gpu(id) = ctx.device {
-        // Not run on the CPU instead: that is not what the config asks.
-        if crate::core::config::support::runs_on_gpu(&ctx.config.backend) {
-            // The backend places its session on the device.
-        } else {
+        // Not run on the CPU instead: that is not what the config asks (the
+        // backend places its session on the device).
+        if !crate::core::config::catalog::spec(&ctx.config.backend).is_some_and(|s| s.gpu) {
             return Err(Error::unsupported(format!(
             "instance '{}' of model '{}' is placed on GPU {id} (KIND_GPU), but the '{}' backend of this build runs on the CPU only; use KIND_CPU",
             ctx.instance_name, ctx.config.name, ctx.config.backend
             )));
         }
     }
-    let instance: Box<dyn InstanceExec> = match ctx.config.backend.as_str() {
-        "identity" => Box::new(identity::IdentityInstance::new(
-            ctx.config,
-            ctx.instance_index,
-            &ctx.version_dir
-                .file_name()
-                .map(|v| v.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        )?),
-        #[cfg(feature = "openvino")]
-        "onnxruntime" if openvino::wanted_by_onnx(ctx.config) => {
-            Box::new(openvino::OvInstance::load_for_onnx(ctx)?)
-        }
-        "onnxruntime" => Box::new(onnx::OnnxInstance::load(ctx)?),
-        "pytorch" => Box::new(pytorch::TorchInstance::load(ctx)?),
-        #[cfg(feature = "tensorflow")]
-        "tensorflow" => Box::new(tensorflow::TfInstance::load(ctx)?),
-        #[cfg(feature = "openvino")]
-        "openvino" => Box::new(openvino::OvInstance::load(ctx)?),
-        "python" => Box::new(python::PythonInstance::load(ctx)?),
-        "custom" => Box::new(custom::CustomInstance::load(ctx)?),
-        other => {
-            return Err(Error::unsupported(format!(
-                "unable to find backend library for backend '{other}', try specifying runtime on the model configuration."
-            )))
-        }
+    let Some(backend) = lookup(&ctx.config.backend) else {
+        return Err(Error::unsupported(format!(
+            "unable to find backend library for backend '{}', try specifying runtime on the model configuration.",
+            ctx.config.backend
+        )));
     };
+    let instance = backend.load(ctx)?;
     Ok(reshape::wrap(ctx.config, instance))
 }
 
@@ -372,91 +424,9 @@ pub fn check_config(
     version_dirs: &[PathBuf],
     model_files: bool,
 ) -> Vec<Issue> {
-    let mut out = Vec::new();
-    match config.backend.as_str() {
-        "custom" => out.extend(custom::check(config, version_dirs)),
-        #[cfg(feature = "tensorflow")]
-        "tensorflow" => out.extend(tensorflow::check(config, version_dirs)),
-        #[cfg(feature = "openvino")]
-        "openvino" => out.extend(openvino::check(config, version_dirs)),
-        "onnxruntime" => {
-            if let Err(e) = onnx::settings::OrtSettings::from_config(config) {
-                out.push(Issue::error("parameters", e.message));
-            }
-            if model_files {
-                let file = model_file(config, "model.onnx");
-                // A file ONNX Runtime cannot open is the load's to report.
-                let found = version_dirs
-                    .iter()
-                    .map(|d| d.join(file))
-                    .filter(|p| p.is_file())
-                    .filter_map(|p| onnx::model_io(&p).ok())
-                    .find_map(|(i, o)| {
-                        crate::core::config::autocomplete::check_scalars(config, &i, &o).err()
-                    });
-                if let Some(e) = found {
-                    out.push(Issue::error("input", e.message));
-                }
-            }
-            // The OpenVINO accelerator: this backend runs the ONNX file.
-            #[cfg(feature = "openvino")]
-            if openvino::wanted_by_onnx(config) {
-                out.extend(openvino::check(
-                    &openvino::onnx_as_openvino(config),
-                    version_dirs,
-                ));
-            }
-        }
-        "pytorch" => {
-            if let Err(e) = pytorch::settings::TorchSettings::from_config(config) {
-                out.push(Issue::error("parameters", e.message));
-            }
-            if config.platform == "torch_aoti" {
-                out.extend(pytorch::check_package_config(config, version_dirs));
-                return out;
-            }
-            let file = model_file(config, "model.pt");
-            // Each version's file is checked as its load checks it
-            // (`bind_file`); without a file, by the config's own rules. The
-            // same finding from several versions is reported once.
-            let mut files = version_dirs
-                .iter()
-                .map(|d| d.join(file))
-                .filter(|p| p.is_file())
-                .peekable();
-            if files.peek().is_none() {
-                if let Err(e) = pytorch::binding::bind(config, None) {
-                    out.push(Issue::error("input", e.message));
-                }
-            }
-            for path in files {
-                // Named from the model directory, as the finding's place is.
-                let shown: Vec<_> = path.iter().rev().take(2).collect();
-                let shown = format!(
-                    "{}/{}",
-                    shown[1].to_string_lossy(),
-                    shown[0].to_string_lossy()
-                );
-                let relative = |m: &str| m.replacen(&path.display().to_string(), &shown, 1);
-                let issue = match pytorch::binding::bind_file(config, &path) {
-                    Ok((_, None)) => continue,
-                    Ok((_, Some(why))) => Issue::warning(
-                        "default_model_filename",
-                        format!(
-                            "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
-                            relative(&why)
-                        ),
-                    ),
-                    Err((field, e)) => Issue::error(field, relative(&e.message)),
-                };
-                if !out.contains(&issue) {
-                    out.push(issue);
-                }
-            }
-        }
-        _ => {}
-    }
-    out
+    lookup(&config.backend)
+        .map(|b| b.check(config, version_dirs, model_files))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -490,11 +460,19 @@ mod tests {
         assert!(inline_instance(&onnx, "1").is_none());
     }
 
-    /// What `config::support` says is built is what `load_instance` loads
+    /// What the catalog says is built is what the registry has, one each
     /// (a load may still fail for want of a model file, not of a backend).
     #[test]
-    fn every_backend_the_support_table_names_is_loadable() {
-        for backend in crate::core::config::support::built_backends() {
+    fn every_backend_the_catalog_says_is_built_is_registered() {
+        let built: Vec<&str> = crate::core::config::catalog::built().map(|s| s.name).collect();
+        let mut registered: Vec<&str> = registry().iter().map(|b| b.name()).collect();
+        registered.sort();
+        registered.dedup();
+        assert_eq!(registered.len(), registry().len(), "one line each");
+        let mut sorted = built.clone();
+        sorted.sort();
+        assert_eq!(sorted, registered);
+        for backend in built {
             let config = ModelConfig {
                 name: "m".into(),
                 backend: backend.to_string(),

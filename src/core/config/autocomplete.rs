@@ -87,6 +87,20 @@ pub fn check_scalars(
     Ok(())
 }
 
+/// `config` completed from a model file's `inputs` and `outputs` (the
+/// ONNX and SavedModel backends): `complete`, choosing the batching when
+/// the config sets none of max_batch_size, inputs and outputs.
+pub fn completed(
+    config: &ModelConfig,
+    inputs: &[ModelTensor],
+    outputs: &[ModelTensor],
+) -> Result<ModelConfig, String> {
+    let mut config = config.clone();
+    let unset = config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
+    complete(&mut config, inputs, outputs, unset)?;
+    Ok(config)
+}
+
 /// Completes `config` from the model's tensors: inputs and outputs the
 /// config does not list are added. With `choose_batching` (Triton does so
 /// when the config says nothing about batching: max_batch_size 0 and no

@@ -6,6 +6,7 @@
 //! supplies the context (directory name, version directories, GPU count).
 
 pub mod autocomplete;
+pub mod catalog;
 pub mod diagnostic;
 pub mod json;
 mod lexer;

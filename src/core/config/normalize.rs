@@ -5,29 +5,13 @@
 //! and `NormalizeInstanceGroup` (facts file §2.4). It is the single place
 //! where defaults are applied; validation and the server see its output.
 
+use super::catalog::{self, CpuCount};
 use super::diagnostic::Issue;
 use super::pb::{
     model_config::SchedulingChoice, model_instance_group::Kind, model_optimization_policy,
     model_sequence_batching::StrategyChoice, model_version_policy, ModelConfig, ModelInstanceGroup,
     ModelOptimizationPolicy, ModelVersionPolicy,
 };
-
-/// Platform, backend and default model file name of the model formats Triton
-/// recognizes by file name (facts file §2.6).
-pub const KNOWN_FORMATS: &[(&str, &str, &str)] = &[
-    // (platform, backend, default file)
-    ("tensorrt_plan", "tensorrt", "model.plan"),
-    ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
-    ("pytorch_libtorch", "pytorch", "model.pt"),
-    ("torch_aoti", "pytorch", "model.pt2"),
-    ("tensorflow_savedmodel", "tensorflow", "model.savedmodel"),
-    ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
-    ("", "python", "model.py"),
-    ("", "openvino", "model.xml"),
-    // The legacy TRTIS custom backend API (custom.h): recognised here; the
-    // backend itself is not built yet (a model using it fails its load).
-    ("custom", "custom", "libcustom.so"),
-];
 
 /// The platform Triton names for the ensemble scheduler.
 pub const ENSEMBLE_PLATFORM: &str = "ensemble";
@@ -76,23 +60,20 @@ fn complete_backend_fields(config: &mut ModelConfig, ctx: &NormalizeContext) -> 
         config.default_model_filename == file
             || (config.default_model_filename.is_empty() && has_entry(ctx, file))
     };
+    // The formats of the catalog: (platform, backend, default file).
     let format = if !config.platform.is_empty() {
-        KNOWN_FORMATS
-            .iter()
-            .find(|(platform, _, _)| *platform == config.platform)
+        catalog::formats().find(|(platform, _, _)| *platform == config.platform)
     } else if !config.backend.is_empty() {
-        let mut of_backend = KNOWN_FORMATS
-            .iter()
-            .filter(|(_, backend, _)| *backend == config.backend);
-        // TensorFlow has two formats and no default: only the file decides.
+        let mut of_backend = catalog::formats().filter(|(_, backend, _)| *backend == config.backend);
+        // A backend whose file alone decides its format (TensorFlow's two)
+        // has no default.
+        let has_default = catalog::spec(&config.backend).is_none_or(|s| !s.format_from_file_only);
         of_backend
             .clone()
             .find(|(_, _, file)| named_or_present(file))
-            .or_else(|| of_backend.next().filter(|_| config.backend != "tensorflow"))
+            .or_else(|| of_backend.next().filter(|_| has_default))
     } else {
-        KNOWN_FORMATS
-            .iter()
-            .find(|(_, _, file)| named_or_present(file))
+        catalog::formats().find(|(_, _, file)| named_or_present(file))
     };
     if let Some((platform, backend, file)) = format {
         if config.platform.is_empty() && !platform.is_empty() {
@@ -196,8 +177,7 @@ fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32], gpu_bac
             // backend this build lacks resolves as in Triton.
             let gpus_exist = group.gpus.iter().all(|g| all_gpus.contains(g));
             let backend = config.backend.as_str();
-            let can = gpu_backends.contains(&backend)
-                || !super::support::built_backends().contains(&backend);
+            let can = gpu_backends.contains(&backend) || !catalog::is_built(backend);
             if !all_gpus.is_empty() && gpus_exist && can {
                 group.kind = Kind::Gpu as i32;
             } else {
@@ -222,9 +202,12 @@ fn normalize_instance_groups(config: &mut ModelConfig, all_gpus: &[i32], gpu_bac
                 config.scheduling_choice,
                 Some(SchedulingChoice::SequenceBatching(_))
             );
-            let two_on_cpu = group.kind == Kind::Cpu as i32
-                && (config.backend == "tensorflow"
-                    || (config.backend == "onnxruntime" && (threads_set || sequences)));
+            let two = match catalog::spec(&config.backend).map(|s| s.cpu_count) {
+                Some(CpuCount::Two) => true,
+                Some(CpuCount::TwoWhenThreadsOrSequences) => threads_set || sequences,
+                _ => false,
+            };
+            let two_on_cpu = group.kind == Kind::Cpu as i32 && two;
             group.count = if two_on_cpu { 2 } else { 1 };
         }
     }

@@ -21,140 +21,8 @@ use crate::core::config::pb::model_instance_group::Kind;
 use crate::core::config::pb::model_optimization_policy::ModelPriority;
 use crate::core::config::{Issue, ModelConfig};
 
+use super::catalog::{self, Availability, Parameters};
 use super::normalize::ENSEMBLE_PLATFORM;
-
-/// The backends built into this executable (what `backend::load_instance`
-/// can load; a unit test there holds the two together).
-pub fn built_backends() -> &'static [&'static str] {
-    // The PyTorch backend is a library the server loads when a PyTorch
-    // model loads (backend::pytorch); a missing library fails that load, as
-    // a missing ONNX Runtime or TensorFlow library does.
-    static BUILT: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        [
-            ("identity", true),
-            ("onnxruntime", cfg!(feature = "onnx")),
-            ("pytorch", true),
-            ("tensorflow", cfg!(feature = "tensorflow")),
-            ("openvino", cfg!(feature = "openvino")),
-            ("python", true),
-            ("custom", true),
-        ]
-        .into_iter()
-        .filter_map(|(name, built)| built.then_some(name))
-        .collect()
-    })
-}
-
-/// Whether the backend runs KIND_GPU instances: ONNX Runtime through its
-/// CUDA and TensorRT providers; PyTorch with libtorch on CUDA (when its
-/// library is built with libtorch_cuda; otherwise the load says how); the
-/// Python backend as Triton's does (the model is told its GPU in `args` and
-/// does its own GPU work). The others (identity, custom) run on the CPU
-/// only: a KIND_GPU group of theirs is refused rather than run on the CPU,
-/// and KIND_AUTO resolves to KIND_CPU for them.
-pub fn runs_on_gpu(backend: &str) -> bool {
-    matches!(backend, "onnxruntime" | "pytorch" | "python")
-}
-
-/// A backend of this build that runs on the CPU only (the backends it does
-/// not have, TensorRT say, run on GPUs in Triton).
-pub fn cpu_only(backend: &str) -> bool {
-    built_backends().contains(&backend) && !runs_on_gpu(backend)
-}
-
-/// Whether the config's backend takes a batch's requests apart rather than
-/// concatenated (Triton's Python backend hands `execute` a list of
-/// requests; a custom library gets one `CustomPayload` per request); the
-/// schedulers then hand it `BackendRequest`s.
-pub fn takes_request_lists(config: &ModelConfig) -> bool {
-    config.backend == "python"
-        || config.backend == "custom"
-        // Triton's identity backend answers each request of a batch on its
-        // own, so a ragged batch (requests of different shapes) answers
-        // each with its own tensors; with batch inputs or scattered outputs
-        // it sees the batch whole, as the other backends do.
-        || (config.backend == "identity"
-            && config.input.iter().any(|i| i.allow_ragged_batch)
-            && config.batch_input.is_empty()
-            && config.batch_output.is_empty())
-}
-
-/// Why a backend that takes requests apart (the Python backend) cannot
-/// have implicit state: Triton's Python backend cannot either.
-pub const LIST_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and the Python backend does not (nor does Triton's); keep a sequence's state in the model, keyed by request.correlation_id()";
-
-/// Why a custom library cannot have implicit state: the C API has no way
-/// to hand it the state (TRTIS 0.12 had none).
-pub const CUSTOM_BACKEND_STATE: &str = "implicit state needs a backend that reads and updates it, and custom.h has no way to hand a library its state; keep a sequence's state in the library, keyed by the CORRID control input (or per batch slot, the payload's index)";
-
-/// The `parameters` each built-in backend reads.
-pub fn backend_parameters(backend: &str) -> &'static [&'static str] {
-    match backend {
-        "identity" => &[
-            "execute_delay_ms",
-            "instance_wise_delay_multiplier",
-            "delay_input",
-            "record_inputs",
-        ],
-        // What backend::onnx::settings reads (a test there checks), plus
-        // any `session.*` key.
-        "onnxruntime" => &[
-            "intra_op_thread_count",
-            "inter_op_thread_count",
-            "allow_spinning",
-            "execution_mode",
-            "enable_mem_arena",
-            "enable_mem_pattern",
-            "memory.enable_memory_arena_shrinkage",
-            // The CUDA provider's, for KIND_GPU instances.
-            "cudnn_conv_algo_search",
-            "gpu_mem_limit",
-            "arena_extend_strategy",
-            "do_copy_in_default_stream",
-        ],
-        // What backend::tensorflow::settings reads.
-        "tensorflow" => &[
-            "TF_NUM_INTRA_THREADS",
-            "TF_NUM_INTER_THREADS",
-            "TF_USE_PER_SESSION_THREADS",
-            "TF_DISABLE_THREAD_SPINNING",
-            "TF_GRAPH_TAG",
-            "TF_SIGNATURE_DEF",
-            "TF_INIT_OPS_FILE",
-            "MAX_SESSION_SHARE_COUNT",
-        ],
-        // What backend::openvino::settings reads (its PARAMETERS; core::config
-        // may not use core::backend, so a test there holds the two together).
-        "openvino" => &[
-            "PERFORMANCE_HINT",
-            "NUM_STREAMS",
-            "INFERENCE_NUM_THREADS",
-            "COMPILATION_NUM_THREADS",
-            "HINT_BF16",
-            "INFERENCE_PRECISION_HINT",
-            "RESHAPE_IO_LAYERS",
-            "SKIP_OV_DYNAMIC_BATCHSIZE",
-            "ENABLE_BATCH_PADDING",
-            "TARGET_DEVICE",
-            "CPU_EXTENSION_PATH",
-        ],
-        // What backend::pytorch::settings reads (a test there checks).
-        "pytorch" => &[
-            "DISABLE_OPTIMIZED_EXECUTION",
-            "INFERENCE_MODE",
-            "DISABLE_CUDNN",
-            "ENABLE_WEIGHT_SHARING",
-            "ENABLE_CACHE_CLEANING",
-            "ENABLE_JIT_EXECUTOR",
-            "ENABLE_JIT_PROFILING",
-            "ENABLE_TENSOR_FUSER",
-            "INTRA_OP_THREAD_COUNT",
-            "INTER_OP_THREAD_COUNT",
-        ],
-        _ => &[],
-    }
-}
 
 /// The findings about what this server does not do of `config` (already
 /// normalized: the backend is known).
@@ -174,13 +42,11 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         ));
     };
 
-    if !ensemble && !built_backends().contains(&config.backend.as_str()) {
+    let spec = catalog::spec(&config.backend);
+    let built = spec.filter(|s| s.availability == Availability::Built);
+    if !ensemble && built.is_none() {
         // Triton's message for a backend it cannot find.
-        let why = if config.backend == "onnxruntime" {
-            ": this trtis was built without the 'onnx' feature".to_string()
-        } else {
-            ", try specifying runtime on the model configuration.".to_string()
-        };
+        let why = spec.map_or(Availability::NotBuilt, |s| s.availability).refusal();
         out.push(Issue::error(
             "backend",
             format!(
@@ -271,7 +137,9 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
     }
 
     if let Some(o) = &config.optimization {
-        if o.graph.as_ref().is_some_and(|g| g.level != 0) && config.backend != "onnxruntime" {
+        if o.graph.as_ref().is_some_and(|g| g.level != 0)
+            && !spec.is_some_and(|s| s.graph_optimization)
+        {
             hint(
                 &mut out,
                 "optimization.graph.level".into(),
@@ -303,7 +171,7 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             for (j, a) in accel.gpu_execution_accelerator.iter().enumerate() {
                 let field =
                     format!("optimization.execution_accelerators.gpu_execution_accelerator[{j}]");
-                if !runs_on_gpu(&config.backend) {
+                if !spec.is_some_and(|s| s.gpu) {
                     refuse(
                         &mut out,
                         field,
@@ -333,8 +201,7 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
                 // model runs on trtis's OpenVINO backend instead
                 // (backend::openvino::load_for_onnx).
                 let on_openvino = a.name == "openvino"
-                    && config.backend == "onnxruntime"
-                    && cfg!(feature = "openvino");
+                    && spec.is_some_and(|s| s.cpu_accelerators.contains(&"openvino"));
                 if !on_openvino {
                     refuse(
                         &mut out,
@@ -429,17 +296,20 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
             "Triton does not use them either; metrics carry the model and version labels",
         );
     }
-    let python = config.backend == "python";
-    let custom = config.backend == "custom";
     // A Python model reads any parameter from its config JSON, a custom
     // library from the serialized config it is initialized with.
-    if !ensemble && !python && !custom {
-        let known = backend_parameters(&config.backend);
+    let listed = match spec.map(|s| s.parameters) {
+        _ if ensemble => None,
+        Some(Parameters::Any) => None,
+        Some(Parameters::Listed { names, prefixes }) => Some((names, prefixes)),
+        None => Some((&[][..], &[][..])),
+    };
+    if let Some((names, prefixes)) = listed {
         for key in config.parameters.keys() {
-            let session_entry = config.backend == "onnxruntime" && key.starts_with("session.");
+            let read = names.contains(&key.as_str()) || prefixes.iter().any(|p| key.starts_with(p));
             // The server's own (core::openai), for any backend.
             let server_key = key.starts_with("openai_");
-            if !known.contains(&key.as_str()) && !session_entry && !server_key {
+            if !read && !server_key {
                 hint(
                     &mut out,
                     format!("parameters[\"{key}\"]"),
@@ -463,48 +333,21 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
         .model_transaction_policy
         .as_ref()
         .is_some_and(|p| p.decoupled);
-    if decoupled && !python {
+    if decoupled && !spec.is_some_and(|s| s.decoupled) {
         refuse(
             &mut out,
             "model_transaction_policy.decoupled".into(),
             "only Python models answer a request more than once here",
         );
     }
-    if custom {
+    // A backend that takes each batch as a list of requests (the sequence
+    // batcher's control inputs, correlation id and flags come with each
+    // request) has no implicit state: it works on concatenated batches.
+    if let Some(why) = spec.and_then(|s| s.no_implicit_state) {
         if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
             if !s.state.is_empty() {
-                refuse(
-                    &mut out,
-                    "sequence_batching.state".into(),
-                    CUSTOM_BACKEND_STATE,
-                );
+                refuse(&mut out, "sequence_batching.state".into(), why);
             }
-        }
-    }
-    if python {
-        // The Python backend takes each batch as a list of requests (the
-        // sequence batcher's control inputs, correlation id and flags come
-        // with each request; reshape applies to each request's tensors);
-        // implicit state works on concatenated batches.
-        if let Some(SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice {
-            if !s.state.is_empty() {
-                refuse(
-                    &mut out,
-                    "sequence_batching.state".into(),
-                    LIST_BACKEND_STATE,
-                );
-            }
-        }
-        if config
-            .parameters
-            .get("FORCE_CPU_ONLY_INPUT_TENSORS")
-            .is_some_and(|p| p.string_value.eq_ignore_ascii_case("no"))
-        {
-            hint(
-                &mut out,
-                "parameters[\"FORCE_CPU_ONLY_INPUT_TENSORS\"]".into(),
-                "there is no GPU: inputs are always in CPU memory",
-            );
         }
     }
     if config
@@ -549,6 +392,7 @@ mod tests {
     use super::*;
     use crate::core::config::pb;
     use crate::core::config::Severity;
+    use crate::core::config::catalog::LIST_BACKEND_STATE;
 
     fn onnx() -> ModelConfig {
         ModelConfig {

@@ -11,7 +11,6 @@ use super::table::ModelId;
 use super::CheckedModel;
 use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;
-use crate::core::config::autocomplete::{self, ModelTensor};
 use crate::core::config::normalize::ENSEMBLE_PLATFORM;
 use crate::core::config::pb::ModelRateLimiter;
 use crate::core::config::validate::{validate, ValidateContext};
@@ -77,28 +76,17 @@ impl LoadedModel {
     }
 }
 
-/// Fills inputs, outputs and batching from the model file when the
-/// config leaves them out (ONNX models), then validates the result.
+/// The config completed by its backend from the model's files (when
+/// auto-complete is on and the backend has something to complete), then
+/// validated.
 pub(super) fn auto_complete(
     opts: &ManagerOptions,
-    mut config: ModelConfig,
+    config: ModelConfig,
     model: &CheckedModel,
 ) -> Result<ModelConfig> {
-    let needs = config.input.is_empty() || config.output.is_empty();
-    let onnx = needs && config.backend == "onnxruntime";
-    // A SavedModel completes from its signature, read without TensorFlow
-    // (a GraphDef never completes, as in Triton).
-    let savedmodel = needs && config.platform == "tensorflow_savedmodel";
-    // A Python model completes its own config when its class has
-    // `auto_complete_config` (Triton calls it whenever auto-complete is on).
-    let python = config.backend == "python";
-    // An OpenVINO model completes as Triton's OpenVINO backend does: from
-    // its ports and their layouts, even when inputs and outputs are given
-    // (max_batch_size and batching).
-    let openvino = config.backend == "openvino";
-    if !opts.auto_complete || !(onnx || python || savedmodel || openvino) {
+    let Some(backend) = crate::core::backend::lookup(&config.backend) else {
         return Ok(config);
-    }
+    };
     let Some(version_dir) = model
         .versions
         .last()
@@ -106,39 +94,29 @@ pub(super) fn auto_complete(
     else {
         return Ok(config);
     };
+    if !opts.auto_complete {
+        return Ok(config);
+    }
     let name = config.name.clone();
-    let fail = |e: String| Error::invalid_arg(format!("load failed for model '{name}': {e}"));
-    if python {
-        config = crate::core::backend::python::auto_complete(
-            &config,
-            &model.dir.path,
-            &version_dir,
-            &opts.backend,
-        )
-        .map_err(|e| fail(e.message))?;
-        // Triton's defaults for what the model added (dynamic batching,
-        // instance groups).
+    let normalize = |c: &mut ModelConfig| {
         let ctx = crate::core::config::normalize::NormalizeContext {
             model_name: name.clone(),
             first_version_entries: Vec::new(),
             gpus: opts.gpus,
             gpu_backends: opts.gpu_backends,
         };
-        crate::core::config::normalize::normalize(&mut config, &ctx)
-            .map_err(|issue| fail(issue.message))?;
-    } else if openvino {
-        config = openvino_complete(config, &version_dir).map_err(|e| fail(e.message))?;
-    } else {
-        let file = version_dir.join(&config.default_model_filename);
-        let (inputs, outputs) = if savedmodel {
-            tensorflow_io(&file, &config)?
-        } else {
-            crate::core::backend::onnx::model_io(&file)?
-        };
-        let unset =
-            config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
-        autocomplete::complete(&mut config, &inputs, &outputs, unset).map_err(fail)?;
-    }
+        crate::core::config::normalize::normalize(c, &ctx)
+    };
+    let ctx = crate::core::backend::CompleteContext {
+        model_dir: &model.dir.path,
+        version_dir: &version_dir,
+        options: &opts.backend,
+        normalize: &normalize,
+    };
+    let Some(completed) = backend.auto_complete(&config, &ctx) else {
+        return Ok(config);
+    };
+    let config = completed?;
     let vctx = ValidateContext {
         gpus: opts.gpus,
         missing_gpu: Severity::Error,
@@ -148,36 +126,9 @@ pub(super) fn auto_complete(
         .into_iter()
         .find(|i| i.severity == Severity::Error)
     {
-        return Err(fail(issue.message));
+        return Err(crate::core::backend::load_failed(&config, issue.message));
     }
     Ok(config)
-}
-
-#[cfg(feature = "openvino")]
-fn openvino_complete(config: ModelConfig, version_dir: &Path) -> Result<ModelConfig> {
-    crate::core::backend::openvino::auto_complete(config, version_dir)
-}
-
-#[cfg(not(feature = "openvino"))]
-fn openvino_complete(config: ModelConfig, _: &Path) -> Result<ModelConfig> {
-    // The load refuses the model with the reason.
-    Ok(config)
-}
-
-#[cfg(feature = "tensorflow")]
-fn tensorflow_io(
-    file: &Path,
-    config: &ModelConfig,
-) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
-    crate::core::backend::tensorflow::model_io(file, config)
-}
-
-#[cfg(not(feature = "tensorflow"))]
-fn tensorflow_io(_: &Path, config: &ModelConfig) -> Result<(Vec<ModelTensor>, Vec<ModelTensor>)> {
-    Err(Error::unsupported(format!(
-        "unable to auto-complete model configuration for '{}': this build has no TensorFlow backend",
-        config.name
-    )))
 }
 
 /// What an instance is kept by across a reload that changes only the

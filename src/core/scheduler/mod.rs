@@ -100,7 +100,7 @@ pub struct Answering {
 impl Answering {
     pub fn of(config: &ModelConfig) -> Self {
         Answering {
-            lists: crate::core::config::support::takes_request_lists(config),
+            lists: crate::core::config::catalog::takes_request_lists(config),
             decoupled: config
                 .model_transaction_policy
                 .as_ref()
@@ -152,7 +152,7 @@ impl Scheduler {
             if answering.lists && !settings.states.is_empty() {
                 return Err(Error::unsupported(format!(
                     "model '{name}': not supported by trtis: {}",
-                    crate::core::config::support::LIST_BACKEND_STATE
+                    crate::core::config::catalog::LIST_BACKEND_STATE
                 )));
             }
             return SequenceBatcher::start(name, settings, answering, stats, |source| {

@@ -572,3 +572,20 @@ impl Drop for CustomInstance {
         }
     }
 }
+
+/// The custom backend (TRTIS's custom.h libraries) in the registry.
+pub struct Custom;
+
+impl super::Backend for Custom {
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
+        Ok(Box::new(CustomInstance::load(ctx)?))
+    }
+
+    fn check(&self, config: &ModelConfig, version_dirs: &[PathBuf], _: bool) -> Vec<Issue> {
+        check(config, version_dirs)
+    }
+}

@@ -512,6 +512,85 @@ impl super::InstanceExec for OnnxInstance {
     }
 }
 
+/// The ONNX Runtime backend in the registry.
+pub struct Onnx;
+
+impl super::Backend for Onnx {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+        // Triton's OpenVINO accelerator: trtis's OpenVINO backend runs the
+        // ONNX file.
+        #[cfg(feature = "openvino")]
+        if super::openvino::wanted_by_onnx(ctx.config) {
+            return Ok(Box::new(super::openvino::OvInstance::load_for_onnx(ctx)?));
+        }
+        Ok(Box::new(OnnxInstance::load(ctx)?))
+    }
+
+    /// Its parameters; with `model_files`, what loading the file checks of
+    /// its scalars (a file ONNX Runtime cannot open is the load's to
+    /// report); with the OpenVINO accelerator, OpenVINO's checks.
+    fn check(
+        &self,
+        config: &ModelConfig,
+        version_dirs: &[PathBuf],
+        model_files: bool,
+    ) -> Vec<crate::core::config::Issue> {
+        use crate::core::config::Issue;
+        let mut out = Vec::new();
+        if let Err(e) = OrtSettings::from_config(config) {
+            out.push(Issue::error("parameters", e.message));
+        }
+        if model_files {
+            let file = super::model_file(config, "model.onnx");
+            let found = version_dirs
+                .iter()
+                .map(|d| d.join(file))
+                .filter(|p| p.is_file())
+                .filter_map(|p| model_io(&p).ok())
+                .find_map(|(i, o)| {
+                    crate::core::config::autocomplete::check_scalars(config, &i, &o).err()
+                });
+            if let Some(e) = found {
+                out.push(Issue::error("input", e.message));
+            }
+        }
+        #[cfg(feature = "openvino")]
+        if super::openvino::wanted_by_onnx(config) {
+            out.extend(super::openvino::check(
+                &super::openvino::onnx_as_openvino(config),
+                version_dirs,
+            ));
+        }
+        out
+    }
+
+    /// Inputs, outputs and batching from the file when the config leaves
+    /// inputs or outputs out.
+    fn auto_complete(
+        &self,
+        config: &ModelConfig,
+        ctx: &super::CompleteContext,
+    ) -> Option<Result<ModelConfig>> {
+        if !config.input.is_empty() && !config.output.is_empty() {
+            return None;
+        }
+        let file = ctx.version_dir.join(&config.default_model_filename);
+        Some(model_io(&file).and_then(|(inputs, outputs)| {
+            crate::core::config::autocomplete::completed(config, &inputs, &outputs)
+                .map_err(|why| super::load_failed(config, why))
+        }))
+    }
+
+    /// With the CUDA provider in its library.
+    fn gpu_ready(&self) -> bool {
+        cuda_provider_available()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -474,7 +474,7 @@ mod tests {
     /// value for it fails the load.
     #[test]
     fn the_support_table_lists_what_is_read() {
-        for key in crate::core::config::support::backend_parameters("onnxruntime") {
+        for key in crate::core::config::catalog::parameter_names("onnxruntime") {
             let e = OrtSettings::from_config(&config(&[(key, "?")], None));
             let read = e.is_err() || *key == "memory.enable_memory_arena_shrinkage";
             assert!(read, "{key} is listed but not read");

@@ -877,6 +877,42 @@ impl super::InstanceExec for OvInstance {
     }
 }
 
+/// The OpenVINO backend in the registry.
+pub struct OpenVino;
+
+impl super::Backend for OpenVino {
+    fn name(&self) -> &'static str {
+        "openvino"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+        Ok(Box::new(OvInstance::load(ctx)?))
+    }
+
+    fn check(
+        &self,
+        config: &ModelConfig,
+        version_dirs: &[PathBuf],
+        _: bool,
+    ) -> Vec<crate::core::config::Issue> {
+        check(config, version_dirs)
+    }
+
+    /// As Triton's OpenVINO backend: from its ports and their layouts,
+    /// even when inputs and outputs are given (max_batch_size and
+    /// batching).
+    fn auto_complete(
+        &self,
+        config: &ModelConfig,
+        ctx: &super::CompleteContext,
+    ) -> Option<Result<ModelConfig>> {
+        Some(
+            auto_complete(config.clone(), ctx.version_dir)
+                .map_err(|e| super::load_failed(config, e.message)),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn config_support_lists_the_parameters_read_here() {
         assert_eq!(
-            crate::core::config::support::backend_parameters("openvino"),
+            crate::core::config::catalog::parameter_names("openvino"),
             PARAMETERS
         );
     }

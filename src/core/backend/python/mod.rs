@@ -619,3 +619,62 @@ fn interpreter(ctx: &LoadContext) -> Result<(PathBuf, Option<PathBuf>)> {
     }
     Ok((PathBuf::from("python3"), None))
 }
+
+/// The Python backend in the registry.
+pub struct Python;
+
+impl super::Backend for Python {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
+        Ok(Box::new(PythonInstance::load(ctx)?))
+    }
+
+    /// Its parameters are the model's to read; one of Triton's Python
+    /// backend's own has nothing to do here.
+    fn check(
+        &self,
+        config: &crate::core::config::ModelConfig,
+        _: &[PathBuf],
+        _: bool,
+    ) -> Vec<crate::core::config::Issue> {
+        let gpu_inputs = config
+            .parameters
+            .get("FORCE_CPU_ONLY_INPUT_TENSORS")
+            .is_some_and(|p| p.string_value.eq_ignore_ascii_case("no"));
+        if !gpu_inputs {
+            return Vec::new();
+        }
+        vec![crate::core::config::Issue::warning(
+            "parameters[\"FORCE_CPU_ONLY_INPUT_TENSORS\"]",
+            "has no effect in trtis: there is no GPU: inputs are always in CPU memory",
+        )]
+    }
+
+    /// A model completes its own config when its class has
+    /// `auto_complete_config` (Triton calls it whenever auto-complete is
+    /// on); Triton's defaults then apply to what it added (dynamic
+    /// batching, instance groups).
+    fn auto_complete(
+        &self,
+        config: &crate::core::config::ModelConfig,
+        ctx: &super::CompleteContext,
+    ) -> Option<Result<crate::core::config::ModelConfig>> {
+        let fail = |why: String| super::load_failed(config, why);
+        Some(
+            auto_complete(config, ctx.model_dir, ctx.version_dir, ctx.options)
+                .map_err(|e| fail(e.message))
+                .and_then(|mut completed| {
+                    (ctx.normalize)(&mut completed).map_err(|issue| fail(issue.message))?;
+                    Ok(completed)
+                }),
+        )
+    }
+
+    /// The model does its own GPU work, told its GPU in `args`.
+    fn gpu_ready(&self) -> bool {
+        true
+    }
+}

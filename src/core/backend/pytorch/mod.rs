@@ -32,6 +32,7 @@ use crate::core::error::{Error, Result};
 use crate::core::types::Tensor;
 
 use super::LoadContext;
+use crate::core::config::Issue;
 use abi::{ErrorSink, OutputSink, Str, TensorIn};
 
 /// What a load would refuse of a `torch_aoti` config, known from the
@@ -387,6 +388,81 @@ impl Drop for TorchInstance {
     fn drop(&mut self) {
         // SAFETY: made by this library's load; not used after.
         unsafe { (self.lib.unload)(self.handle) }
+    }
+}
+
+/// The PyTorch backend in the registry.
+pub struct PyTorch;
+
+impl super::Backend for PyTorch {
+    fn name(&self) -> &'static str {
+        "pytorch"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+        Ok(Box::new(TorchInstance::load(ctx)?))
+    }
+
+    /// Its parameters, and how the config binds to `forward()`: each
+    /// version's file is checked as its load checks it (`bind_file`);
+    /// without a file, by the config's own rules. The same finding from
+    /// several versions is reported once. An AOTInductor package is
+    /// checked against its config (`check_package_config`).
+    fn check(
+        &self,
+        config: &crate::core::config::ModelConfig,
+        version_dirs: &[PathBuf],
+        _: bool,
+    ) -> Vec<Issue> {
+        let mut out = Vec::new();
+        if let Err(e) = settings::TorchSettings::from_config(config) {
+            out.push(Issue::error("parameters", e.message));
+        }
+        if config.platform == "torch_aoti" {
+            out.extend(check_package_config(config, version_dirs));
+            return out;
+        }
+        let file = super::model_file(config, "model.pt");
+        let mut files = version_dirs
+            .iter()
+            .map(|d| d.join(file))
+            .filter(|p| p.is_file())
+            .peekable();
+        if files.peek().is_none() {
+            if let Err(e) = binding::bind(config, None) {
+                out.push(Issue::error("input", e.message));
+            }
+        }
+        for path in files {
+            // Named from the model directory, as the finding's place is.
+            let shown: Vec<_> = path.iter().rev().take(2).collect();
+            let shown = format!(
+                "{}/{}",
+                shown[1].to_string_lossy(),
+                shown[0].to_string_lossy()
+            );
+            let relative = |m: &str| m.replacen(&path.display().to_string(), &shown, 1);
+            let issue = match binding::bind_file(config, &path) {
+                Ok((_, None)) => continue,
+                Ok((_, Some(why))) => Issue::warning(
+                    "default_model_filename",
+                    format!(
+                        "forward()'s signature not read ({}): inputs bind by <name>__<index> or config order, unchecked",
+                        relative(&why)
+                    ),
+                ),
+                Err((field, e)) => Issue::error(field, relative(&e.message)),
+            };
+            if !out.contains(&issue) {
+                out.push(issue);
+            }
+        }
+        out
+    }
+
+    /// With libtorch linked against CUDA.
+    fn gpu_ready(&self) -> bool {
+        links_cuda()
     }
 }
 

@@ -180,7 +180,7 @@ mod tests {
         );
         // config::support lists exactly the keys read here: each one set
         // alone changes the settings.
-        let listed = crate::core::config::support::backend_parameters("pytorch");
+        let listed = crate::core::config::catalog::parameter_names("pytorch");
         assert_eq!(listed.len(), 10);
         for key in listed {
             let value = if key.ends_with("_COUNT") {

@@ -723,6 +723,46 @@ impl super::InstanceExec for TfInstance {
     }
 }
 
+/// The TensorFlow backend in the registry.
+pub struct TensorFlow;
+
+impl super::Backend for TensorFlow {
+    fn name(&self) -> &'static str {
+        "tensorflow"
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+        Ok(Box::new(TfInstance::load(ctx)?))
+    }
+
+    fn check(
+        &self,
+        config: &ModelConfig,
+        version_dirs: &[std::path::PathBuf],
+        _: bool,
+    ) -> Vec<crate::core::config::Issue> {
+        check(config, version_dirs)
+    }
+
+    /// A SavedModel completes from its signature, read without TensorFlow
+    /// (a GraphDef never completes, as in Triton).
+    fn auto_complete(
+        &self,
+        config: &ModelConfig,
+        ctx: &super::CompleteContext,
+    ) -> Option<Result<ModelConfig>> {
+        let needs = config.input.is_empty() || config.output.is_empty();
+        if !needs || config.platform != SAVEDMODEL {
+            return None;
+        }
+        let file = ctx.version_dir.join(&config.default_model_filename);
+        Some(model_io(&file, config).and_then(|(inputs, outputs)| {
+            crate::core::config::autocomplete::completed(config, &inputs, &outputs)
+                .map_err(|why| super::load_failed(config, why))
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

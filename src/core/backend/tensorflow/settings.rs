@@ -33,7 +33,7 @@ pub struct TfSettings {
     pub init_ops_file: Option<String>,
 }
 
-/// The parameters the backend reads (`config::support::backend_parameters`
+/// The parameters the backend reads (`config::catalog`
 /// lists the same; a test holds the two together).
 pub const PARAMETERS: &[&str] = &[
     "TF_NUM_INTRA_THREADS",
@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn the_support_table_lists_what_is_read() {
         assert_eq!(
-            crate::core::config::support::backend_parameters("tensorflow"),
+            crate::core::config::catalog::parameter_names("tensorflow"),
             PARAMETERS
         );
     }

@@ -39,7 +39,7 @@ impl Validator<'_> {
                             ),
                         });
                     } else {
-                        if crate::core::config::support::cpu_only(&c.backend) {
+                        if crate::core::config::catalog::cpu_only(&c.backend) {
                             // Placed on a GPU, which this backend does not
                             // run on: refused rather than run on the CPU.
                             self.issues.push(Issue {

@@ -2,6 +2,7 @@
 //! policy, response cache, model metrics) and the files the config names,
 //! which must stay inside the model directory.
 
+use crate::core::config::catalog;
 use crate::core::config::normalize::ENSEMBLE_PLATFORM;
 use crate::core::config::pb::{
     model_config::SchedulingChoice, model_metrics::metric_control::MetricOptions,
@@ -10,16 +11,6 @@ use crate::core::config::pb::{
 
 use super::Validator;
 
-/// Platform → the backend it implies, for the backends Triton knows by name.
-fn backend_of_platform(platform: &str) -> Option<&'static str> {
-    Some(match platform {
-        "tensorflow_graphdef" | "tensorflow_savedmodel" => "tensorflow",
-        "tensorrt_plan" => "tensorrt",
-        "onnxruntime_onnx" => "onnxruntime",
-        "pytorch_libtorch" | "torch_aoti" => "pytorch",
-        _ => return None,
-    })
-}
 
 impl Validator<'_> {
     /// Rules 1–5, 8, 9: name, platform/backend, max_batch_size, version
@@ -46,9 +37,10 @@ impl Validator<'_> {
                 ),
             );
         }
-        let known_backend =
-            ["tensorflow", "tensorrt", "onnxruntime", "pytorch"].contains(&c.backend.as_str());
-        if known_backend && backend_of_platform(&c.platform) != Some(c.backend.as_str()) {
+        // The backends Triton pairs with their platforms.
+        let pairs = catalog::spec(&c.backend).is_some_and(|s| s.pairs_platform);
+        let implied = catalog::backend_of_platform(&c.platform).map(|s| s.name);
+        if pairs && implied != Some(c.backend.as_str()) {
             self.error(
                 "backend",
                 format!(

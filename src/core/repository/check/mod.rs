@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::core::config::normalize::{
-    normalize, NormalizeContext, ENSEMBLE_PLATFORM, KNOWN_FORMATS,
-};
+use crate::core::config::catalog;
+use crate::core::config::normalize::{normalize, NormalizeContext, ENSEMBLE_PLATFORM};
 use crate::core::config::pb::{
     model_config::SchedulingChoice, model_sequence_batching::initial_state::StateData,
     model_warmup::input::InputDataType, DataType, ModelConfig,
@@ -462,9 +461,7 @@ fn check_files(m: &mut CheckedModel, config: &ModelConfig) {
         ));
     }
     let needs_file = config.platform != ENSEMBLE_PLATFORM
-        && KNOWN_FORMATS
-            .iter()
-            .any(|(_, backend, _)| *backend == config.backend);
+        && catalog::spec(&config.backend).is_some_and(|s| !s.formats.is_empty());
     let file_name = &config.default_model_filename;
     if needs_file && !file_name.is_empty() && is_contained_path(file_name) {
         for v in &versions {

@@ -23,6 +23,12 @@ record() {
     "$1" "$2" "$3" "${4:-}" >>"$RES/$SUITE.jsonl"
 }
 "$PY" -c "import pytest" 2>/dev/null || "$VENV/bin/pip" install -q pytest
+# Folders that clone python_backend (its examples) clone it from a local mirror (no network):
+# PB_MIRROR, a clone of triton-inference-server/python_backend with branch r24.10 (the
+# `fetch` tool's mirror by default).
+PB_MIRROR=${PB_MIRROR:-/work/.mirror/triton-inference-server+python_backend/repo}
+ORG=$W/orgs; mkdir -p "$ORG"
+[ -d "$PB_MIRROR" ] && ln -sfn "$PB_MIRROR" "$ORG/python_backend"
 source "$HERE/tsh.sh"
 BP=$QA/L0_backend_python
 for T in "$@"; do
@@ -30,6 +36,7 @@ for T in "$@"; do
   rm -f "$RES/$SUITE.jsonl"
   tsh "L0_backend_python/$T" QA_LENIENT=1 PYTHONPATH="$STUBS:$QA/common" MODELDIR="$BP" TRITON_DIR="$W/opt/tritonserver" SERVER="$W/opt/tritonserver/bin/tritonserver" \
     BACKEND_DIR="$W/opt/tritonserver/backends" DATADIR="$D" REPO_VERSION=qa TEST_WINDOWS=0 TEST_JETSON=0 \
-    PYTHON_ENV_VERSION=11 QA_TSH_LABEL="$T" TRTIS_PYTHON="$VENV/bin/python"
+    PYTHON_ENV_VERSION=11 QA_TSH_LABEL="$T" TRTIS_PYTHON="$VENV/bin/python" \
+    TRITON_REPO_ORGANIZATION="$ORG" PYTHON_BACKEND_REPO_TAG=r24.10
   python3 "$HERE/summarize.py" "$RES" "$SUITE" | head -1
 done

@@ -39,8 +39,8 @@ pub enum Command {
     /// Measure a model's throughput and latency under load (Triton's
     /// perf_client / perf_analyzer, with their flags and CSV).
     Perf(perf::Args),
-    /// Print the config.pbtxt that auto-complete makes for an ONNX model, or
-    /// what a TorchScript module's forward() allows (placeholders to edit).
+    /// Print a config.pbtxt made from a model file: what auto-complete makes
+    /// of it, with placeholders to edit where the file does not say.
     GenConfig(gen_config::Args),
     /// Check Triton model configurations (config.pbtxt) without loading any
     /// model: every finding with file, line and field.

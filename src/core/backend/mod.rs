@@ -12,6 +12,7 @@
 //! API, the library loaded at run time; feature `tensorflow`).
 
 pub mod custom;
+pub mod generate;
 pub mod identity;
 // Without the `onnx` feature, `onnx/disabled.rs` stands in for
 // `onnx/mod.rs`: the same interface, every use failing with the reason.
@@ -64,6 +65,23 @@ pub trait Backend: Sync {
     /// only when the server has GPUs).
     fn gpu_ready(&self) -> bool {
         false
+    }
+
+    /// `trtis gen-config`: fills `config` (its name set) from the model
+    /// file `file` (one of the catalog's formats of this backend marked
+    /// `gen_config`); returns the comment lines that go above it and notes
+    /// for the user, or the error to print.
+    fn gen_config(
+        &self,
+        file: &Path,
+        _req: &generate::GenRequest,
+        _config: &mut ModelConfig,
+    ) -> std::result::Result<generate::Generated, String> {
+        Err(format!(
+            "{}: gen-config does not read models of the '{}' backend",
+            file.display(),
+            self.name()
+        ))
     }
 }
 

@@ -16,6 +16,12 @@
 pub struct Format {
     pub platform: &'static str,
     pub file: &'static str,
+    /// What such a file is, for help texts ("ONNX models (a .onnx file)").
+    pub what: &'static str,
+    /// `trtis gen-config` makes a config from such a file.
+    pub gen_config: bool,
+    /// Why it does not, where there is more to say than what it reads.
+    pub no_gen_config: Option<&'static str>,
 }
 
 /// How a backend takes a batch.
@@ -172,6 +178,9 @@ pub static CATALOG: &[BackendSpec] = &[
         formats: &[Format {
             platform: "tensorrt_plan",
             file: "model.plan",
+            what: "TensorRT plans (a .plan file)",
+            gen_config: false,
+            no_gen_config: None,
         }],
         pairs_platform: true,
         gpu: true,
@@ -184,6 +193,9 @@ pub static CATALOG: &[BackendSpec] = &[
         formats: &[Format {
             platform: "onnxruntime_onnx",
             file: "model.onnx",
+            what: "ONNX models (a .onnx file)",
+            gen_config: true,
+            no_gen_config: None,
         }],
         pairs_platform: true,
         // What backend::onnx::settings reads (a test there checks), plus
@@ -226,10 +238,16 @@ pub static CATALOG: &[BackendSpec] = &[
             Format {
                 platform: "pytorch_libtorch",
                 file: "model.pt",
+                what: "TorchScript modules (a .pt file)",
+                gen_config: true,
+                no_gen_config: None,
             },
             Format {
                 platform: "torch_aoti",
                 file: "model.pt2",
+                what: "AOTInductor packages (a .pt2 file)",
+                gen_config: true,
+                no_gen_config: None,
             },
         ],
         pairs_platform: true,
@@ -259,10 +277,16 @@ pub static CATALOG: &[BackendSpec] = &[
             Format {
                 platform: "tensorflow_savedmodel",
                 file: "model.savedmodel",
+                what: "TensorFlow SavedModels (a .savedmodel directory)",
+                gen_config: true,
+                no_gen_config: None,
             },
             Format {
                 platform: "tensorflow_graphdef",
                 file: "model.graphdef",
+                what: "TensorFlow GraphDefs (a .graphdef file)",
+                gen_config: false,
+                no_gen_config: None,
             },
         ],
         format_from_file_only: true,
@@ -291,6 +315,9 @@ pub static CATALOG: &[BackendSpec] = &[
         formats: &[Format {
             platform: "",
             file: "model.py",
+            what: "Python models (a model.py)",
+            gen_config: false,
+            no_gen_config: None,
         }],
         parameters: Parameters::Any,
         requests: Requests::Lists,
@@ -305,6 +332,9 @@ pub static CATALOG: &[BackendSpec] = &[
         formats: &[Format {
             platform: "",
             file: "model.xml",
+            what: "OpenVINO IRs (a .xml file)",
+            gen_config: true,
+            no_gen_config: None,
         }],
         // What backend::openvino::settings reads (its PARAMETERS; a test
         // there holds the two together).
@@ -334,6 +364,13 @@ pub static CATALOG: &[BackendSpec] = &[
         formats: &[Format {
             platform: "custom",
             file: "libcustom.so",
+            what: "custom backend libraries (a .so file)",
+            gen_config: false,
+            no_gen_config: Some(
+                "gen-config does not apply to custom backend libraries: custom.h gives a library no way \
+                 to declare its inputs and outputs, so write its config.pbtxt by hand (platform: \"custom\"; \
+                 examples/custom_backends/models has some)",
+            ),
         }],
         parameters: Parameters::Any,
         requests: Requests::Lists,
@@ -401,6 +438,33 @@ pub fn takes_request_lists(config: &super::ModelConfig) -> bool {
         }
         _ => false,
     }
+}
+
+/// The formats `trtis gen-config` reads, in words ("ONNX models (a .onnx
+/// file), ... and ..."), of the backends this build has.
+pub fn gen_config_formats() -> String {
+    let what: Vec<&str> = built()
+        .flat_map(|s| s.formats.iter())
+        .filter(|f| f.gen_config)
+        .map(|f| f.what)
+        .collect();
+    match what.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "nothing (this build has no backend that reads a model file)".into(),
+    }
+}
+
+/// The backend and format of a model file, by its extension (a
+/// `.savedmodel` directory included), among every backend known.
+pub fn format_of_file(path: &std::path::Path) -> Option<(&'static BackendSpec, &'static Format)> {
+    let ext = path.extension()?.to_str()?;
+    CATALOG.iter().find_map(|s| {
+        s.formats
+            .iter()
+            .find(|f| f.file.rsplit_once('.').is_some_and(|(_, e)| e == ext))
+            .map(|f| (s, f))
+    })
 }
 
 /// The backend a platform implies (the platforms Triton pairs with a

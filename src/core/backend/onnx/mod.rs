@@ -589,6 +589,21 @@ impl super::Backend for Onnx {
     fn gpu_ready(&self) -> bool {
         cuda_provider_available()
     }
+
+    /// What auto-complete makes of the model's inputs and outputs.
+    fn gen_config(
+        &self,
+        file: &Path,
+        req: &super::generate::GenRequest,
+        config: &mut ModelConfig,
+    ) -> std::result::Result<super::generate::Generated, String> {
+        let shown = file.display().to_string();
+        let (inputs, outputs) = model_io(file).map_err(|e| format!("{shown}: {e}"))?;
+        config.platform = "onnxruntime_onnx".into();
+        config.backend = "onnxruntime".into();
+        super::generate::complete_from(&shown, req, config, &inputs, &outputs)?;
+        Ok(Default::default())
+    }
 }
 
 #[cfg(test)]

@@ -877,6 +877,40 @@ impl super::InstanceExec for OvInstance {
     }
 }
 
+/// What the server's auto-complete makes of an OpenVINO IR (its ports
+/// read from its XML, Triton's OpenVINO rules: batching only when every
+/// port's layout has a batch dimension); its warnings go above the config.
+pub fn gen_config(file: &Path,
+    req: &crate::core::backend::generate::GenRequest, config: &mut ModelConfig) -> Result<crate::core::backend::generate::Generated, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
+    let (inputs, outputs) = model_ports(file).map_err(|e| fail(&e))?;
+    config.backend = "openvino".into();
+    config.max_batch_size = req.max_batch_size.unwrap_or(0);
+    let notes = complete::complete(config, &inputs, &outputs).map_err(|e| fail(&e))?;
+    match req.dynamic_batching {
+        Some(true) => config.scheduling_choice = crate::core::backend::generate::dynamic_batching(),
+        Some(false) => config.scheduling_choice = None,
+        None => {}
+    }
+    let mut header: Vec<String> = notes
+        .into_iter()
+        .filter(|(level, _)| *level == 'W')
+        .map(|(_, note)| note)
+        .collect();
+    if config.max_batch_size == 0 {
+        header.push(
+            "no batching: not every input and output has a layout with a batch dimension N (Triton's \
+             OpenVINO rule); --max-batch-size N makes dimension 0 the batch"
+                .into(),
+        );
+    }
+    Ok(crate::core::backend::generate::Generated {
+        header,
+        notes: Vec::new(),
+    })
+}
+
+
 /// The OpenVINO backend in the registry.
 pub struct OpenVino;
 
@@ -910,6 +944,15 @@ impl super::Backend for OpenVino {
             auto_complete(config.clone(), ctx.version_dir)
                 .map_err(|e| super::load_failed(config, e.message)),
         )
+    }
+
+    fn gen_config(
+        &self,
+        file: &Path,
+        req: &super::generate::GenRequest,
+        config: &mut ModelConfig,
+    ) -> std::result::Result<super::generate::Generated, String> {
+        gen_config(file, req, config)
     }
 }
 

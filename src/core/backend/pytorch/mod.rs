@@ -17,6 +17,7 @@
 
 pub mod abi;
 pub mod binding;
+pub mod gen_config;
 pub mod pt2;
 pub mod settings;
 pub mod torchscript;
@@ -463,6 +464,15 @@ impl super::Backend for PyTorch {
     /// With libtorch linked against CUDA.
     fn gpu_ready(&self) -> bool {
         links_cuda()
+    }
+
+    fn gen_config(
+        &self,
+        file: &std::path::Path,
+        req: &super::generate::GenRequest,
+        config: &mut crate::core::config::ModelConfig,
+    ) -> std::result::Result<super::generate::Generated, String> {
+        gen_config::gen_config(file, req, config)
     }
 }
 

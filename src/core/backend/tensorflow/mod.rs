@@ -761,6 +761,21 @@ impl super::Backend for TensorFlow {
                 .map_err(|why| super::load_failed(config, why))
         }))
     }
+
+    /// What auto-complete makes of a SavedModel's serving signature.
+    fn gen_config(
+        &self,
+        file: &Path,
+        req: &super::generate::GenRequest,
+        config: &mut ModelConfig,
+    ) -> std::result::Result<super::generate::Generated, String> {
+        let shown = file.display().to_string();
+        let (inputs, outputs) = model_io(file, config).map_err(|e| format!("{shown}: {e}"))?;
+        config.platform = SAVEDMODEL.into();
+        config.backend = "tensorflow".into();
+        super::generate::complete_from(&shown, req, config, &inputs, &outputs)?;
+        Ok(Default::default())
+    }
 }
 
 #[cfg(test)]

@@ -321,3 +321,168 @@ fn only_the_backends_link_native_libraries() {
         }
     }
 }
+
+/// A file's module path from the crate root (`core/a/b.rs` → core, a, b;
+/// `core/a/mod.rs` → core, a; `lib.rs`, `main.rs` → the root).
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of a file without its comments and its trailing tests
+/// (`#[cfg(test)]` onwards, where `super` means the file itself).
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module paths (from the crate root) a file at module path `at`
+/// names: `crate::a::b`, `super::…` (any number), and each item of a
+/// `{…}` group after either.
+fn paths_named(at: &[String], code: &str) -> Vec<Vec<String>> {
+    let is_path = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let starts = rest.starts_with("crate::") || rest.starts_with("super::");
+        let boundary = i == 0 || !is_path(bytes[i - 1] as char);
+        if !(starts && boundary) {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        let end = rest.find(|c: char| !is_path(c)).unwrap_or(rest.len());
+        let path = &rest[..end];
+        let mut items: Vec<String> = Vec::new();
+        if path.ends_with("::") && rest[end..].starts_with('{') {
+            // A group: its items, each up to its first non-path character.
+            let mut depth = 0;
+            let mut close = end;
+            for (k, c) in rest[end..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = end + k;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for item in rest[end + 1..close].split(',') {
+                let item = item.trim();
+                let item_end = item.find(|c: char| !is_path(c)).unwrap_or(item.len());
+                items.push(format!("{path}{}", &item[..item_end]));
+            }
+        } else {
+            items.push(path.to_string());
+        }
+        for item in items {
+            let segs: Vec<&str> = item.split("::").filter(|s| !s.is_empty()).collect();
+            let resolved: Option<Vec<String>> = if segs.first() == Some(&"crate") {
+                Some(segs[1..].iter().map(|s| s.to_string()).collect())
+            } else {
+                let ups = segs.iter().take_while(|s| **s == "super").count();
+                (ups <= at.len()).then(|| {
+                    let mut p: Vec<String> = at[..at.len() - ups].to_vec();
+                    p.extend(segs[ups..].iter().map(|s| s.to_string()));
+                    p
+                })
+            };
+            if let Some(p) = resolved {
+                out.push(p);
+            }
+        }
+        i += end.max(1);
+    }
+    out
+}
+
+/// Files of one folder do not use each other in a circle: for each
+/// folder, the graph of its children (files and subfolders) by what each
+/// names of the others has no cycle. (A folder's mod.rs is the parent, not
+/// one of them.)
+#[test]
+fn files_of_a_folder_use_each_other_one_way() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let files = src_files();
+    // folder → child → the children of the same folder it names.
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut children: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    for (rel, _) in &files {
+        let m = module_path(rel);
+        for k in 0..m.len() {
+            children
+                .entry(m[..k].to_vec())
+                .or_default()
+                .insert(m[k].clone());
+        }
+    }
+    for (rel, text) in &files {
+        let at = module_path(rel);
+        for named in paths_named(&at, &code_of(text)) {
+            // The deepest folder both lie in, and the child of it on each side.
+            let common = at.iter().zip(&named).take_while(|(a, b)| a == b).count();
+            if common >= at.len() || common >= named.len() {
+                continue; // itself, a parent, or its own children
+            }
+            let folder = at[..common].to_vec();
+            if named
+                .get(..3)
+                .is_some_and(|p| p == ["core", "config", "pb"])
+            {
+                continue; // the generated schema, which uses nothing (as in LAYERS)
+            }
+            let (from, to) = (at[common].clone(), named[common].clone());
+            if children.get(&folder).is_some_and(|c| c.contains(&to)) {
+                graphs
+                    .entry(folder)
+                    .or_default()
+                    .entry(from)
+                    .or_default()
+                    .insert(to);
+            }
+        }
+    }
+    let mut circles = Vec::new();
+    for (folder, graph) in &graphs {
+        // Each node's reach; a node that reaches itself is on a circle.
+        for start in graph.keys() {
+            let mut seen = BTreeSet::new();
+            let mut todo: Vec<&String> = graph[start].iter().collect();
+            while let Some(n) = todo.pop() {
+                if seen.insert(n.clone()) {
+                    todo.extend(graph.get(n).into_iter().flatten());
+                }
+            }
+            if seen.contains(start) {
+                circles.push(format!(
+                    "src/{}: {start} (and {:?})",
+                    folder.join("/"),
+                    graph[start]
+                ));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "files that use each other in a circle:\n{}",
+        circles.join("\n")
+    );
+}

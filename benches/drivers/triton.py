@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve import OUT, ROOT, Server, get  # noqa: E402
+from bench import OUT, ROOT, Server, get  # noqa: E402
 
 
 class TritonUnavailable(Exception):

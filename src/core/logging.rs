@@ -54,7 +54,7 @@ use subscriber::installed;
 #[track_caller]
 pub fn log(level: char, message: &str) {
     if enabled(level, 1) {
-        installed();
+        installed(settings::current);
         emit(level, message, Location::caller());
     }
 }
@@ -64,7 +64,7 @@ pub fn log(level: char, message: &str) {
 #[track_caller]
 pub fn verbose(message: &str) {
     if enabled('V', 1) {
-        installed();
+        installed(settings::current);
         emit('V', message, Location::caller());
     }
 }
@@ -73,7 +73,7 @@ pub fn verbose(message: &str) {
 /// `pb_utils.Logger` call, located in the model's file).
 pub fn log_at(level: char, message: &str, file: &str, line: u32) {
     if enabled(level, 1) {
-        installed();
+        installed(settings::current);
         emit_at(level, message, file, line);
     }
 }

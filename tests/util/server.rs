@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use trtis::core::frontend::http::{router, AppState};
+use trtis::core::frontend::http::AppState;
+use trtis::core::frontend::router;
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
 
@@ -56,10 +57,11 @@ impl TestServer {
     ) -> TestServer {
         let (engine, runtime, listener) = engine_on_a_port(repo, mode, load);
         let addr = listener.local_addr().unwrap();
-        let app = router(AppState {
+        let state = AppState {
             engine: engine.clone(),
             max_input_size,
-        });
+        };
+        let app = router(state, true);
         runtime.spawn(async move { axum::serve(listener, app).await });
         TestServer {
             addr,

@@ -633,7 +633,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
         };
         let mut apps = vec![(
             listener,
-            trtis::core::frontend::http::router_with(state.clone(), args.openai_port.is_none()),
+            trtis::core::frontend::router(state.clone(), args.openai_port.is_none()),
         )];
         if let Some(port) = args.openai_port {
             // The OpenAI API on a port of its own, with the HTTP port's TLS,

@@ -51,13 +51,22 @@ pub trait Backend: Sync {
     /// loading it (read from the model files in `version_dirs`; with
     /// `model_files`, also those it would open to check). `validate-config`
     /// and `serve` both report these.
-    fn check(&self, _config: &ModelConfig, _version_dirs: &[PathBuf], _model_files: bool) -> Vec<Issue> {
+    fn check(
+        &self,
+        _config: &ModelConfig,
+        _version_dirs: &[PathBuf],
+        _model_files: bool,
+    ) -> Vec<Issue> {
         Vec::new()
     }
 
     /// The config completed from the model's files (auto-complete on);
     /// None when it has nothing to complete.
-    fn auto_complete(&self, _config: &ModelConfig, _ctx: &CompleteContext) -> Option<Result<ModelConfig>> {
+    fn auto_complete(
+        &self,
+        _config: &ModelConfig,
+        _ctx: &CompleteContext,
+    ) -> Option<Result<ModelConfig>> {
         None
     }
 
@@ -482,7 +491,9 @@ mod tests {
     /// (a load may still fail for want of a model file, not of a backend).
     #[test]
     fn every_backend_the_catalog_says_is_built_is_registered() {
-        let built: Vec<&str> = crate::core::config::catalog::built().map(|s| s.name).collect();
+        let built: Vec<&str> = crate::core::config::catalog::built()
+            .map(|s| s.name)
+            .collect();
         let mut registered: Vec<&str> = registry().iter().map(|b| b.name()).collect();
         registered.sort();
         registered.dedup();

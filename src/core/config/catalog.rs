@@ -485,7 +485,10 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), CATALOG.len());
-        let mut platforms: Vec<&str> = formats().map(|(p, _, _)| p).filter(|p| !p.is_empty()).collect();
+        let mut platforms: Vec<&str> = formats()
+            .map(|(p, _, _)| p)
+            .filter(|p| !p.is_empty())
+            .collect();
         let n = platforms.len();
         platforms.sort();
         platforms.dedup();

@@ -64,7 +64,8 @@ fn complete_backend_fields(config: &mut ModelConfig, ctx: &NormalizeContext) -> 
     let format = if !config.platform.is_empty() {
         catalog::formats().find(|(platform, _, _)| *platform == config.platform)
     } else if !config.backend.is_empty() {
-        let mut of_backend = catalog::formats().filter(|(_, backend, _)| *backend == config.backend);
+        let mut of_backend =
+            catalog::formats().filter(|(_, backend, _)| *backend == config.backend);
         // A backend whose file alone decides its format (TensorFlow's two)
         // has no default.
         let has_default = catalog::spec(&config.backend).is_none_or(|s| !s.format_from_file_only);

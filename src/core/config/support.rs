@@ -46,7 +46,9 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
     let built = spec.filter(|s| s.availability == Availability::Built);
     if !ensemble && built.is_none() {
         // Triton's message for a backend it cannot find.
-        let why = spec.map_or(Availability::NotBuilt, |s| s.availability).refusal();
+        let why = spec
+            .map_or(Availability::NotBuilt, |s| s.availability)
+            .refusal();
         out.push(Issue::error(
             "backend",
             format!(
@@ -390,9 +392,9 @@ pub fn check(config: &ModelConfig) -> Vec<Issue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::catalog::LIST_BACKEND_STATE;
     use crate::core::config::pb;
     use crate::core::config::Severity;
-    use crate::core::config::catalog::LIST_BACKEND_STATE;
 
     fn onnx() -> ModelConfig {
         ModelConfig {

@@ -21,6 +21,17 @@ pub mod test_hooks;
 pub mod tls;
 
 use crate::core::error::{Error, Result};
+
+/// The HTTP port's router: Triton's routes (`http`), with the OpenAI API's
+/// (`openai`) unless it has a port of its own (`--openai-port`).
+pub fn router(state: http::AppState, openai: bool) -> axum::Router {
+    let extra = if openai {
+        openai::routes()
+    } else {
+        axum::Router::new()
+    };
+    http::router_with(state, extra)
+}
 use crate::core::repository::LoadOverride;
 
 /// A load request's `config` and `file:` parameters as one override

@@ -3,7 +3,6 @@
 //! time, process id, file and line) before its message and fields.
 
 use std::fmt::{self, Write as _};
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
@@ -11,8 +10,6 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
-
-use super::settings::ISO8601;
 
 /// Triton's two line formats (`--log-format`, `log_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,14 +36,6 @@ impl Format {
             "default" => Some(Format::Default),
             "ISO8601" => Some(Format::Iso8601),
             _ => None,
-        }
-    }
-
-    pub(super) fn current() -> Format {
-        if ISO8601.load(Relaxed) {
-            Format::Iso8601
-        } else {
-            Format::Default
         }
     }
 }

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use crate::core::error::{Error, Result};
 
 use super::format::Format;
-use super::subscriber::{apply, Sink};
+use super::subscriber::{self, Levels, Sink};
 
 pub(super) static INFO: AtomicBool = AtomicBool::new(true);
 pub(super) static WARNING: AtomicBool = AtomicBool::new(true);
 pub(super) static ERROR: AtomicBool = AtomicBool::new(true);
 pub(super) static VERBOSE: AtomicU32 = AtomicU32::new(0);
-pub(super) static ISO8601: AtomicBool = AtomicBool::new(false);
+static ISO8601: AtomicBool = AtomicBool::new(false);
 
 /// Where lines go: the `--log-file` name as given ("" for stderr) and its
 /// sink.
@@ -95,7 +95,7 @@ pub fn init(options: &Options) -> Result<()> {
             }
         },
     }
-    apply();
+    reload();
     outcome
 }
 
@@ -103,8 +103,30 @@ fn output() -> std::sync::MutexGuard<'static, Output> {
     OUTPUT.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(super) fn current_sink() -> Sink {
-    output().sink.clone()
+/// Installs the subscriber if it is not yet, and brings it in line with
+/// the stored settings (the caller holds `CONFIG`).
+fn reload() {
+    subscriber::installed(current);
+    subscriber::apply(current());
+}
+
+/// The stored settings, as the subscriber takes them.
+pub(super) fn current() -> (Levels, Format, Sink) {
+    let levels = Levels {
+        info: INFO.load(Relaxed),
+        warning: WARNING.load(Relaxed),
+        error: ERROR.load(Relaxed),
+        verbose: VERBOSE.load(Relaxed),
+    };
+    (levels, current_format(), output().sink.clone())
+}
+
+fn current_format() -> Format {
+    if ISO8601.load(Relaxed) {
+        Format::Iso8601
+    } else {
+        Format::Default
+    }
 }
 
 /// The current settings, by Triton's names.
@@ -118,7 +140,7 @@ pub fn settings() -> Vec<(&'static str, Setting)> {
         ("log_verbose_level", Setting::Uint(VERBOSE.load(Relaxed))),
         (
             "log_format",
-            Setting::String(Format::current().name().to_string()),
+            Setting::String(current_format().name().to_string()),
         ),
     ]
 }
@@ -162,7 +184,7 @@ pub fn update(updates: &[(String, Setting)]) -> Result<()> {
             _ => {}
         }
     }
-    apply();
+    reload();
     Ok(())
 }
 
@@ -170,7 +192,7 @@ pub fn update(updates: &[(String, Setting)]) -> Result<()> {
 pub fn set_verbose(level: u32) {
     let _config = CONFIG.lock().unwrap_or_else(|e| e.into_inner());
     VERBOSE.store(level, Relaxed);
-    apply();
+    reload();
 }
 
 /// Whether a message of this level (`I`, `W`, `E`, or `V` with its verbose

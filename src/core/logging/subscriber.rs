@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 
 use tracing::level_filters::LevelFilter;
@@ -16,7 +15,6 @@ use tracing_subscriber::layer::{Context, Layer, Layered, SubscriberExt};
 use tracing_subscriber::{reload, Registry};
 
 use super::format::{Format, TritonFormat};
-use super::settings::{current_sink, ERROR, INFO, VERBOSE, WARNING};
 
 type Base = Layered<reload::Layer<Levels, Registry>, Registry>;
 type Lines = tracing_subscriber::fmt::Layer<Base, DefaultFields, TritonFormat, Sink>;
@@ -31,13 +29,16 @@ static INSTALLED: OnceLock<Option<Installed>> = OnceLock::new();
 
 /// The subscriber, installed as the global default on first use unless
 /// another one was installed first (`None` then).
-pub(super) fn installed() -> Option<&'static Installed> {
-    INSTALLED.get_or_init(install).as_ref()
+/// `settings` gives the stored settings when it installs.
+pub(super) fn installed(
+    settings: impl FnOnce() -> (Levels, Format, Sink),
+) -> Option<&'static Installed> {
+    INSTALLED.get_or_init(|| install(settings())).as_ref()
 }
 
-fn install() -> Option<Installed> {
-    let (levels, levels_handle) = reload::Layer::new(Levels::current());
-    let (lines, lines_handle) = reload::Layer::new(lines_layer(Format::current(), current_sink()));
+fn install((levels, format, sink): (Levels, Format, Sink)) -> Option<Installed> {
+    let (levels, levels_handle) = reload::Layer::new(levels);
+    let (lines, lines_handle) = reload::Layer::new(lines_layer(format, sink));
     let subscriber = Registry::default().with(levels).with(lines);
     tracing::subscriber::set_global_default(subscriber).ok()?;
     Some(Installed {
@@ -54,12 +55,11 @@ fn lines_layer(format: Format, sink: Sink) -> Lines {
 
 /// Brings the subscriber in line with the stored settings (the caller holds
 /// `CONFIG`).
-pub(super) fn apply() {
-    if let Some(installed) = installed() {
-        let _ = installed.levels.reload(Levels::current());
-        let _ = installed
-            .lines
-            .reload(lines_layer(Format::current(), current_sink()));
+pub(super) fn apply((levels, format, sink): (Levels, Format, Sink)) {
+    // Not installed yet: it installs with the settings stored then.
+    if let Some(Some(installed)) = INSTALLED.get() {
+        let _ = installed.levels.reload(levels);
+        let _ = installed.lines.reload(lines_layer(format, sink));
     }
 }
 
@@ -73,15 +73,6 @@ pub(super) struct Levels {
 }
 
 impl Levels {
-    fn current() -> Levels {
-        Levels {
-            info: INFO.load(Relaxed),
-            warning: WARNING.load(Relaxed),
-            error: ERROR.load(Relaxed),
-            verbose: VERBOSE.load(Relaxed),
-        }
-    }
-
     fn allows(&self, level: &Level) -> bool {
         match *level {
             Level::ERROR => self.error,

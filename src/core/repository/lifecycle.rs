@@ -19,9 +19,9 @@ use crate::core::error::{Error, Result};
 use super::check::{check_completed, check_given, check_in, CheckOptions, Roots};
 use super::layout::scan_model_dir;
 use super::overrides::{self, LoadOverride};
-use super::table::{ModelId, Table, VersionSlot};
+use super::table::{Table, VersionSlot};
+pub use super::types::{ManagerOptions, ModelId, ModelState};
 use crate::core::config::pb::model_config::SchedulingChoice;
-use crate::core::rate_limit::RateLimiter;
 
 /// `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,26 +34,6 @@ pub enum ControlMode {
     Explicit,
 }
 
-/// Triton's model states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelState {
-    Loading,
-    Ready,
-    Unloading,
-    Unavailable,
-}
-
-impl ModelState {
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelState::Loading => "LOADING",
-            ModelState::Ready => "READY",
-            ModelState::Unloading => "UNLOADING",
-            ModelState::Unavailable => "UNAVAILABLE",
-        }
-    }
-}
-
 /// One line of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -64,39 +44,6 @@ pub struct IndexEntry {
     pub version: String,
     pub state: ModelState,
     pub reason: String,
-}
-
-/// Settings of the manager.
-#[derive(Clone)]
-pub struct ManagerOptions {
-    /// The model repositories (Triton's repeated --model-repository); a
-    /// model name may be in only one of them unless `namespacing`.
-    pub repositories: Vec<PathBuf>,
-    /// `--model-namespacing`: each repository is a namespace of its own,
-    /// so the same model name may be in several.
-    pub namespacing: bool,
-    /// The GPU ids this server may use.
-    pub gpus: &'static [i32],
-    /// The backends that run KIND_GPU instances in this installation (set
-    /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
-    pub gpu_backends: &'static [&'static str],
-    /// Capacity of each model's request queue.
-    pub queue_capacity: usize,
-    /// Complete configs from the model file (Triton's default; off with
-    /// `--disable-auto-complete-config`).
-    pub auto_complete: bool,
-    /// How many times a version whose load fails is loaded again
-    /// (`--model-load-retry-count`).
-    pub load_retries: u32,
-    /// How many models a poll loads at once (`--model-load-thread-count`).
-    pub load_threads: usize,
-    /// The server's rate limiter (`--rate-limit=execution_count`).
-    pub rate_limiter: Option<Arc<RateLimiter>>,
-    /// What the backends get from the server (the Python interpreter, the
-    /// engine for BLS).
-    pub backend: crate::core::backend::BackendOptions,
-    /// What the versions keep for `/metrics` (`--metrics-config`).
-    pub metrics: crate::core::metrics_settings::MetricsSettings,
 }
 
 /// All models of the repository and their versions.

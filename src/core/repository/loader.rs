@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::lifecycle::ManagerOptions;
-use super::table::ModelId;
+use super::types::{ManagerOptions, ModelId};
 use super::CheckedModel;
 use crate::core::backend::{load_instance, LoadContext};
 use crate::core::batch_io::BatchIo;

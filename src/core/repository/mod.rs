@@ -7,6 +7,7 @@ pub mod lifecycle;
 mod loader;
 mod overrides;
 mod table;
+mod types;
 
 pub use check::{
     check_completed, check_repositories, check_repository, CheckOptions, CheckedModel, Finding,
@@ -16,4 +17,4 @@ pub use lifecycle::{
 };
 pub use loader::LoadedModel;
 pub use overrides::LoadOverride;
-pub use table::ModelId;
+pub use types::ModelId;

@@ -11,17 +11,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::lifecycle::ModelState;
 use super::loader::LoadedModel;
+use super::types::{ModelId, ModelState};
 use crate::core::error::{Error, Result};
-
-/// A model as the manager keys it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ModelId {
-    pub name: String,
-    /// The repository path with `--model-namespacing`, "" without.
-    pub namespace: String,
-}
 
 pub(super) struct VersionSlot {
     pub(super) state: ModelState,

@@ -161,7 +161,8 @@ mod tests {
 
     use super::*;
     use crate::core::config::{parse_config, ModelConfig};
-    use crate::core::frontend::http::{router, AppState};
+    use crate::core::frontend::http::AppState;
+    use crate::core::frontend::router;
     use crate::core::{Engine, ServerConfig};
 
     pub(super) fn config(text: &str) -> ModelConfig {
@@ -239,10 +240,11 @@ mod tests {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let url = listener.local_addr().unwrap().to_string();
-        let app = router(AppState {
+        let state = AppState {
             engine,
             max_input_size: 1 << 20,
-        });
+        };
+        let app = router(state, true);
         runtime.spawn(async move { axum::serve(listener, app).await });
         TestServer {
             url,

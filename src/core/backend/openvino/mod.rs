@@ -880,8 +880,11 @@ impl super::InstanceExec for OvInstance {
 /// What the server's auto-complete makes of an OpenVINO IR (its ports
 /// read from its XML, Triton's OpenVINO rules: batching only when every
 /// port's layout has a batch dimension); its warnings go above the config.
-pub fn gen_config(file: &Path,
-    req: &crate::core::backend::generate::GenRequest, config: &mut ModelConfig) -> Result<crate::core::backend::generate::Generated, String> {
+pub fn gen_config(
+    file: &Path,
+    req: &crate::core::backend::generate::GenRequest,
+    config: &mut ModelConfig,
+) -> Result<crate::core::backend::generate::Generated, String> {
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
     let (inputs, outputs) = model_ports(file).map_err(|e| fail(&e))?;
     config.backend = "openvino".into();
@@ -909,7 +912,6 @@ pub fn gen_config(file: &Path,
         notes: Vec::new(),
     })
 }
-
 
 /// The OpenVINO backend in the registry.
 pub struct OpenVino;

@@ -13,7 +13,11 @@ use crate::core::config::pb::{DataType, ModelInput, ModelOutput, ModelTensorResh
 use crate::core::config::ModelConfig;
 
 /// The config of the TorchScript module or AOTInductor package `file`.
-pub fn gen_config(file: &Path, req: &GenRequest, config: &mut ModelConfig) -> Result<Generated, String> {
+pub fn gen_config(
+    file: &Path,
+    req: &GenRequest,
+    config: &mut ModelConfig,
+) -> Result<Generated, String> {
     if file.extension().is_some_and(|e| e == "pt2") {
         pt2(file, req, config)
     } else {
@@ -122,7 +126,11 @@ fn pt2(file: &Path, req: &GenRequest, config: &mut ModelConfig) -> Result<Genera
 
 /// The TorchScript module's config, from forward()'s signature; returns the
 /// comment lines that go above it (what the module did not say).
-fn torchscript(file: &Path, req: &GenRequest, config: &mut ModelConfig) -> Result<Generated, String> {
+fn torchscript(
+    file: &Path,
+    req: &GenRequest,
+    config: &mut ModelConfig,
+) -> Result<Generated, String> {
     let sig = torchscript::forward_signature(file).map_err(|e| e.to_string())?;
     let mut notes = vec![format!(
         "warning: {}: TorchScript records no data types or shapes: edit the \

@@ -11,7 +11,6 @@ use crate::core::config::pb::{
 
 use super::Validator;
 
-
 impl Validator<'_> {
     /// Rules 1–5, 8, 9: name, platform/backend, max_batch_size, version
     /// policy, response cache, model metrics.

@@ -103,15 +103,9 @@ pub fn metrics_router(engine: Engine) -> Router {
 }
 
 /// The router: every route Triton serves that trtis implements, the
-/// legacy v1 API's (`v1`) and the OpenAI-compatible API's
-/// (`frontend::openai`).
-pub fn router(state: AppState) -> Router {
-    router_with(state, true)
-}
-
-/// The router, with the OpenAI API's routes or without them (they have a
-/// port of their own: `--openai-port`).
-pub fn router_with(state: AppState, openai: bool) -> Router {
+/// legacy v1 API's (`v1`), and `extra` (the OpenAI-compatible API's, when
+/// it shares the port: `frontend::router`).
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let routes = Router::new()
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
@@ -193,12 +187,8 @@ pub fn router_with(state: AppState, openai: bool) -> Router {
             "/v2/repository/models/{model}/unload",
             post(repository_unload),
         )
-        .merge(v1::routes());
-    let routes = if openai {
-        routes.merge(super::openai::routes())
-    } else {
-        routes
-    };
+        .merge(v1::routes())
+        .merge(extra);
     routes
         .fallback(|| async {
             (

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::places::{SeqConfig, Strategy};
-use super::tensors::corrid_element;
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::pb::model_sequence_batching::control::Kind as PbKind;
 use crate::core::config::pb::model_sequence_batching::initial_state::StateData;
@@ -14,7 +13,7 @@ use crate::core::config::pb::model_sequence_batching::StrategyChoice;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::scheduler::dynamic::queue::preferred_sizes;
-use crate::core::types::{element_count, DataType, Tensor};
+use crate::core::types::{element_count, DataType, SequenceId, Tensor};
 
 /// A control input's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,4 +283,26 @@ impl SeqSettings {
 pub(super) fn zeros(datatype: DataType, shape: &[i64]) -> Vec<u8> {
     let n = element_count(shape).unwrap_or(0);
     vec![0; n * datatype.size().unwrap_or(4)]
+}
+/// One CORRID element: the row's sequence id in the control's type (0 or
+/// "" for an empty row).
+pub(super) fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec<u8> {
+    let number = match id {
+        Some(SequenceId::Number(n)) => *n,
+        _ => 0,
+    };
+    match datatype {
+        DataType::Uint64 => number.to_le_bytes().to_vec(),
+        DataType::Int64 => (number as i64).to_le_bytes().to_vec(),
+        DataType::Uint32 => (number as u32).to_le_bytes().to_vec(),
+        DataType::Int32 => (number as i32).to_le_bytes().to_vec(),
+        _ => {
+            let text = match id {
+                Some(SequenceId::Text(s)) => s.clone(),
+                Some(SequenceId::Number(n)) => n.to_string(),
+                _ => String::new(),
+            };
+            Tensor::serialize_bytes([text.as_bytes()])
+        }
+    }
 }

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::places::Row;
-use super::settings::zeros;
+use super::settings::{corrid_element, zeros};
 use super::{requeue, Control, ControlKind, SeqReply, SeqRequest, SeqSettings, Shared, State};
 use crate::core::error::{Error, Result};
 use crate::core::instance::{BackendRequest, Done, Reply, Work};
 use crate::core::responder::{Reschedule, Responder};
 use crate::core::scheduler::lists::{list_work, Answer};
 use crate::core::scheduler::split::split;
-use crate::core::types::{DataType, RequestInfo, SequenceId, Tensor};
+use crate::core::types::{RequestInfo, Tensor};
 
 /// A shape key for the states a sequence carries (sequences batch together
 /// only with equal keys).
@@ -305,29 +305,6 @@ fn initial_states(settings: &SeqSettings) -> Vec<Tensor> {
             data: s.initial_data.clone(),
         })
         .collect()
-}
-
-/// One CORRID element: the row's sequence id in the control's type (0 or
-/// "" for an empty row).
-pub(super) fn corrid_element(datatype: DataType, id: Option<&SequenceId>) -> Vec<u8> {
-    let number = match id {
-        Some(SequenceId::Number(n)) => *n,
-        _ => 0,
-    };
-    match datatype {
-        DataType::Uint64 => number.to_le_bytes().to_vec(),
-        DataType::Int64 => (number as i64).to_le_bytes().to_vec(),
-        DataType::Uint32 => (number as u32).to_le_bytes().to_vec(),
-        DataType::Int32 => (number as i32).to_le_bytes().to_vec(),
-        _ => {
-            let text = match id {
-                Some(SequenceId::Text(s)) => s.clone(),
-                Some(SequenceId::Number(n)) => n.to_string(),
-                _ => String::new(),
-            };
-            Tensor::serialize_bytes([text.as_bytes()])
-        }
-    }
 }
 
 /// Hands an instance back to the scheduler when dropped (its batch's

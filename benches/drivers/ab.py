@@ -16,31 +16,31 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve  # noqa: E402
+import bench  # noqa: E402
 
 TAKES = 3
 
 
 def main():
     a = os.environ.get("TRTIS_A")
-    b = os.environ.get("TRTIS_B", os.path.join(serve.ROOT, "target/release/trtis"))
+    b = os.environ.get("TRTIS_B", os.path.join(bench.ROOT, "target/release/trtis"))
     if not a:
         sys.exit("set TRTIS_A to the trtis binary to compare against (TRTIS_B: the other; default this build)")
     repo = tempfile.mkdtemp(prefix="trtis-ab-")
-    serve.write_identity(repo)
-    os.makedirs(serve.OUT, exist_ok=True)
+    bench.write_identity(repo)
+    os.makedirs(bench.OUT, exist_ok=True)
     rows = [(p, c) for p in ("http", "grpc") for c in (1, 4)]
     got = {(label, row): [] for label in "AB" for row in rows}
     try:
         for _ in range(TAKES):
             for label, binary in (("A", a), ("B", b)):
-                serve.TRTIS = binary
-                server = serve.Server(repo, 18300)
+                bench.TRTIS = binary
+                server = bench.Server(repo, 18300)
                 for protocol, c in rows:
                     # perf_analyzer gives up when a noisy machine keeps
                     # its windows from settling: try again, twice at most.
                     for _ in range(3):
-                        r = serve.perf(server, "identity_fp32", c, protocol=protocol)
+                        r = bench.perf(server, "identity_fp32", c, protocol=protocol)
                         if "error" not in r:
                             break
                     else:
@@ -65,7 +65,7 @@ def main():
         ca, cb = med("A", row, "cpu_us"), med("B", row, "cpu_us")
         lines.append(f"| {row[0]} | {row[1]} | {ta:.0f} | {tb:.0f} | {tb / ta:.3f} | {ca:.1f} | {cb:.1f} | {cb / ca:.3f} |")
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(serve.OUT, "ab-bench.md"), "w") as f:
+    with open(os.path.join(bench.OUT, "ab-bench.md"), "w") as f:
         f.write(text)
     print(text)
 

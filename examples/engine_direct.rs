@@ -22,7 +22,7 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 
-use trtis::core::backend::{load_instance, BackendOptions, LoadContext};
+use trtis::core::backend::{load_instance, BackendOptions, Instance, LoadContext};
 use trtis::core::config::normalize::{normalize, NormalizeContext};
 use trtis::core::config::parse_config;
 use trtis::core::device::Device;
@@ -82,7 +82,7 @@ fn main() {
     )
     .expect("a config that normalizes");
     let options = BackendOptions::default();
-    let mut instance = load_instance(&LoadContext {
+    let Instance::Batches(mut instance) = load_instance(&LoadContext {
         config: &config,
         model_dir: &args.model_dir,
         version_dir,
@@ -91,7 +91,9 @@ fn main() {
         device: Device::Cpu,
         options: &options,
     })
-    .expect("the instance loads");
+    .expect("the instance loads") else {
+        panic!("a model whose backend takes lists of requests is not for this example");
+    };
     let input = &config.input[0];
     assert_eq!(
         DataType::from_config(input.data_type),

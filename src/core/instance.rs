@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::core::backend::{InstanceExec, Pipeline, Wake};
+use crate::core::backend::{BatchExec, Instance, ListExec, Pipeline, Wake};
 use crate::core::error::{Error, Result};
 use crate::core::rate_limit::Claim;
 use crate::core::responder::Responder;
@@ -39,18 +39,23 @@ use work_queue::{Refused, Signal, WorkQueue};
 
 mod work_queue;
 
-/// One request for an instance.
+/// What an instance runs, in its execution mode (`backend::Instance`).
+pub enum Job {
+    /// A batch of concatenated tensors: the inputs in the model config's
+    /// order, and the output names to produce.
+    Batch {
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+    },
+    /// A batch as its requests, each answering through its own responder;
+    /// the work's `reply` hears only how the execution ended (`Ok` with no
+    /// tensors, or the error that failed the requests still unanswered).
+    Requests(Vec<BackendRequest>),
+}
+
+/// One execution's work for an instance.
 pub struct Work {
-    /// Inputs in the model config's order.
-    pub inputs: Vec<Tensor>,
-    /// Output names to produce.
-    pub outputs: Vec<String>,
-    /// For a backend that takes a batch's requests apart
-    /// (`InstanceExec::execute_requests`): the requests, each answering
-    /// through its own responder; `inputs` and `outputs` are then empty and
-    /// `reply` hears only how the execution ended (`Ok` with no tensors,
-    /// or the error that failed the requests still unanswered).
-    pub requests: Vec<BackendRequest>,
+    pub job: Job,
     /// When the request entered the queue.
     pub enqueued: Instant,
     /// Where the result goes.
@@ -96,7 +101,7 @@ pub fn thread_name(name: &str) -> String {
 }
 
 /// How to create one instance (called on the instance's own thread).
-pub type Load = Box<dyn FnOnce() -> Result<Box<dyn InstanceExec>> + Send>;
+pub type Load = Box<dyn FnOnce() -> Result<Instance> + Send>;
 
 /// Where an instance of a pool comes from.
 pub enum Loader {
@@ -106,19 +111,19 @@ pub enum Loader {
     /// which arrives when that pool's thread for it ends: a reload that
     /// changes only the instance groups keeps the instances it still has.
     /// Counted ready at once; its thread takes work once it arrives.
-    Handed(mpsc::Receiver<Box<dyn InstanceExec>>),
+    Handed(mpsc::Receiver<Instance>),
 }
 
 impl Loader {
     /// A fresh instance made by `load`.
-    pub fn fresh(load: impl FnOnce() -> Result<Box<dyn InstanceExec>> + Send + 'static) -> Self {
+    pub fn fresh(load: impl FnOnce() -> Result<Instance> + Send + 'static) -> Self {
         Loader::Fresh(Box::new(load))
     }
 }
 
 /// Per instance thread: where its instance goes when the thread ends (the
 /// pool that replaces this one), else it is dropped there.
-type Successors = Arc<std::sync::Mutex<Vec<Option<mpsc::Sender<Box<dyn InstanceExec>>>>>>;
+type Successors = Arc<std::sync::Mutex<Vec<Option<mpsc::Sender<Instance>>>>>;
 
 /// Where the instance threads take their work from instead of the pool's
 /// queue: a scheduler that forms the work on the taking thread (the
@@ -145,7 +150,7 @@ pub struct InstancePool {
     threads: Vec<JoinHandle<()>>,
     label: String,
     /// An instance run on the submitting thread (`submit_direct`).
-    inline: Option<std::sync::Mutex<Box<dyn InstanceExec>>>,
+    inline: Option<std::sync::Mutex<Box<dyn BatchExec>>>,
     /// Where the instances take their work, if not from `queue`.
     source: Option<Arc<dyn WorkSource>>,
     /// Instances promised to the pool that replaces this one.
@@ -241,7 +246,7 @@ impl InstancePool {
     /// pool goes (its queue closed and drained), that instance thread hands
     /// its instance to the returned receiver instead of dropping it. Pass
     /// it as `Loader::Handed` to the new pool.
-    pub fn hand_over(&self, i: usize) -> Option<mpsc::Receiver<Box<dyn InstanceExec>>> {
+    pub fn hand_over(&self, i: usize) -> Option<mpsc::Receiver<Instance>> {
         let mut successors = self.successors.lock().unwrap_or_else(|p| p.into_inner());
         // (A promise made before, to a pool that failed to start, is void.)
         let slot = successors.get_mut(i)?;
@@ -253,7 +258,7 @@ impl InstancePool {
     /// Runs work given to `submit_direct` on the submitting thread with
     /// `instance` (`backend::inline_instance`: an execution that is a few
     /// moves of memory, not worth a thread hop).
-    pub fn run_inline(&mut self, instance: Box<dyn InstanceExec>) {
+    pub fn run_inline(&mut self, instance: Box<dyn BatchExec>) {
         self.inline = Some(std::sync::Mutex::new(instance));
     }
 
@@ -265,15 +270,23 @@ impl InstancePool {
         let Some(inline) = &self.inline else {
             return self.submit(work);
         };
+        if !matches!(work.job, Job::Batch { .. }) {
+            return self.submit(work);
+        }
         leave_queue(&mut work.pending);
         if work.reply.is_closed() {
             return Ok(());
         }
+        let Job::Batch { inputs, outputs } =
+            std::mem::replace(&mut work.job, Job::Requests(Vec::new()))
+        else {
+            unreachable!("checked above");
+        };
         let taken = Instant::now();
         let result = {
             let mut instance = inline.lock().unwrap_or_else(|p| p.into_inner());
             guarded("executing the request", || {
-                instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
+                instance.execute(inputs, &outputs)
             })
         };
         let parameters = inline
@@ -364,7 +377,7 @@ fn guarded<T>(what: &str, run: impl FnOnce() -> Result<T>) -> Result<T> {
 /// cancelled while it waited is not run: it ends with Triton's CANCELLED;
 /// a batch left with no request is not run at all (nor counted).
 fn execute_requests(
-    instance: &mut dyn InstanceExec,
+    instance: &mut dyn ListExec,
     mut requests: Vec<BackendRequest>,
 ) -> Result<Vec<Tensor>> {
     leave_out_cancelled(&mut requests);
@@ -411,7 +424,7 @@ fn run_instance(
     from: TakeFrom<'_>,
     ready: mpsc::Sender<Result<()>>,
     closing: &std::sync::atomic::AtomicBool,
-) -> Option<Box<dyn InstanceExec>> {
+) -> Option<Instance> {
     let mut instance = match loader {
         Loader::Fresh(load) => match guarded("loading", load) {
             Ok(instance) => {
@@ -448,10 +461,10 @@ fn run_instance(
         }
     };
     drop(ready);
-    if let TakeFrom::Queue(queue, taker) = from {
-        if claim.is_none() && instance.pipeline().is_some() {
+    if let (TakeFrom::Queue(queue, taker), Instance::Lists(lists)) = (from, &mut instance) {
+        if claim.is_none() && lists.pipeline().is_some() {
             if let Ok(wake) = Wake::new() {
-                let ran = match instance.pipeline() {
+                let ran = match lists.pipeline() {
                     Some(pipe) => {
                         run_pipelined(pipe, queue, taker, Arc::new(wake));
                         true
@@ -476,18 +489,26 @@ fn run_instance(
         // and holds them while it runs (Triton counts the wait as queue).
         let permit = claim.as_ref().map(Claim::acquire);
         let taken = Instant::now();
-        let result = if work.requests.is_empty() {
-            guarded("executing the request", || {
-                instance.execute(std::mem::take(&mut work.inputs), &work.outputs)
-            })
-        } else {
-            execute_requests(instance.as_mut(), std::mem::take(&mut work.requests))
+        let job = std::mem::replace(&mut work.job, Job::Requests(Vec::new()));
+        let result = match (&mut instance, job) {
+            (Instance::Batches(batches), Job::Batch { inputs, outputs }) => {
+                guarded("executing the request", || {
+                    batches.execute(inputs, &outputs)
+                })
+            }
+            (Instance::Lists(lists), Job::Requests(requests)) => {
+                execute_requests(lists.as_mut(), requests)
+            }
+            (_, job) => Err(other_mode(job)),
         };
         let total = taken.elapsed();
         drop(permit);
         // The backend's own split of its time (zero where it does not
         // measure): the rest is the model run.
-        let (input, output) = instance.timing();
+        let ((input, output), parameters) = match &instance {
+            Instance::Batches(b) => (b.timing(), b.response_parameters()),
+            Instance::Lists(_) => (Default::default(), None),
+        };
         let done = Done {
             result,
             // The scheduler's gathering happened after the request was
@@ -497,7 +518,7 @@ fn run_instance(
             input: work.gather + input,
             output,
             rejected: false,
-            parameters: instance.response_parameters(),
+            parameters,
             last: true,
         };
         // A panicking reply callback (a bug) must not take the instance
@@ -506,6 +527,21 @@ fn run_instance(
             crate::core::logging::log('E', "a batch's completion handler panicked");
         }
     }
+}
+
+/// Work of the mode the instance does not run (a scheduler's bug: the
+/// instance's mode and the schedulers' both come from the catalog): its
+/// requests fail, and so does the execution.
+fn other_mode(job: Job) -> Error {
+    let e = Error::internal(
+        "this instance runs the other execution mode (batches or lists of requests)",
+    );
+    if let Job::Requests(requests) = job {
+        for r in requests {
+            r.respond.fail(e.clone());
+        }
+    }
+    e
 }
 
 /// How many batches a pipelined backend holds at most: the one running and
@@ -625,8 +661,11 @@ fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::Ve
         leave_queue(&mut work.pending);
         return; // the caller went away: do not compute it
     }
-    let mut requests = std::mem::take(&mut work.requests);
-    let was_empty = requests.is_empty();
+    let (mut requests, was_batch) =
+        match std::mem::replace(&mut work.job, Job::Requests(Vec::new())) {
+            Job::Requests(requests) => (requests, false),
+            Job::Batch { .. } => (Vec::new(), true),
+        };
     leave_out_cancelled(&mut requests);
     let mut batch = Sent {
         reply: work.reply,
@@ -639,7 +678,7 @@ fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::Ve
         pending: work.pending,
         began: None,
     };
-    if was_empty {
+    if was_batch {
         batch.end(Err(Error::internal(
             "a pipelined backend takes lists of requests, not batches",
         )));
@@ -673,11 +712,7 @@ mod tests {
     /// Answers each request with nothing and remembers their ids.
     struct Recorder(Arc<Mutex<Vec<String>>>);
 
-    impl InstanceExec for Recorder {
-        fn execute(&mut self, _: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
-            unreachable!("takes lists")
-        }
-
+    impl ListExec for Recorder {
         fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
             for r in requests {
                 self.0.lock().unwrap().push(r.info.id.clone());
@@ -713,9 +748,7 @@ mod tests {
     fn run(pool: &InstancePool, requests: Vec<BackendRequest>) -> Done {
         let (tx, rx) = mpsc::channel();
         let work = Work {
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            requests,
+            job: Job::Requests(requests),
             enqueued: Instant::now(),
             reply: Reply::Callback(Box::new(move |d| {
                 let _ = tx.send(d);
@@ -731,7 +764,7 @@ mod tests {
     /// Records the thread it runs on.
     struct WhereRun(Arc<Mutex<Vec<std::thread::ThreadId>>>);
 
-    impl InstanceExec for WhereRun {
+    impl BatchExec for WhereRun {
         fn execute(&mut self, inputs: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
             self.0.lock().unwrap().push(std::thread::current().id());
             Ok(inputs)
@@ -740,14 +773,15 @@ mod tests {
 
     fn batch_work(reply: oneshot::Sender<Done>) -> Work {
         Work {
-            inputs: vec![Tensor {
-                name: "X".into(),
-                datatype: crate::core::types::DataType::Uint8,
-                shape: vec![1],
-                data: vec![7],
-            }],
-            outputs: vec!["X".into()],
-            requests: Vec::new(),
+            job: Job::Batch {
+                inputs: vec![Tensor {
+                    name: "X".into(),
+                    datatype: crate::core::types::DataType::Uint8,
+                    shape: vec![1],
+                    data: vec![7],
+                }],
+                outputs: vec!["X".into()],
+            },
             enqueued: Instant::now(),
             reply: Reply::Caller(reply),
             pending: None,
@@ -759,8 +793,7 @@ mod tests {
     fn submit_direct_runs_an_inline_instance_on_the_callers_thread() {
         let threads = Arc::new(Mutex::new(Vec::new()));
         let on_pool = Arc::clone(&threads);
-        let loader =
-            Loader::fresh(move || Ok(Box::new(WhereRun(on_pool)) as Box<dyn InstanceExec>));
+        let loader = Loader::fresh(move || Ok(Instance::Batches(Box::new(WhereRun(on_pool)))));
         let mut pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         // Without an inline instance: the instance thread runs it.
@@ -788,8 +821,7 @@ mod tests {
     fn a_request_cancelled_before_its_execution_is_not_run() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let recorder = Arc::clone(&seen);
-        let loader =
-            Loader::fresh(move || Ok(Box::new(Recorder(recorder)) as Box<dyn InstanceExec>));
+        let loader = Loader::fresh(move || Ok(Instance::Lists(Box::new(Recorder(recorder)))));
         let pool = InstancePool::start("m", vec![loader], vec![None], 4, None).unwrap();
 
         let (live, cancelled) = (CancelToken::new(), CancelToken::new());

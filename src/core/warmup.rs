@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use crate::core::backend::InstanceExec;
+use crate::core::backend::{Instance, ListExec};
 use crate::core::config::pb::model_warmup::input::InputDataType;
 use crate::core::config::pb::ModelWarmup;
 use crate::core::config::ModelConfig;
@@ -217,7 +217,7 @@ fn sample(config: &ModelConfig, model_dir: &Path, w: &ModelWarmup) -> Result<Sam
 /// Runs the samples on a loaded instance; the first failure fails it.
 pub fn run(
     config: &ModelConfig,
-    instance: &mut dyn InstanceExec,
+    instance: &mut Instance,
     instance_name: &str,
     samples: &[Sample],
     sequence: Option<&crate::core::scheduler::SeqSettings>,
@@ -264,15 +264,13 @@ pub fn run(
                         }
                         inputs
                     });
-                let result = checked.and_then(|inputs| {
-                    if crate::core::backend::takes_request_lists(config) {
-                        run_request(config, instance, inputs, &outputs)
-                    } else {
-                        // A sample is one request, as the model takes it alone.
-                        io.model_inputs(vec![inputs])
-                            .and_then(|inputs| instance.execute(inputs, &outputs))
-                            .map(drop)
-                    }
+                let result = checked.and_then(|inputs| match instance {
+                    Instance::Lists(lists) => run_request(config, lists.as_mut(), inputs, &outputs),
+                    // A sample is one request, as the model takes it alone.
+                    Instance::Batches(batches) => io
+                        .model_inputs(vec![inputs])
+                        .and_then(|inputs| batches.execute(inputs, &outputs))
+                        .map(drop),
                 });
                 if let Err(e) = result {
                     return Err(Error::invalid_arg(format!(
@@ -291,7 +289,7 @@ pub fn run(
 /// until its final flag. The first error fails it.
 fn run_request(
     config: &ModelConfig,
-    instance: &mut dyn InstanceExec,
+    instance: &mut dyn ListExec,
     inputs: Vec<Tensor>,
     outputs: &[String],
 ) -> Result<()> {

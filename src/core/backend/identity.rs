@@ -193,14 +193,15 @@ impl IdentityInstance {
     }
 }
 
-impl super::InstanceExec for IdentityInstance {
-    /// With ragged inputs (`config::catalog::takes_request_lists`): each
-    /// request of the batch answered on its own, as Triton's identity
-    /// backend does.
+/// With ragged inputs (`config::catalog::takes_request_lists`): each
+/// request of the batch answered on its own, as Triton's identity backend
+/// does.
+impl super::ListExec for IdentityInstance {
     fn execute_requests(
         &mut self,
         requests: Vec<crate::core::responder::BackendRequest>,
     ) -> Result<()> {
+        use super::BatchExec;
         for r in requests {
             r.respond.set_parameters(Some(example_parameters()));
             let result = self.execute(r.inputs, &r.outputs);
@@ -208,7 +209,9 @@ impl super::InstanceExec for IdentityInstance {
         }
         Ok(())
     }
+}
 
+impl super::BatchExec for IdentityInstance {
     fn response_parameters(
         &self,
     ) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
@@ -393,17 +396,19 @@ impl super::Backend for Identity {
         "identity"
     }
 
-    fn load(&self, ctx: &super::LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+    /// Lists of requests for a ragged batch, else batches.
+    fn load(&self, ctx: &super::LoadContext) -> Result<super::Instance> {
         let version = ctx
             .version_dir
             .file_name()
             .map(|v| v.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Ok(Box::new(IdentityInstance::new(
-            ctx.config,
-            ctx.instance_index,
-            &version,
-        )?))
+        let instance = IdentityInstance::new(ctx.config, ctx.instance_index, &version)?;
+        Ok(if super::takes_request_lists(ctx.config) {
+            super::Instance::Lists(Box::new(instance))
+        } else {
+            super::Instance::Batches(Box::new(instance))
+        })
     }
 }
 

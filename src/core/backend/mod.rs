@@ -45,7 +45,7 @@ pub trait Backend: Sync {
     fn name(&self) -> &'static str;
 
     /// Loads one instance of a model version.
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>>;
+    fn load(&self, ctx: &LoadContext) -> Result<Instance>;
 
     /// What it would refuse of `config` at load that can be known without
     /// loading it (read from the model files in `version_dirs`; with
@@ -137,36 +137,42 @@ pub fn lookup(name: &str) -> Option<&'static dyn Backend> {
     registry().iter().copied().find(|b| b.name() == name)
 }
 
-/// One loaded instance of a model version.
-pub trait InstanceExec: Send {
-    /// Runs one request: `inputs` are validated against the model config
+/// One loaded instance of a model version, in the one execution mode its
+/// backend's catalog entry gives it (`catalog::takes_request_lists`),
+/// chosen once at load: the schedulers and warmup hand it work of that
+/// mode only.
+pub enum Instance {
+    /// Runs a batch of concatenated tensors.
+    Batches(Box<dyn BatchExec>),
+    /// Runs a batch as a list of requests, each answering on its own.
+    Lists(Box<dyn ListExec>),
+}
+
+impl Instance {
+    /// Memory the instance holds outside the server process (a Python
+    /// worker's resident set), read once it has loaded, for the
+    /// statistics' `memory_usage`; empty where there is none to tell.
+    pub fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+        match self {
+            Instance::Batches(_) => Vec::new(),
+            Instance::Lists(l) => l.memory_usage(),
+        }
+    }
+}
+
+/// An instance that runs batches of concatenated tensors.
+pub trait BatchExec: Send {
+    /// Runs one batch: `inputs` are validated against the model config
     /// (names, types, shapes incl. the batch dimension; reshaped where the
     /// config says so) and the instance's to keep; returns the tensors
     /// named in `outputs`, in that order.
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>>;
-
-    /// Runs a batch the scheduler formed as separate requests, for a
-    /// backend that takes them apart (`takes_request_lists`): each request
-    /// answers through its responder, now or later (a decoupled model). An
-    /// error fails the requests left unanswered.
-    fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
-        drop(requests);
-        Err(Error::internal(
-            "this backend takes batches, not lists of requests",
-        ))
-    }
 
     /// Of the last `execute`, the time spent handing the inputs to the
     /// framework and taking the outputs back (Triton's compute_input and
     /// compute_output); zero where the backend has no such step.
     fn timing(&self) -> (std::time::Duration, std::time::Duration) {
         Default::default()
-    }
-
-    /// For a backend that can be handed its next batch of requests while
-    /// one runs (`core::instance` then runs it pipelined); None otherwise.
-    fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
-        None
     }
 
     /// The parameters each response of the last `execute` carries (Triton's
@@ -176,10 +182,25 @@ pub trait InstanceExec: Send {
     ) -> Option<std::sync::Arc<crate::core::types::ResponseParameters>> {
         None
     }
+}
+
+/// An instance that takes a batch's requests apart (Triton's Python
+/// backend hands `execute` a list of requests; a custom library gets one
+/// payload per request).
+pub trait ListExec: Send {
+    /// Runs a batch the scheduler formed as separate requests: each request
+    /// answers through its responder, now or later (a decoupled model). An
+    /// error fails the requests left unanswered.
+    fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()>;
+
+    /// For a backend that can be handed its next batch of requests while
+    /// one runs (`core::instance` then runs it pipelined); None otherwise.
+    fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
+        None
+    }
 
     /// Memory the instance holds outside the server process (a Python
-    /// worker's resident set), read once it has loaded, for the
-    /// statistics' `memory_usage`; empty where there is none to tell.
+    /// worker's resident set).
     fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
         Vec::new()
     }
@@ -395,7 +416,7 @@ pub(crate) fn model_file<'a>(config: &'a ModelConfig, default: &'a str) -> &'a s
 /// `execute_delay_ms`, `delay_input`, `record_inputs`) and without
 /// reshapes. A request then costs no thread hop (Triton's identity runs on
 /// a backend thread; here that hop was the most of its cost at low load).
-pub fn inline_instance(config: &ModelConfig, version: &str) -> Option<Box<dyn InstanceExec>> {
+pub fn inline_instance(config: &ModelConfig, version: &str) -> Option<Box<dyn BatchExec>> {
     let plain = config.backend == "identity"
         && [
             "execute_delay_ms",
@@ -413,12 +434,12 @@ pub fn inline_instance(config: &ModelConfig, version: &str) -> Option<Box<dyn In
     }
     identity::IdentityInstance::new(config, 0, version)
         .ok()
-        .map(|i| Box::new(i) as Box<dyn InstanceExec>)
+        .map(|i| Box::new(i) as Box<dyn BatchExec>)
 }
 
 /// Loads one instance with the backend the (normalized) config names.
 /// The config's `reshape`s wrap every backend's instance.
-pub fn load_instance(ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
+pub fn load_instance(ctx: &LoadContext) -> Result<Instance> {
     if let crate::core::device::Device::Gpu(id) = ctx.device {
         // Not run on the CPU instead: that is not what the config asks (the
         // backend places its session on the device).

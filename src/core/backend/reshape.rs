@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::InstanceExec;
+use super::{BatchExec, Instance, ListExec};
 use crate::core::batch_io::reshape_shape as convert;
 use crate::core::config::pb::ModelTensorReshape;
 use crate::core::config::ModelConfig;
@@ -27,15 +27,20 @@ struct Rule {
     inside: Vec<i64>,
 }
 
-/// An instance whose inputs and outputs are reshaped.
-struct Reshaped {
-    inner: Box<dyn InstanceExec>,
+/// The reshapes of a model's inputs and outputs.
+struct Rules {
     batching: bool,
     inputs: Vec<Rule>,
     outputs: Arc<Vec<Rule>>,
 }
 
-impl Reshaped {
+/// An instance whose inputs and outputs are reshaped.
+struct Reshaped<E: ?Sized> {
+    inner: Box<E>,
+    rules: Rules,
+}
+
+impl Rules {
     fn reshape_inputs(&self, inputs: &mut [Tensor]) -> Result<()> {
         for t in inputs {
             if let Some(rule) = self.inputs.iter().find(|r| r.name == t.name) {
@@ -60,7 +65,7 @@ fn reshape_outputs(rules: &[Rule], batching: bool, outputs: &mut [Tensor]) -> Re
 
 /// `inner` with the config's reshapes applied around it (itself when the
 /// config has none).
-pub fn wrap(config: &ModelConfig, inner: Box<dyn InstanceExec>) -> Box<dyn InstanceExec> {
+pub fn wrap(config: &ModelConfig, inner: Instance) -> Instance {
     let rule = |name: &str, dims: &[i64], reshape: Option<&ModelTensorReshape>| {
         reshape.map(|r| Rule {
             name: name.to_string(),
@@ -81,33 +86,46 @@ pub fn wrap(config: &ModelConfig, inner: Box<dyn InstanceExec>) -> Box<dyn Insta
     if inputs.is_empty() && outputs.is_empty() {
         return inner;
     }
-    Box::new(Reshaped {
-        inner,
+    let rules = Rules {
         batching: config.max_batch_size > 0,
         inputs,
         outputs: Arc::new(outputs),
-    })
+    };
+    match inner {
+        Instance::Batches(inner) => Instance::Batches(Box::new(Reshaped { inner, rules })),
+        Instance::Lists(inner) => Instance::Lists(Box::new(Reshaped { inner, rules })),
+    }
 }
 
-impl InstanceExec for Reshaped {
+impl BatchExec for Reshaped<dyn BatchExec> {
     fn execute(&mut self, mut inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
-        self.reshape_inputs(&mut inputs)?;
+        self.rules.reshape_inputs(&mut inputs)?;
         let mut results = self.inner.execute(inputs, outputs)?;
-        reshape_outputs(&self.outputs, self.batching, &mut results)?;
+        reshape_outputs(&self.rules.outputs, self.rules.batching, &mut results)?;
         Ok(results)
     }
 
+    fn timing(&self) -> (std::time::Duration, std::time::Duration) {
+        self.inner.timing()
+    }
+
+    fn response_parameters(&self) -> Option<Arc<crate::core::types::ResponseParameters>> {
+        self.inner.response_parameters()
+    }
+}
+
+impl ListExec for Reshaped<dyn ListExec> {
     /// Each request's inputs reshaped now; its responses (however many, and
     /// whenever they come) reshaped on their way out.
     fn execute_requests(&mut self, mut requests: Vec<BackendRequest>) -> Result<()> {
         let mut ready = Vec::with_capacity(requests.len());
         for mut r in requests.drain(..) {
-            if let Err(e) = self.reshape_inputs(&mut r.inputs) {
+            if let Err(e) = self.rules.reshape_inputs(&mut r.inputs) {
                 r.respond.fail(e);
                 continue;
             }
-            if !self.outputs.is_empty() {
-                let (rules, batching) = (Arc::clone(&self.outputs), self.batching);
+            if !self.rules.outputs.is_empty() {
+                let (rules, batching) = (Arc::clone(&self.rules.outputs), self.rules.batching);
                 r.respond
                     .map_outputs(Arc::new(move |tensors: &mut Vec<Tensor>| {
                         reshape_outputs(&rules, batching, tensors)
@@ -119,10 +137,6 @@ impl InstanceExec for Reshaped {
             return Ok(());
         }
         self.inner.execute_requests(ready)
-    }
-
-    fn timing(&self) -> (std::time::Duration, std::time::Duration) {
-        self.inner.timing()
     }
 
     fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {

@@ -146,7 +146,7 @@ fn kept_instances(
     config: &ModelConfig,
     placements: &[Placement],
     previous: Option<&LoadedModel>,
-) -> Vec<Option<std::sync::mpsc::Receiver<Box<dyn crate::core::backend::InstanceExec>>>> {
+) -> Vec<Option<std::sync::mpsc::Receiver<crate::core::backend::Instance>>> {
     let mut kept: Vec<_> = placements.iter().map(|_| None).collect();
     let Some(previous) = previous else {
         return kept;
@@ -277,7 +277,7 @@ pub(super) fn load_version(
             })?;
             crate::core::warmup::run(
                 &ctx_config,
-                instance.as_mut(),
+                &mut instance,
                 &instance_name,
                 &samples,
                 sequence.as_ref(),

@@ -10,7 +10,7 @@ use super::lists::Answer;
 use super::{pending, Answering, Completion, Submission};
 use crate::core::batch_io::BatchIo;
 use crate::core::error::Result;
-use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Job, Reply, Work};
 use crate::core::responder::Responder;
 use crate::core::stats::ModelStats;
 
@@ -57,9 +57,7 @@ impl DefaultScheduler {
             // holds a lock its reply needs.
             self.pool
                 .submit_direct(Work {
-                    inputs,
-                    outputs,
-                    requests: Vec::new(),
+                    job: Job::Batch { inputs, outputs },
                     enqueued: submission.enqueued,
                     reply: Reply::Caller(reply),
                     pending: Some((Arc::clone(gauge), 1)),
@@ -109,9 +107,7 @@ impl DefaultScheduler {
         pending(gauge, || {
             self.pool
                 .submit(Work {
-                    inputs: Vec::new(),
-                    outputs: Vec::new(),
-                    requests: vec![request],
+                    job: Job::Requests(vec![request]),
                     enqueued: submission.enqueued,
                     reply: Reply::Callback(Box::new(counted)),
                     pending: Some((Arc::clone(gauge), 1)),
@@ -120,8 +116,10 @@ impl DefaultScheduler {
                 .map_err(|(e, work)| {
                     // Refused: the request is answered by the error
                     // returned, not through its responder.
-                    for r in work.requests {
-                        r.respond.finish(|| e.clone());
+                    if let Job::Requests(requests) = work.job {
+                        for r in requests {
+                            r.respond.finish(|| e.clone());
+                        }
                     }
                     e
                 })

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::Completion;
-use crate::core::instance::{BackendRequest, Done, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, Job, Reply, Work};
 use crate::core::responder::{Responder, Sink};
 
 /// Where a queued request's answers go: one answer, or (a decoupled model)
@@ -90,9 +90,7 @@ pub(super) fn list_work(
         finish(done, ran)
     };
     Work {
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        requests,
+        job: Job::Requests(requests),
         enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,

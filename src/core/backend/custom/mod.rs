@@ -43,7 +43,7 @@ use crate::core::error::{Error, Result};
 use crate::core::responder::BackendRequest;
 use crate::core::types::{element_count, DataType, Tensor};
 
-use super::{InstanceExec, LoadContext};
+use super::{Instance, ListExec, LoadContext};
 use callbacks::{InputSlot, OutputSlot, PayloadIo, Registration};
 
 pub use abi::REQUIRED_SYMBOLS;
@@ -485,13 +485,7 @@ fn library_error(error_string: abi::ErrorStringFn, context: *mut c_void, code: c
     }
 }
 
-impl InstanceExec for CustomInstance {
-    fn execute(&mut self, _inputs: Vec<Tensor>, _outputs: &[String]) -> Result<Vec<Tensor>> {
-        Err(Error::internal(
-            "the custom backend takes lists of requests",
-        ))
-    }
-
+impl ListExec for CustomInstance {
     fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
         let mut ready = Vec::with_capacity(requests.len());
         for r in requests {
@@ -581,8 +575,8 @@ impl super::Backend for Custom {
         "custom"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
-        Ok(Box::new(CustomInstance::load(ctx)?))
+    fn load(&self, ctx: &LoadContext) -> Result<Instance> {
+        Ok(Instance::Lists(Box::new(CustomInstance::load(ctx)?)))
     }
 
     fn check(&self, config: &ModelConfig, version_dirs: &[PathBuf], _: bool) -> Vec<Issue> {

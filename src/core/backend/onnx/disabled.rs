@@ -40,7 +40,7 @@ impl OnnxInstance {
     }
 }
 
-impl super::InstanceExec for OnnxInstance {
+impl super::BatchExec for OnnxInstance {
     fn execute(&mut self, _inputs: Vec<Tensor>, _outputs: &[String]) -> Result<Vec<Tensor>> {
         Err(not_built())
     }

@@ -473,7 +473,7 @@ fn outputs_of(results: &ort::session::SessionOutputs, outputs: &[String]) -> Res
         .collect()
 }
 
-impl super::InstanceExec for OnnxInstance {
+impl super::BatchExec for OnnxInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = std::time::Instant::now();
         let values = inputs
@@ -520,14 +520,16 @@ impl super::Backend for Onnx {
         "onnxruntime"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
+    fn load(&self, ctx: &LoadContext) -> Result<super::Instance> {
         // Triton's OpenVINO accelerator: trtis's OpenVINO backend runs the
         // ONNX file.
         #[cfg(feature = "openvino")]
         if super::openvino::wanted_by_onnx(ctx.config) {
-            return Ok(Box::new(super::openvino::OvInstance::load_for_onnx(ctx)?));
+            return Ok(super::Instance::Batches(Box::new(
+                super::openvino::OvInstance::load_for_onnx(ctx)?,
+            )));
         }
-        Ok(Box::new(OnnxInstance::load(ctx)?))
+        Ok(super::Instance::Batches(Box::new(OnnxInstance::load(ctx)?)))
     }
 
     /// Its parameters; with `model_files`, what loading the file checks of
@@ -609,7 +611,7 @@ impl super::Backend for Onnx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::backend::{BackendOptions, InstanceExec};
+    use crate::core::backend::{BackendOptions, BatchExec};
 
     /// An instance of the example repository's model `name` on the CPU,
     /// None when no ONNX Runtime library is installed.

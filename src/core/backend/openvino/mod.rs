@@ -738,7 +738,7 @@ fn partial(dims: &[Dimension]) -> Result<PartialShape> {
     PartialShape::new(dims.len() as i64, dims).map_err(ov_error("reshaping model"))
 }
 
-impl super::InstanceExec for OvInstance {
+impl super::BatchExec for OvInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = Instant::now();
         // The batch of this execution (dimension 0), for batch padding.
@@ -921,8 +921,8 @@ impl super::Backend for OpenVino {
         "openvino"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
-        Ok(Box::new(OvInstance::load(ctx)?))
+    fn load(&self, ctx: &LoadContext) -> Result<super::Instance> {
+        Ok(super::Instance::Batches(Box::new(OvInstance::load(ctx)?)))
     }
 
     fn check(

@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{InstanceExec, LoadContext};
+use super::{Instance, ListExec, LoadContext};
 use crate::core::error::{Error, Result};
 use crate::core::responder::BackendRequest;
-use crate::core::types::{SequenceId, Tensor};
+use crate::core::types::SequenceId;
 use frame::Frame;
 use worker::{Launch, Worker};
 
@@ -225,13 +225,7 @@ pub fn auto_complete(
     }
 }
 
-impl InstanceExec for PythonInstance {
-    fn execute(&mut self, _: Vec<Tensor>, _: &[String]) -> Result<Vec<Tensor>> {
-        Err(Error::internal(
-            "the Python backend takes lists of requests, not batches",
-        ))
-    }
-
+impl ListExec for PythonInstance {
     fn execute_requests(&mut self, requests: Vec<BackendRequest>) -> Result<()> {
         use super::Pipeline;
         self.send(requests)?;
@@ -628,8 +622,8 @@ impl super::Backend for Python {
         "python"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn InstanceExec>> {
-        Ok(Box::new(PythonInstance::load(ctx)?))
+    fn load(&self, ctx: &LoadContext) -> Result<Instance> {
+        Ok(Instance::Lists(Box::new(PythonInstance::load(ctx)?)))
     }
 
     /// Its parameters are the model's to read; one of Triton's Python

@@ -315,7 +315,7 @@ impl TorchInstance {
     }
 }
 
-impl super::InstanceExec for TorchInstance {
+impl super::BatchExec for TorchInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let views: Vec<TensorIn> = inputs
             .iter()
@@ -400,8 +400,10 @@ impl super::Backend for PyTorch {
         "pytorch"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
-        Ok(Box::new(TorchInstance::load(ctx)?))
+    fn load(&self, ctx: &LoadContext) -> Result<super::Instance> {
+        Ok(super::Instance::Batches(Box::new(TorchInstance::load(
+            ctx,
+        )?)))
     }
 
     /// Its parameters, and how the config binds to `forward()`: each

@@ -672,7 +672,7 @@ fn from_tf(name: &str, t: &TfTensor) -> Result<Tensor> {
     })
 }
 
-impl super::InstanceExec for TfInstance {
+impl super::BatchExec for TfInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         let start = Instant::now();
         // Each input's name stays beside its feed, to keep the tensor for
@@ -731,8 +731,8 @@ impl super::Backend for TensorFlow {
         "tensorflow"
     }
 
-    fn load(&self, ctx: &LoadContext) -> Result<Box<dyn super::InstanceExec>> {
-        Ok(Box::new(TfInstance::load(ctx)?))
+    fn load(&self, ctx: &LoadContext) -> Result<super::Instance> {
+        Ok(super::Instance::Batches(Box::new(TfInstance::load(ctx)?)))
     }
 
     fn check(

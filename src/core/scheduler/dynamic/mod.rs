@@ -28,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
-use crate::core::instance::{BackendRequest, Done, InstancePool, Reply, Work, WorkSource};
+use crate::core::instance::{BackendRequest, Done, InstancePool, Job, Reply, Work, WorkSource};
 use crate::core::responder::{Responder, Sink};
 use crate::core::types::Tensor;
 
@@ -483,9 +483,7 @@ fn batch_work(batch: Vec<Request>, shared: &Arc<Shared>) -> Option<Work> {
         }
     };
     Some(Work {
-        inputs,
-        outputs,
-        requests: Vec::new(),
+        job: Job::Batch { inputs, outputs },
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,

@@ -12,7 +12,7 @@ use super::places::Row;
 use super::settings::{corrid_element, zeros};
 use super::{requeue, Control, ControlKind, SeqReply, SeqRequest, SeqSettings, Shared, State};
 use crate::core::error::{Error, Result};
-use crate::core::instance::{BackendRequest, Done, Reply, Work};
+use crate::core::instance::{BackendRequest, Done, Job, Reply, Work};
 use crate::core::responder::{Reschedule, Responder};
 use crate::core::scheduler::lists::{list_work, Answer};
 use crate::core::scheduler::split::split;
@@ -260,9 +260,7 @@ fn build(shared: &Arc<Shared>, instance: usize, rows: Vec<Option<RowInfo>>) -> W
     let finish_shared = Arc::clone(shared);
     let finish = move |done: Done| finish(finish_shared, instance, rows, first_enqueued, done);
     Work {
-        inputs,
-        outputs,
-        requests: Vec::new(),
+        job: Job::Batch { inputs, outputs },
         enqueued: first_enqueued,
         reply: Reply::Callback(Box::new(finish)),
         pending: None,

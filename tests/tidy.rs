@@ -486,3 +486,15 @@ fn files_of_a_folder_use_each_other_one_way() {
         circles.join("\n")
     );
 }
+
+/// No source file holds more than 800 lines: a file that grows past it
+/// holds several jobs, and is split along them (ARCHITECTURE.md).
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let long: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > 800)
+        .map(|(path, text)| format!("src/{path}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "split these along their jobs:\n{}", long.join("\n"));
+}

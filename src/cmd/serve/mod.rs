@@ -15,9 +15,14 @@ use trtis::core::frontend::tls::{TlsFiles, TlsListener};
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
 
+mod answers;
+mod backend_config;
 mod flags;
+mod listen;
+use backend_config::{backend_setting, BackendSetting};
 pub use flags::Args;
 use flags::Mode;
+use listen::{bind, grpc_connections};
 
 use trtis::core::logging::log;
 
@@ -64,6 +69,27 @@ fn log_gpus(used: &[i32]) {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    match start(args) {
+        Ok(code) => code,
+        Err(Exit(code, why)) => {
+            log('E', &why);
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Why the server stops before it serves: the exit code and the error it
+/// logs (2: the command line or a setting, 1: creating the server).
+struct Exit(u8, String);
+
+impl Exit {
+    fn new(code: u8, why: impl ToString) -> Exit {
+        Exit(code, why.to_string())
+    }
+}
+
+/// Starts the server and serves until it stops; the exit code.
+fn start(args: Args) -> Result<ExitCode, Exit> {
     let started = Instant::now();
     let logging = trtis::core::logging::Options {
         info: args.log_info,
@@ -74,12 +100,10 @@ pub fn run(args: Args) -> ExitCode {
         file: args.log_file.clone(),
     };
     if let Err(e) = trtis::core::logging::init(&logging) {
-        log('E', &e.message);
-        return ExitCode::from(2);
+        return Err(Exit::new(2, &e.message));
     }
     if let Err(why) = args.check() {
-        log('E', &why);
-        return ExitCode::from(2);
+        return Err(Exit::new(2, &why));
     }
     if let Some(name) = &args.model_config_name {
         trtis::core::repository::layout::set_config_name(name);
@@ -90,16 +114,11 @@ pub fn run(args: Args) -> ExitCode {
     // The GPUs, before anything places a model.
     match trtis::core::device::restrict_gpus(&args.gpus) {
         Ok(ids) if !ids.is_empty() && !args.model_load_gpu_limit.is_empty() => {
-            log(
-                'E',
-                "--model-load-gpu-limit: trtis does not hold model loads to a GPU memory limit yet; leave the flag out (loads fail with the backend's out-of-memory error instead)",
-            );
-            return ExitCode::from(2);
+            return Err(Exit::new(2, "--model-load-gpu-limit: trtis does not hold model loads to a GPU memory limit yet; leave the flag out (loads fail with the backend's out-of-memory error instead)"));
         }
         Ok(ids) => log_gpus(ids),
         Err(e) => {
-            log('E', &format!("error: creating server: {e}"));
-            return ExitCode::from(2);
+            return Err(Exit::new(2, format!("error: creating server: {e}")));
         }
     }
     for note in args.notes() {
@@ -117,8 +136,7 @@ pub fn run(args: Args) -> ExitCode {
             }
             Ok(None) => stores.push(location.clone()),
             Err(e) => {
-                log('E', &format!("error: creating server: {e}"));
-                return ExitCode::from(1);
+                return Err(Exit::new(1, format!("error: creating server: {e}")));
             }
         }
     }
@@ -136,12 +154,13 @@ pub fn run(args: Args) -> ExitCode {
         Mode::Explicit => ControlMode::Explicit,
     };
     if config.control_mode != ControlMode::Explicit && !args.load_model.is_empty() {
-        log('E', "--load-model requires --model-control-mode=explicit");
-        return ExitCode::from(2);
+        return Err(Exit::new(
+            2,
+            "--load-model requires --model-control-mode=explicit",
+        ));
     }
     if args.load_model.iter().any(|m| m == "*") && args.load_model.len() > 1 {
-        log('E', "--load-model=* must be the only --load-model");
-        return ExitCode::from(2);
+        return Err(Exit::new(2, "--load-model=* must be the only --load-model"));
     }
     config.load_models = unique(&args.load_model);
     config.strict_readiness = args.strict_readiness;
@@ -159,8 +178,7 @@ pub fn run(args: Args) -> ExitCode {
     config.cache = match trtis::core::cache::CacheSettings::from_flags(&cache_flags) {
         Ok(cache) => cache,
         Err(e) => {
-            log('E', &e.message);
-            return ExitCode::from(2);
+            return Err(Exit::new(2, &e.message));
         }
     };
     config.python = args.python.clone();
@@ -172,8 +190,7 @@ pub fn run(args: Args) -> ExitCode {
             Ok(BackendSetting::DefaultMaxBatchSize(n)) => max_batch_size = Some(n),
             Ok(BackendSetting::Note(note)) => log('I', &note),
             Err(why) => {
-                log('E', &why);
-                return ExitCode::from(2);
+                return Err(Exit::new(2, &why));
             }
         }
     }
@@ -186,15 +203,13 @@ pub fn run(args: Args) -> ExitCode {
     ) {
         Ok(r) => r,
         Err(e) => {
-            log('E', &e.message);
-            return ExitCode::from(2);
+            return Err(Exit::new(2, &e.message));
         }
     };
     config.trace = match trtis::core::trace::TraceSettings::from_config(&args.trace_settings()) {
         Ok(trace) => trace,
         Err(e) => {
-            log('E', &e.message);
-            return ExitCode::from(2);
+            return Err(Exit::new(2, &e.message));
         }
     };
     // GPU and CPU metrics are off whenever metrics are (as Triton).
@@ -207,23 +222,20 @@ pub fn run(args: Args) -> ExitCode {
         Ok(metrics) if args.allow_metrics => metrics,
         Ok(metrics) => metrics.unserved(),
         Err(e) => {
-            log('E', &e.message);
-            return ExitCode::from(2);
+            return Err(Exit::new(2, &e.message));
         }
     };
     let front = match Frontends::from_args(&args) {
         Ok(f) => f,
         Err(why) => {
-            log('E', &why);
-            return ExitCode::from(2);
+            return Err(Exit::new(2, &why));
         }
     };
 
     let (engine, errors) = match Engine::start(config) {
         Ok(started) => started,
         Err(e) => {
-            log('E', &format!("error: creating server: {e}"));
-            return ExitCode::from(1);
+            return Err(Exit::new(1, format!("error: creating server: {e}")));
         }
     };
     for e in &errors {
@@ -259,7 +271,7 @@ pub fn run(args: Args) -> ExitCode {
             "error: creating server: Internal - failed to load all models",
         );
         engine.shutdown();
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
 
     let cores = std::thread::available_parallelism()
@@ -274,8 +286,10 @@ pub fn run(args: Args) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            log('E', &format!("failed to start the async runtime: {e}"));
-            return ExitCode::from(1);
+            return Err(Exit::new(
+                1,
+                format!("failed to start the async runtime: {e}"),
+            ));
         }
     };
     engine.attach_runtime(runtime.handle().clone());
@@ -287,7 +301,7 @@ pub fn run(args: Args) -> ExitCode {
     // PR_SET_PDEATHSIG).
     let Some(deadline) = SHUTDOWN_DEADLINE.get().copied() else {
         engine.shutdown();
-        return code;
+        return Ok(code);
     };
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let unloading = engine.clone();
@@ -313,7 +327,7 @@ pub fn run(args: Args) -> ExitCode {
         .saturating_duration_since(std::time::Instant::now())
         .max(Duration::from_millis(100));
     runtime.shutdown_timeout(left);
-    code
+    Ok(code)
 }
 
 /// When the shutdown must be over (the stop signal plus
@@ -436,91 +450,6 @@ impl Frontends {
             )?,
         })
     }
-}
-
-async fn bind(
-    what: &str,
-    address: &str,
-    port: u16,
-    reuse_port: bool,
-) -> Result<tokio::net::TcpListener, ExitCode> {
-    let addr = format!("{address}:{port}");
-    match listen(&addr, reuse_port).await {
-        Ok(listener) => {
-            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
-            log('I', &format!("Started {what} at {local}"));
-            Ok(listener)
-        }
-        Err(e) => {
-            log('E', &format!("failed to start {what} at {addr}: {e}"));
-            Err(ExitCode::from(1))
-        }
-    }
-}
-
-/// A listener on `addr` (`host:port`) with a backlog of 1024 connections
-/// not yet accepted (a burst of clients is queued, not dropped), and
-/// SO_REUSEPORT when asked (`--reuse-http-port`, `--reuse-grpc-port`): the
-/// first address the host resolves to that binds.
-async fn listen(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
-    let mut last = None;
-    for a in tokio::net::lookup_host(addr).await? {
-        let socket = if a.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        if reuse_port {
-            socket.set_reuseport(true)?;
-        }
-        match socket.bind(a).and_then(|()| socket.listen(1024)) {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "the address resolves to nothing",
-        )
-    }))
-}
-
-/// The largest HTTP/2 frame the gRPC server accepts (h2's default is 16 KB).
-const GRPC_MAX_FRAME_SIZE: u32 = 4 << 20;
-/// The gRPC server's initial HTTP/2 stream and connection windows.
-const GRPC_WINDOW_SIZE: u32 = 8 << 20;
-
-/// tonic's server with Triton's gRPC connection settings: keepalive pings
-/// every --grpc-keepalive-time ms (0: none), unanswered after
-/// --grpc-keepalive-timeout ms the connection closes; a connection older
-/// than --grpc-max-connection-age ms is shut down gracefully (tonic), and
-/// closed --grpc-max-connection-age-grace ms later.
-fn grpc_connections(args: &Args) -> tonic::transport::Server {
-    let ms = Duration::from_millis;
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(
-            (args.grpc_keepalive_time > 0).then(|| ms(args.grpc_keepalive_time)),
-        )
-        .http2_keepalive_timeout(Some(ms(args.grpc_keepalive_timeout)));
-    // Large frames and windows: a client may send a 600 KB image tensor as
-    // one DATA frame instead of 37 of 16 KB, which the server reads in a
-    // few syscalls instead of 75 (half the server CPU per request and 1.6x
-    // the rate at concurrency 1 for such inputs, measured with
-    // perf_analyzer). The windows let several such requests be in flight on
-    // one connection, as gRPC C++'s dynamic windows do in Triton.
-    builder = builder
-        .max_frame_size(GRPC_MAX_FRAME_SIZE)
-        .initial_stream_window_size(GRPC_WINDOW_SIZE)
-        .initial_connection_window_size(GRPC_WINDOW_SIZE);
-    if args.grpc_max_connection_age > 0 {
-        builder = builder.max_connection_age(ms(args.grpc_max_connection_age));
-        if args.grpc_max_connection_age_grace > 0 {
-            builder = builder.max_connection_age_grace(ms(args.grpc_max_connection_age_grace));
-        }
-    }
-    builder
 }
 
 async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) -> ExitCode {
@@ -826,76 +755,5 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    })
-}
-
-/// What one `--backend-config` does.
-#[derive(Debug, PartialEq)]
-enum BackendSetting {
-    /// python,stub-timeout-seconds=N: how long a Python worker may take to
-    /// start.
-    StubTimeout(Duration),
-    /// [onnxruntime,]default-max-batch-size=N: the max_batch_size
-    /// auto-complete gives a model that batches.
-    DefaultMaxBatchSize(i32),
-    /// A setting with nothing to tune here: the line that says why.
-    Note(String),
-}
-
-/// One `--backend-config=[BACKEND,]KEY=VALUE`, as Triton reads it: a
-/// setting trtis honours, one with nothing to tune here (a note), or an
-/// error in Triton's words.
-fn backend_setting(setting: &str) -> Result<BackendSetting, String> {
-    let shape = || {
-        format!(
-            "--backend-config option format is '<backend name>,<setting>=<value>'. Got {setting}"
-        )
-    };
-    if setting.starts_with(',') {
-        return Err(format!(
-            "No backend specified. --backend-config option format is '<backend name>,<setting>=<value>'. Got {setting}"
-        ));
-    }
-    // A global setting's value may hold commas: only a name before the
-    // first '=' is a backend's.
-    let (backend, rest) = match setting.split_once(',') {
-        Some((b, rest)) if !b.contains('=') => (b, rest),
-        _ => ("", setting),
-    };
-    let (key, value) = rest.split_once('=').ok_or_else(shape)?;
-    if key.is_empty() || value.is_empty() {
-        return Err(shape());
-    }
-    let positive = |what: &str| -> Result<u64, String> {
-        value.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
-            format!("--backend-config={setting}: '{value}' is not a positive {what}")
-        })
-    };
-    Ok(match (backend, key) {
-        ("python", "stub-timeout-seconds") => {
-            BackendSetting::StubTimeout(Duration::from_secs(positive("number of seconds")?))
-        }
-        ("" | "onnxruntime", "default-max-batch-size") => {
-            let n = positive("batch size")?;
-            BackendSetting::DefaultMaxBatchSize(i32::try_from(n).map_err(|_| {
-                format!("--backend-config={setting}: '{value}' is too large")
-            })?)
-        }
-        (
-            "python",
-            "shm-default-byte-size"
-            | "shm-growth-byte-size"
-            | "shm-region-prefix-name"
-            | "shm_message_queue_size"
-            | "thread-pool-size",
-        ) => BackendSetting::Note(format!(
-            "--backend-config={setting}: trtis's Python workers exchange tensors over a socket and run BLS calls on the server's runtime, so there is nothing to tune"
-        )),
-        ("", _) => BackendSetting::Note(format!(
-            "--backend-config={setting}: trtis reads no global backend setting '{key}' (it reads default-max-batch-size); not applied"
-        )),
-        (_, _) => BackendSetting::Note(format!(
-            "--backend-config={setting}: trtis's {backend} backend reads no setting '{key}' (trtis reads python,stub-timeout-seconds and default-max-batch-size; model settings go in the model's config.pbtxt parameters); not applied"
-        )),
     })
 }

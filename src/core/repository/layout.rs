@@ -181,6 +181,51 @@ pub fn is_contained_name(name: &str) -> bool {
         && !name.contains("..")
 }
 
+pub(super) fn fingerprint(dir: &std::path::Path) -> u64 {
+    fingerprint_but(dir, None)
+}
+
+/// The fingerprint of a model's files without its `config.pbtxt`.
+pub(super) fn files_fingerprint(dir: &std::path::Path) -> u64 {
+    fingerprint_but(dir, Some(CONFIG_FILE))
+}
+
+/// Names, sizes and times of the files under `dir` (4 levels), hashed;
+/// `skip` a top-level file left out.
+fn fingerprint_but(dir: &std::path::Path, skip: Option<&str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(
+        dir: &std::path::Path,
+        h: &mut std::collections::hash_map::DefaultHasher,
+        depth: usize,
+        skip: Option<&str>,
+    ) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            if depth == 0 && skip.is_some_and(|s| e.file_name() == s) {
+                continue;
+            }
+            e.file_name().hash(h);
+            if let Ok(meta) = e.metadata() {
+                meta.len().hash(h);
+                if let Ok(t) = meta.modified() {
+                    t.hash(h);
+                }
+                if meta.is_dir() && depth < 4 {
+                    walk(&e.path(), h, depth + 1, None);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    walk(dir, &mut h, 0, skip);
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ use crate::core::config::{ModelConfig, Severity};
 use crate::core::error::{Error, Result};
 
 use super::check::{check_completed, check_given, check_in, CheckOptions, Roots};
-use super::layout::scan_model_dir;
+use super::layout::{files_fingerprint, fingerprint, scan_model_dir};
 use super::overrides::{self, LoadOverride};
 use super::table::{Table, VersionSlot};
 pub use super::types::{ManagerOptions, ModelId, ModelState};
@@ -693,15 +693,6 @@ impl ModelManager {
 /// flight before it lets the old instances go whenever those finish.
 const INSTANCE_UPDATE_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn fingerprint(dir: &std::path::Path) -> u64 {
-    fingerprint_but(dir, None)
-}
-
-/// The fingerprint of a model's files without its `config.pbtxt`.
-fn files_fingerprint(dir: &std::path::Path) -> u64 {
-    fingerprint_but(dir, Some(super::layout::CONFIG_FILE))
-}
-
 /// Whether two configs of a model differ in nothing but their instance
 /// groups (a reload that then keeps the instances).
 fn only_instances_differ(
@@ -713,42 +704,6 @@ fn only_instances_differ(
         ..c.clone()
     };
     strip(old) == strip(new)
-}
-
-/// Names, sizes and times of the files under `dir` (4 levels), hashed;
-/// `skip` a top-level file left out.
-fn fingerprint_but(dir: &std::path::Path, skip: Option<&str>) -> u64 {
-    use std::hash::{Hash, Hasher};
-    fn walk(
-        dir: &std::path::Path,
-        h: &mut std::collections::hash_map::DefaultHasher,
-        depth: usize,
-        skip: Option<&str>,
-    ) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            if depth == 0 && skip.is_some_and(|s| e.file_name() == s) {
-                continue;
-            }
-            e.file_name().hash(h);
-            if let Ok(meta) = e.metadata() {
-                meta.len().hash(h);
-                if let Ok(t) = meta.modified() {
-                    t.hash(h);
-                }
-                if meta.is_dir() && depth < 4 {
-                    walk(&e.path(), h, depth + 1, None);
-                }
-            }
-        }
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    walk(dir, &mut h, 0, skip);
-    h.finish()
 }
 
 /// `f` over every item, on up to `threads` threads at once (each takes the

@@ -496,5 +496,9 @@ fn no_source_file_is_over_800_lines() {
         .filter(|(_, text)| text.lines().count() > 800)
         .map(|(path, text)| format!("src/{path}: {} lines", text.lines().count()))
         .collect();
-    assert!(long.is_empty(), "split these along their jobs:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "split these along their jobs:\n{}",
+        long.join("\n")
+    );
 }

@@ -1,40 +1,19 @@
-//! The listeners: binding a port (with a backlog, SO_REUSEPORT when
+//! The listeners: a port's socket (with a backlog, SO_REUSEPORT when
 //! asked) and the gRPC server's connection settings (keepalive, frame and
 //! window sizes, connection age).
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use super::flags::Args;
-use trtis::core::logging::log;
-
-/// Binds the listener of `what` at `address:port` and logs where it
-/// started; the exit code when it cannot.
-pub(super) async fn bind(
-    what: &str,
-    address: &str,
-    port: u16,
-    reuse_port: bool,
-) -> Result<tokio::net::TcpListener, ExitCode> {
-    let addr = format!("{address}:{port}");
-    match listen(&addr, reuse_port).await {
-        Ok(listener) => {
-            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
-            log('I', &format!("Started {what} at {local}"));
-            Ok(listener)
-        }
-        Err(e) => {
-            log('E', &format!("failed to start {what} at {addr}: {e}"));
-            Err(ExitCode::from(1))
-        }
-    }
-}
 
 /// A listener on `addr` (`host:port`) with a backlog of 1024 connections
 /// not yet accepted (a burst of clients is queued, not dropped), and
 /// SO_REUSEPORT when asked (`--reuse-http-port`, `--reuse-grpc-port`): the
 /// first address the host resolves to that binds.
-async fn listen(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
+pub(super) async fn listen(
+    addr: &str,
+    reuse_port: bool,
+) -> std::io::Result<tokio::net::TcpListener> {
     let mut last = None;
     for a in tokio::net::lookup_host(addr).await? {
         let socket = if a.is_ipv4() {

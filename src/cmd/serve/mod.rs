@@ -22,7 +22,7 @@ mod listen;
 use backend_config::{backend_setting, BackendSetting};
 pub use flags::Args;
 use flags::Mode;
-use listen::{bind, grpc_connections};
+use listen::{grpc_connections, listen};
 
 use trtis::core::logging::log;
 
@@ -449,6 +449,29 @@ impl Frontends {
                 "--grpc-restricted-protocol",
             )?,
         })
+    }
+}
+
+/// Binds the listener of `what` at `address:port` and logs where it
+/// started (from here: the log line names this file, as Triton's names
+/// its server); the exit code when it cannot.
+async fn bind(
+    what: &str,
+    address: &str,
+    port: u16,
+    reuse_port: bool,
+) -> Result<tokio::net::TcpListener, ExitCode> {
+    let addr = format!("{address}:{port}");
+    match listen(&addr, reuse_port).await {
+        Ok(listener) => {
+            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
+            log('I', &format!("Started {what} at {local}"));
+            Ok(listener)
+        }
+        Err(e) => {
+            log('E', &format!("failed to start {what} at {addr}: {e}"));
+            Err(ExitCode::from(1))
+        }
     }
 }
 

@@ -97,7 +97,11 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
         Some((spec, f)) if f.gen_config => match backend::lookup(spec.name) {
-            Some(b) => b.gen_config(&args.model, &req, &mut config),
+            Some(b) => {
+                config.backend = spec.name.into();
+                config.platform = f.platform.into();
+                b.gen_config(&args.model, &req, &mut config)
+            }
             None => Err(format!(
                 "{}: this build has no {} backend{}",
                 args.model.display(),

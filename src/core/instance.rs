@@ -272,18 +272,14 @@ impl InstancePool {
         let Some(inline) = &self.inline else {
             return self.submit(work);
         };
-        if !matches!(work.job, Job::Batch { .. }) {
-            return self.submit(work);
-        }
+        let (inputs, outputs) = match work.job {
+            Job::Batch { inputs, outputs } => (inputs, outputs),
+            job => return self.submit(Work { job, ..work }),
+        };
         leave_queue(&mut work.pending);
         if work.reply.is_closed() {
             return Ok(());
         }
-        let Job::Batch { inputs, outputs } =
-            std::mem::replace(&mut work.job, Job::Requests(Vec::new()))
-        else {
-            unreachable!("checked above");
-        };
         let taken = Instant::now();
         let result = {
             let mut instance = inline.lock().unwrap_or_else(|p| p.into_inner());
@@ -491,8 +487,7 @@ fn run_instance(
         // and holds them while it runs (Triton counts the wait as queue).
         let permit = claim.as_ref().map(Claim::acquire);
         let taken = Instant::now();
-        let job = std::mem::replace(&mut work.job, Job::Requests(Vec::new()));
-        let result = match (&mut instance, job) {
+        let result = match (&mut instance, work.job) {
             (Instance::Batches(batches), Job::Batch { inputs, outputs }) => {
                 guarded("executing the request", || {
                     batches.execute(inputs, &outputs)

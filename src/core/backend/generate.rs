@@ -32,6 +32,21 @@ pub fn dynamic_batching() -> Option<SchedulingChoice> {
     ))
 }
 
+/// What auto-complete makes of the tensors a model file declares (`io`, as
+/// its backend read them), with the command line's batching choices; no
+/// comment lines.
+pub fn from_tensors(
+    file: &std::path::Path,
+    req: &GenRequest,
+    config: &mut ModelConfig,
+    io: crate::core::error::Result<(Vec<ModelTensor>, Vec<ModelTensor>)>,
+) -> Result<Generated, String> {
+    let shown = file.display().to_string();
+    let (inputs, outputs) = io.map_err(|e| format!("{shown}: {e}"))?;
+    complete_from(&shown, req, config, &inputs, &outputs)?;
+    Ok(Generated::default())
+}
+
 /// Completes `config` from the model's tensors as auto-complete would,
 /// with the command line's batching choices; errors are prefixed with
 /// `shown` (the file).

@@ -28,6 +28,7 @@ pub mod tensorflow;
 
 use std::path::{Path, PathBuf};
 
+use crate::core::config::autocomplete::ModelTensor;
 use crate::core::config::{Issue, ModelConfig};
 use crate::core::error::{Error, Result};
 use crate::core::responder::BackendRequest;
@@ -76,9 +77,9 @@ pub trait Backend: Sync {
         false
     }
 
-    /// `trtis gen-config`: fills `config` (its name set) from the model
-    /// file `file` (one of the catalog's formats of this backend marked
-    /// `gen_config`); returns the comment lines that go above it and notes
+    /// `trtis gen-config`: fills `config` (its name, backend and platform
+    /// set from the catalog's format of `file`, one of this backend's
+    /// marked `gen_config`) from the model file; returns the comment lines that go above it and notes
     /// for the user, or the error to print.
     fn gen_config(
         &self,
@@ -109,6 +110,17 @@ pub struct CompleteContext<'a> {
 /// 'NAME': WHY".
 pub fn load_failed(config: &ModelConfig, why: impl std::fmt::Display) -> Error {
     Error::invalid_arg(format!("load failed for model '{}': {why}", config.name))
+}
+
+/// `config` completed, by auto-complete's rules, from the inputs and
+/// outputs a model file declares (`io`, as the backend read them).
+pub fn completed_from(
+    config: &ModelConfig,
+    io: Result<(Vec<ModelTensor>, Vec<ModelTensor>)>,
+) -> Result<ModelConfig> {
+    let (inputs, outputs) = io?;
+    crate::core::config::autocomplete::completed(config, &inputs, &outputs)
+        .map_err(|why| load_failed(config, why))
 }
 
 /// The backends built into this binary: one line each.

@@ -134,11 +134,10 @@ fn send(pipe: &mut dyn Pipeline, mut work: Work, sent: &mut std::collections::Ve
         leave_queue(&mut work.pending);
         return; // the caller went away: do not compute it
     }
-    let (mut requests, was_batch) =
-        match std::mem::replace(&mut work.job, Job::Requests(Vec::new())) {
-            Job::Requests(requests) => (requests, false),
-            Job::Batch { .. } => (Vec::new(), true),
-        };
+    let (mut requests, was_batch) = match work.job {
+        Job::Requests(requests) => (requests, false),
+        Job::Batch { .. } => (Vec::new(), true),
+    };
     leave_out_cancelled(&mut requests);
     let mut batch = Sent {
         reply: work.reply,

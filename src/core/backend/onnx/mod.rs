@@ -581,10 +581,7 @@ impl super::Backend for Onnx {
             return None;
         }
         let file = ctx.version_dir.join(&config.default_model_filename);
-        Some(model_io(&file).and_then(|(inputs, outputs)| {
-            crate::core::config::autocomplete::completed(config, &inputs, &outputs)
-                .map_err(|why| super::load_failed(config, why))
-        }))
+        Some(super::completed_from(config, model_io(&file)))
     }
 
     /// With the CUDA provider in its library.
@@ -599,12 +596,7 @@ impl super::Backend for Onnx {
         req: &super::generate::GenRequest,
         config: &mut ModelConfig,
     ) -> std::result::Result<super::generate::Generated, String> {
-        let shown = file.display().to_string();
-        let (inputs, outputs) = model_io(file).map_err(|e| format!("{shown}: {e}"))?;
-        config.platform = "onnxruntime_onnx".into();
-        config.backend = "onnxruntime".into();
-        super::generate::complete_from(&shown, req, config, &inputs, &outputs)?;
-        Ok(Default::default())
+        super::generate::from_tensors(file, req, config, model_io(file))
     }
 }
 

@@ -657,7 +657,6 @@ pub fn gen_config(
 ) -> Result<crate::core::backend::generate::Generated, String> {
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
     let (inputs, outputs) = model_ports(file).map_err(|e| fail(&e))?;
-    config.backend = "openvino".into();
     config.max_batch_size = req.max_batch_size.unwrap_or(0);
     let notes = complete::complete(config, &inputs, &outputs).map_err(|e| fail(&e))?;
     match req.dynamic_batching {

@@ -543,6 +543,11 @@ def _response_frame(rid, response, final, requested, by_model=True):
         return header, []
 
 
+# Set once a model calls `set_release_flags` on a request it received: only
+# then does the worker look for rescheduled requests after `execute`.
+_release_flags_used = False
+
+
 class _RequestState:
     """What the worker and the response sender share about one received
     request. It refers to neither the request nor the sender, so it is
@@ -880,6 +885,8 @@ class InferenceRequest:
             raise TypeError("set_release_flags(): flags must fit in an unsigned 32-bit integer")
         self._release_flags = flags
         if self._state is not None:
+            global _release_flags_used
+            _release_flags_used = True
             self._state.release_flags = flags
 
     def get_response_sender(self):

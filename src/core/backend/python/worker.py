@@ -68,7 +68,10 @@ _RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 def _rescheduled(states):
     """The states of the requests the model released with
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE."""
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (none looked for until the model
+    first called `set_release_flags`)."""
+    if not pb_utils._release_flags_used:
+        return []
     return [state for state in states if state.release_flags == _RESCHEDULE]
 
 

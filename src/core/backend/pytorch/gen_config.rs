@@ -38,8 +38,6 @@ fn pt2(file: &Path, req: &GenRequest, config: &mut ModelConfig) -> Result<Genera
     })?;
     let leaves = pt2::leaves(&in_spec, &out_spec).map_err(|e| format!("{shown}: {e}"))?;
     let info = package.inputs.clone().unwrap_or_default();
-    config.platform = "torch_aoti".into();
-    config.backend = "pytorch".into();
     // Batching when every input's dimension 0 is dynamic.
     let bound = |i: &pt2::LeafInput| match i.dims.first() {
         Some(Dim::Range(_, hi)) => Some(*hi),
@@ -137,8 +135,6 @@ fn torchscript(
          placeholders (see the comments at the top)",
         file.display()
     )];
-    config.platform = "pytorch_libtorch".into();
-    config.backend = "pytorch".into();
     config.max_batch_size = req.max_batch_size.unwrap_or(0);
     if config.max_batch_size > 0 {
         if req.dynamic_batching != Some(false) {

@@ -756,10 +756,7 @@ impl super::Backend for TensorFlow {
             return None;
         }
         let file = ctx.version_dir.join(&config.default_model_filename);
-        Some(model_io(&file, config).and_then(|(inputs, outputs)| {
-            crate::core::config::autocomplete::completed(config, &inputs, &outputs)
-                .map_err(|why| super::load_failed(config, why))
-        }))
+        Some(super::completed_from(config, model_io(&file, config)))
     }
 
     /// What auto-complete makes of a SavedModel's serving signature.
@@ -769,12 +766,8 @@ impl super::Backend for TensorFlow {
         req: &super::generate::GenRequest,
         config: &mut ModelConfig,
     ) -> std::result::Result<super::generate::Generated, String> {
-        let shown = file.display().to_string();
-        let (inputs, outputs) = model_io(file, config).map_err(|e| format!("{shown}: {e}"))?;
-        config.platform = SAVEDMODEL.into();
-        config.backend = "tensorflow".into();
-        super::generate::complete_from(&shown, req, config, &inputs, &outputs)?;
-        Ok(Default::default())
+        let io = model_io(file, config);
+        super::generate::from_tensors(file, req, config, io)
     }
 }
 

@@ -141,6 +141,8 @@ fn main() {
     let opts = CheckOptions {
         gpus: &[],
         gpu_backends: &[],
+        min_compute_capability: trtis::core::device::MIN_COMPUTE_CAPABILITY,
+        config_name: None,
         missing_gpu: Severity::Warning,
         server_support: true,
         model_files: true,

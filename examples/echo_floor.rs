@@ -35,10 +35,10 @@ use serde_json::{json, Value};
 use tonic::{Request, Status, Streaming};
 
 use trtis::core::config::pb::ModelConfig;
-use trtis::core::protocol::pb::inference::grpc_inference_service_server::{
+use trtis::server::protocol::pb::inference::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
 };
-use trtis::core::protocol::pb::inference::*;
+use trtis::server::protocol::pb::inference::*;
 
 struct Model {
     /// Inferences answered (`GET /v2/models/NAME/stats` reports it as

@@ -238,10 +238,10 @@ need(hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"], "HPA scal
 # The HPA's metric is an adapter rule's, and the rule's series is one trtis exports.
 adapter = yaml.safe_load(open("deploy/prometheus-adapter/values.yaml"))
 rules = {r["name"]["as"]: r for r in adapter["rules"]["custom"]}
-exported = set(re.findall(r'"(nv_[a-z_]+|trtis_[a-z_]+)"', open("src/core/metrics.rs").read()))
+exported = set(re.findall(r'"(nv_[a-z_]+|trtis_[a-z_]+)"', open("src/server/prometheus.rs").read()))
 for r in rules.values():
     series = re.match(r"\s*([a-z_]+)\{", r["seriesQuery"]).group(1)
-    need(series in exported, f"adapter series {series} is a metric of src/core/metrics.rs")
+    need(series in exported, f"adapter series {series} is a metric of src/server/prometheus.rs")
     need({"namespace", "pod"} <= set(r["resources"]["overrides"]), f"adapter rule {r['name']['as']} maps namespace and pod")
     need("<<.LabelMatchers>>" in r["metricsQuery"] and "<<.GroupBy>>" in r["metricsQuery"], f"adapter rule {r['name']['as']} groups by pod")
 for m in hpa["spec"]["metrics"]:

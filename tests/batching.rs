@@ -288,7 +288,7 @@ fn a_full_queue_refuses_at_once_with_tritons_message() {
     );
     // Refused at once: before the blocker finished.
     assert_eq!(&labels(&answers)[..2], ["refused", "refused-id"]);
-    let text = trtis::core::metrics::render(&s.engine().loaded_models());
+    let text = trtis::server::prometheus::render(&s.engine().loaded_models());
     assert!(
         text.contains(
             "nv_inference_request_failure{model=\"m\",reason=\"REJECTED\",version=\"1\"} 2"

@@ -51,6 +51,8 @@ fn run_case(case: &Path) -> Vec<String> {
     let opts = CheckOptions {
         gpus: &[],
         gpu_backends: &[],
+        min_compute_capability: trtis::core::device::MIN_COMPUTE_CAPABILITY,
+        config_name: None,
         missing_gpu: Severity::Warning,
         // Triton's own rules: what this server refuses is tested in
         // config_support.rs.

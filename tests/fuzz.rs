@@ -40,14 +40,14 @@ use serde_json::{json, Map, Value};
 use trtis::core::config::pb::ModelInput;
 use trtis::core::config::pbtxt::model_config_descriptor;
 use trtis::core::config::{parse_config, ModelConfig};
-use trtis::core::protocol::grpc_convert::infer_request;
-use trtis::core::protocol::kserve_json::{parse_request, OutputFormat};
-use trtis::core::protocol::pb::inference::{
+use trtis::core::types::{DataType, InferRequest, SequenceId, Tensor};
+use trtis::server::protocol::grpc_convert::infer_request;
+use trtis::server::protocol::kserve_json::{parse_request, OutputFormat};
+use trtis::server::protocol::pb::inference::{
     infer_parameter::ParameterChoice,
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
     InferParameter, InferTensorContents, ModelInferRequest,
 };
-use trtis::core::types::{DataType, InferRequest, SequenceId, Tensor};
 
 // ---------------------------------------------------------------------------
 // The harness: case counts, the time and memory budget, the runner.
@@ -1174,7 +1174,7 @@ fn generate_parameter() -> BoxedStrategy<Value> {
 /// no panic, within the budgets, Ok or an error with a message.
 #[test]
 fn fuzz_generate_bodies() {
-    use trtis::core::protocol::generate::parse_request as parse_generate;
+    use trtis::server::protocol::generate::parse_request as parse_generate;
     let config = generate_model();
     let strategy = prop::sample::select(DataType::ALL.to_vec())
         .prop_flat_map(|dt| (Just(dt), prop::collection::vec(element(dt), 1..5)))

@@ -3,15 +3,15 @@
 
 use std::path::Path;
 
-use trtis::core::frontend::grpc::GrpcService;
-use trtis::core::protocol::pb::health::{health_client::HealthClient, HealthCheckRequest};
-use trtis::core::protocol::pb::inference::{
+use trtis::core::repository::ControlMode;
+use trtis::server::frontend::grpc::GrpcService;
+use trtis::server::protocol::pb::health::{health_client::HealthClient, HealthCheckRequest};
+use trtis::server::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient,
     model_infer_request::InferInputTensor, model_infer_request::InferRequestedOutputTensor,
     InferParameter, InferTensorContents, ModelInferRequest, ModelMetadataRequest,
     ModelReadyRequest, ModelStatisticsRequest, ServerLiveRequest,
 };
-use trtis::core::repository::ControlMode;
 
 struct GrpcServer {
     runtime: tokio::runtime::Runtime,
@@ -123,7 +123,7 @@ fn health_metadata_infer_and_errors() {
         parameters: [(
             "classification".to_string(),
             InferParameter {
-                parameter_choice: Some(trtis::core::protocol::pb::inference::infer_parameter::ParameterChoice::Int64Param(2)),
+                parameter_choice: Some(trtis::server::protocol::pb::inference::infer_parameter::ParameterChoice::Int64Param(2)),
             },
         )]
         .into_iter()

@@ -86,17 +86,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("error", &[]),
     ("types", &[]),
     ("config", &[]),
+    ("metrics", &["config", "logging"]),
     ("device", &[]),
     ("logging", &[]),
-    ("memory", &[]),
-    ("metrics_settings", &["logging"]),
-    ("latency_metrics", &["config", "metrics_settings"]),
-    ("stats", &["latency_metrics", "memory"]),
     ("batch_io", &["config"]),
     ("request", &["config"]),
     ("classify", &[]),
     ("cache", &[]),
-    ("custom_metrics", &[]),
     ("responder", &[]),
     ("openai", &["config", "fsutil"]),
     (
@@ -104,11 +100,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "config",
             "batch_io",
-            "custom_metrics",
+            "metrics",
             "device",
             "responder",
             "fsutil",
-            "memory",
             "logging",
         ],
     ),
@@ -125,7 +120,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "batch_io",
             "instance",
             "responder",
-            "stats",
+            "metrics",
             "logging",
         ],
     ),
@@ -153,11 +148,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "instance",
             "scheduler",
             "warmup",
-            "stats",
+            "metrics",
             "rate_limit",
-            "latency_metrics",
-            "metrics_settings",
-            "memory",
             "openai",
             "fsutil",
             "logging",
@@ -166,17 +158,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shm", &["device", "logging"]),
     ("remote", &["fsutil", "logging"]),
     ("trace", &["logging"]),
-    (
-        "metrics",
-        &[
-            "custom_metrics",
-            "device",
-            "repository",
-            "stats",
-            "latency_metrics",
-            "metrics_settings",
-        ],
-    ),
     (
         "engine",
         &[
@@ -192,51 +173,56 @@ const LAYERS: &[(&str, &[&str])] = &[
             "responder",
             "scheduler",
             "repository",
-            "stats",
+            "metrics",
             "remote",
             "shm",
             "trace",
-            "metrics_settings",
-            "logging",
-        ],
-    ),
-    ("protocol", &["config", "engine", "repository", "classify"]),
-    (
-        "frontend",
-        &[
-            "config",
-            "engine",
-            "protocol",
-            "repository",
-            "shm",
-            "trace",
-            "metrics",
-            "openai",
             "logging",
         ],
     ),
 ];
 
-/// The `core` modules a source file names (`crate::core::<m>`), with
-/// `config::pb` apart from the rest of `config`.
+/// The `core` modules a source file names (`crate::core::<m>`, and each
+/// path of a `crate::core::{<m>::…, <n>}` group), with `config::pb` apart
+/// from the rest of `config`.
 fn core_modules_named(text: &str) -> std::collections::BTreeSet<String> {
     let mut named = std::collections::BTreeSet::new();
+    let mut note = |path: &str| {
+        let path = path.trim();
+        let module = path.split("::").next().unwrap_or("").trim();
+        if path.starts_with("config::pb") {
+            named.insert("config::pb".to_string());
+        } else if !module.is_empty() && module != "self" {
+            named.insert(module.to_string());
+        }
+    };
     let mut rest = text;
     while let Some(at) = rest.find("crate::core::") {
         rest = &rest[at + "crate::core::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The group's top-level paths: split at commas outside braces.
+            let (mut depth, mut from) = (0usize, 0usize);
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        note(&group[from..i]);
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        note(&group[from..i]);
+                        from = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            continue;
+        }
         let end = rest
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
             .unwrap_or(rest.len());
-        let path = &rest[..end];
-        let module = path.split("::").next().unwrap_or("");
-        if module.is_empty() {
-            continue; // a `use crate::core::{...}` group: not used in core
-        }
-        if path.starts_with("config::pb") {
-            named.insert("config::pb".to_string());
-        } else {
-            named.insert(module.to_string());
-        }
+        note(&rest[..end]);
     }
     named
 }
@@ -273,7 +259,7 @@ fn core_layers_are_one_way() {
                 "src/{path}: core::{module} may not use core::{used} (the layers in ARCHITECTURE.md run one way)"
             );
         }
-        for banned in ["crate::client", "crate::perf"] {
+        for banned in ["crate::client", "crate::perf", "crate::server"] {
             assert!(
                 !text.contains(banned),
                 "src/{path}: core never uses {banned}"
@@ -285,6 +271,22 @@ fn core_layers_are_one_way() {
             seen.contains(*module),
             "LAYERS names core::{module}, which does not exist"
         );
+    }
+}
+
+#[test]
+fn the_wire_formats_know_no_listener() {
+    // `server::protocol` is shared with the client: it may use the engine's
+    // types, never the frontends or the Prometheus renderer above it.
+    for (path, text) in src_files() {
+        if path.starts_with("server/protocol/") {
+            for banned in ["crate::server::frontend", "crate::server::prometheus"] {
+                assert!(
+                    !text.contains(banned),
+                    "src/{path}: server::protocol never uses {banned}"
+                );
+            }
+        }
     }
 }
 

@@ -9,7 +9,11 @@ use tonic::transport::Channel;
 use super::options::Headers;
 
 use crate::core::config::ModelConfig;
-use crate::core::protocol::pb::inference::{
+use crate::core::metrics::stats::Snapshot;
+use crate::core::types::{
+    DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
+};
+use crate::server::protocol::pb::inference::{
     grpc_inference_service_client::GrpcInferenceServiceClient,
     infer_parameter::ParameterChoice,
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
@@ -19,10 +23,6 @@ use crate::core::protocol::pb::inference::{
     RepositoryModelLoadRequest, RepositoryModelUnloadRequest, ServerLiveRequest,
     ServerMetadataRequest, ServerReadyRequest, StatisticDuration,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
-};
-use crate::core::stats::Snapshot;
-use crate::core::types::{
-    DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata,
 };
 
 use super::{ClientError, IndexEntry, ModelStats, ServerMetadata};

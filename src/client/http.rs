@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::core::config::pbtxt::model_config_descriptor;
 use crate::core::config::ModelConfig;
-use crate::core::protocol::kserve_json::{elements_to_bytes, flat_elements};
 use crate::core::types::{DataType, InferResponse, ModelMetadata, RequestedOutput, ShmRef, Tensor};
+use crate::server::protocol::kserve_json::{elements_to_bytes, flat_elements};
 
 use super::kserve::{
     ErrorJson, IndexEntryJson, InferRequestJson, InferResponseJson, ModelMetadataJson,

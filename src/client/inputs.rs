@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::core::protocol::kserve_json::{elements_to_bytes, flat_elements};
 use crate::core::types::{element_count, xorshift64, DataType, Tensor, TensorMetadata};
+use crate::server::protocol::kserve_json::{elements_to_bytes, flat_elements};
 
 /// How to fill inputs that no file provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

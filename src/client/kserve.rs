@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::core::stats::Snapshot;
+use crate::core::metrics::stats::Snapshot;
 use crate::core::types::{ModelMetadata, RequestedOutput, ShmRef, Tensor, TensorMetadata};
 
 use super::{IndexEntry, ModelStats, ServerMetadata};

@@ -19,7 +19,7 @@ pub use options::{ClientTls, ConnectOptions};
 pub use prepared::{Prepared, SeqFlags, Timing};
 
 use crate::core::config::ModelConfig;
-use crate::core::stats::Snapshot;
+use crate::core::metrics::stats::Snapshot;
 use crate::core::types::{InferResponse, ModelMetadata, RequestedOutput, Tensor};
 
 /// Which protocol to speak.

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 
-use crate::core::protocol::pb::inference::{
+use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
+use crate::server::protocol::pb::inference::{
     infer_parameter::ParameterChoice, InferParameter, ModelInferRequest,
 };
-use crate::core::types::{InferResponse, RequestedOutput, ShmRef, Tensor};
 
 use super::{grpc, http, Client, ClientError};
 

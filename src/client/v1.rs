@@ -11,18 +11,18 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::core::config::ModelConfig;
-use crate::core::protocol::v1::pb::{
+use crate::core::metrics::stats::Snapshot;
+use crate::core::types::{
+    DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
+};
+use crate::server::protocol::v1::pb::{
     self,
     grpc_service_client::GrpcServiceClient,
     infer_request_header,
     shared_memory_control_request::{self as shm_req, SharedMemoryControl},
     InferRequestHeader, InferResponseHeader, RequestStatus, RequestStatusCode,
 };
-use crate::core::protocol::v1::text;
-use crate::core::stats::Snapshot;
-use crate::core::types::{
-    DataType, InferResponse, ModelMetadata, RequestedOutput, Tensor, TensorMetadata,
-};
+use crate::server::protocol::v1::text;
 
 use super::options::Headers;
 use super::{ClientError, IndexEntry, ModelStats, SeqFlags, ServerMetadata};

@@ -14,10 +14,10 @@ use serde_json::{json, Value};
 use trtis::client::image::Scaling;
 use trtis::client::inputs::{self, Generate};
 use trtis::client::SeqFlags;
-use trtis::core::protocol::kserve_json;
 use trtis::core::types::{
     element_count, DataType, InferResponse, RequestedOutput, Tensor, TensorMetadata,
 };
+use trtis::server::protocol::kserve_json;
 
 use super::client_args::{fail, server_error};
 use super::client_args::{runtime, ServerArgs};

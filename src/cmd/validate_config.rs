@@ -38,17 +38,15 @@ enum Format {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    match args.model_config_name.as_deref() {
-        Some("") => {
-            eprintln!("error: empty argument for --model-config-name");
-            return ExitCode::from(2);
-        }
-        Some(name) => layout::set_config_name(name),
-        None => {}
+    if args.model_config_name.as_deref() == Some("") {
+        eprintln!("error: empty argument for --model-config-name");
+        return ExitCode::from(2);
     }
     let opts = CheckOptions {
         gpus: device::visible_gpus(),
         gpu_backends: trtis::core::backend::gpu_backends(device::visible_gpus()),
+        min_compute_capability: device::MIN_COMPUTE_CAPABILITY,
+        config_name: args.model_config_name.as_deref(),
         missing_gpu: Severity::Warning,
         server_support: true,
         model_files: true,
@@ -109,7 +107,7 @@ fn check_path(path: &Path, opts: &CheckOptions) -> Result<Vec<CheckedModel>, Str
             ));
         }
         model_in_parent(path.parent().unwrap_or(Path::new(".")))?
-    } else if layout::is_model_dir(path) {
+    } else if layout::is_model_dir(path, opts.config_name) {
         model_in_parent(path)?
     } else {
         (path.to_path_buf(), None)

@@ -1,6 +1,6 @@
 //! The error kinds of Triton's status codes, and the engine's error type.
 //! The frontends map `ErrorKind` to HTTP status and gRPC code, each in one
-//! table (`frontend::http::status_of`).
+//! table (`server::frontend::http::status_of`).
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! A model's opt-in to the OpenAI-compatible API (`frontend::openai`),
+//! A model's opt-in to the OpenAI-compatible API (`server::frontend::openai`),
 //! read from its config's `parameters` and checked with the rest of the
 //! config, so `validate-config` and `serve` agree:
 //!

@@ -349,11 +349,11 @@ impl Driver {
         })
     }
 
-    fn server_snapshot(&mut self) -> Option<crate::core::stats::Snapshot> {
+    fn server_snapshot(&mut self) -> Option<crate::core::metrics::stats::Snapshot> {
         let model = self.model.clone();
         let version = self.version.clone();
         let stats = self.rt.block_on(self.stats.statistics(&model)).ok()?;
-        let mut total = crate::core::stats::Snapshot::default();
+        let mut total = crate::core::metrics::stats::Snapshot::default();
         for s in stats
             .iter()
             .filter(|s| version.is_empty() || s.version == version)
@@ -449,7 +449,10 @@ impl SeqCursor {
     }
 }
 
-fn delta(a: &crate::core::stats::Snapshot, b: &crate::core::stats::Snapshot) -> ServerDelta {
+fn delta(
+    a: &crate::core::metrics::stats::Snapshot,
+    b: &crate::core::metrics::stats::Snapshot,
+) -> ServerDelta {
     ServerDelta {
         requests: b.success.0.saturating_sub(a.success.0),
         inferences: b.inference_count.saturating_sub(a.inference_count),

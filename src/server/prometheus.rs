@@ -12,10 +12,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::device::GpuReading;
-use crate::core::latency_metrics::Summary;
-use crate::core::metrics_settings::MetricsSettings;
+use crate::core::metrics::latency::Summary;
+use crate::core::metrics::settings::MetricsSettings;
+use crate::core::metrics::stats::{Histogram, BUCKETS_US};
 use crate::core::repository::LoadedModel;
-use crate::core::stats::{Histogram, BUCKETS_US};
 
 /// (name, type, help, value of a model) for the per-model families.
 type Family = (
@@ -422,7 +422,7 @@ pub fn render_with(
         let _ = writeln!(out, "nv_cpu_memory_used_bytes {}", cpu.memory_used);
     }
     // Families the models made (pb_utils.MetricFamily).
-    crate::core::custom_metrics::render(&mut out);
+    crate::core::metrics::custom::render(&mut out);
     out
 }
 
@@ -440,7 +440,7 @@ fn render_summaries(out: &mut String, models: &[Arc<LoadedModel>], settings: &Me
             Some((m, l.summary_readings(&quantiles)))
         })
         .collect();
-    for summary in crate::core::latency_metrics::SUMMARIES {
+    for summary in crate::core::metrics::latency::SUMMARIES {
         let (name, help) = summary.family();
         let mut header = false;
         for (m, readings) in &read {
@@ -464,7 +464,7 @@ fn render_summaries(out: &mut String, models: &[Arc<LoadedModel>], settings: &Me
 
 /// `nv_inference_first_response_histogram_ms` (`histogram_latencies=true`).
 fn render_first_response(out: &mut String, models: &[Arc<LoadedModel>]) {
-    let name = crate::core::latency_metrics::FIRST_RESPONSE_FAMILY;
+    let name = crate::core::metrics::latency::FIRST_RESPONSE_FAMILY;
     let mut header = false;
     for m in models {
         let Some(h) = m

@@ -467,7 +467,7 @@ def test_many_sequences_threads_accumulator(seq_server, protocol):
 
 
 # trtis reads at most 64 requests of a stream ahead of the oldest one not yet
-# answered (src/core/frontend/grpc.rs, `.buffered(STREAM_IN_FLIGHT)`); Triton
+# answered (src/server/frontend/grpc/stream.rs, `.buffered(STREAM_IN_FLIGHT)`); Triton
 # reads every request as it arrives (ModelStreamInferHandler issues the next
 # read as soon as one completes). With a backlog sequence's START as the
 # oldest unanswered request, the ENDs that would free a batch slot are never

@@ -10,10 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use trtis::core::frontend::http::AppState;
-use trtis::core::frontend::router;
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
+use trtis::server::frontend::http::AppState;
+use trtis::server::frontend::router;
 
 use super::http;
 

@@ -391,7 +391,7 @@ pub struct Args {
 
     /// trtis: the largest gRPC request message, in bytes: a message that
     /// declares more is refused (OUT_OF_RANGE) before it is read.
-    #[arg(long, env = "TRTIS_GRPC_MAX_INPUT_SIZE", default_value_t = trtis::core::frontend::grpc::DEFAULT_MAX_INPUT_SIZE, help_heading = GRPC)]
+    #[arg(long, env = "TRTIS_GRPC_MAX_INPUT_SIZE", default_value_t = trtis::server::frontend::grpc::DEFAULT_MAX_INPUT_SIZE, help_heading = GRPC)]
     pub grpc_max_input_size: usize,
 
     // ------------------------------------------------ SageMaker and Vertex AI

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use trtis::core::frontend::forward::HeaderForward;
-use trtis::core::frontend::grpc::GrpcService;
-use trtis::core::frontend::http::AppState;
-use trtis::core::frontend::restrict::{GrpcRestrictLayer, Restrictions};
-use trtis::core::frontend::tls::{TlsFiles, TlsListener};
 use trtis::core::repository::ControlMode;
 use trtis::core::{Engine, ServerConfig};
+use trtis::server::frontend::forward::HeaderForward;
+use trtis::server::frontend::grpc::GrpcService;
+use trtis::server::frontend::http::AppState;
+use trtis::server::frontend::restrict::{GrpcRestrictLayer, Restrictions};
+use trtis::server::frontend::tls::{TlsFiles, TlsListener};
 
 mod answers;
 mod backend_config;
@@ -40,18 +40,21 @@ fn unique<T: Clone + PartialEq>(list: &[T]) -> Vec<T> {
 
 /// One line per GPU found (and whether this server uses it), or why there
 /// is none.
-fn log_gpus(used: &[i32]) {
+fn log_gpus(used: &[i32], min_cc: (i32, i32)) {
     let found = trtis::core::device::discovery();
     if let Some(why) = &found.none_because {
         log('I', &format!("no GPU: {why}"));
     }
     for g in &found.gpus {
         let note = if used.contains(&g.id) {
-            ""
-        } else if !g.usable() {
-            " (not used: compute capability below 6.0)"
+            String::new()
+        } else if !g.usable(min_cc) {
+            format!(
+                " (not used: compute capability below {}.{})",
+                min_cc.0, min_cc.1
+            )
         } else {
-            " (not used: --gpus)"
+            " (not used: --gpus)".to_string()
         };
         log(
             'I',
@@ -105,18 +108,16 @@ fn start(args: Args) -> Result<ExitCode, Exit> {
     if let Err(why) = args.check() {
         return Err(Exit::new(2, &why));
     }
-    if let Some(name) = &args.model_config_name {
-        trtis::core::repository::layout::set_config_name(name);
-    }
-    if let Some(cc) = args.min_supported_compute_capability {
-        trtis::core::device::set_min_compute_capability(cc);
-    }
+    let min_cc = args
+        .min_supported_compute_capability
+        .map(trtis::core::device::capability_from_flag)
+        .unwrap_or(trtis::core::device::MIN_COMPUTE_CAPABILITY);
     // The GPUs, before anything places a model.
-    match trtis::core::device::restrict_gpus(&args.gpus) {
+    match trtis::core::device::restrict_gpus(&args.gpus, min_cc) {
         Ok(ids) if !ids.is_empty() && !args.model_load_gpu_limit.is_empty() => {
             return Err(Exit::new(2, "--model-load-gpu-limit: trtis does not hold model loads to a GPU memory limit yet; leave the flag out (loads fail with the backend's out-of-memory error instead)"));
         }
-        Ok(ids) => log_gpus(ids),
+        Ok(ids) => log_gpus(ids, min_cc),
         Err(e) => {
             return Err(Exit::new(2, format!("error: creating server: {e}")));
         }
@@ -141,6 +142,8 @@ fn start(args: Args) -> Result<ExitCode, Exit> {
         }
     }
     let mut config = ServerConfig::new(&stores[0]);
+    config.min_compute_capability = min_cc;
+    config.model_config_name = args.model_config_name.clone();
     config.extra_repositories = stores[1..].to_vec();
     config.namespacing = args.model_namespacing;
     if !remote.is_empty() {
@@ -195,7 +198,7 @@ fn start(args: Args) -> Result<ExitCode, Exit> {
         }
     }
     if let Some(n) = max_batch_size {
-        trtis::core::config::autocomplete::set_default_max_batch_size(n);
+        config.default_max_batch_size = n;
     }
     config.rate_limit = match trtis::core::rate_limit::RateLimitSettings::from_flags(
         &args.rate_limit.to_ascii_lowercase(),
@@ -213,7 +216,7 @@ fn start(args: Args) -> Result<ExitCode, Exit> {
         }
     };
     // GPU and CPU metrics are off whenever metrics are (as Triton).
-    config.metrics = match trtis::core::metrics_settings::MetricsSettings::from_flags(
+    config.metrics = match trtis::core::metrics::settings::MetricsSettings::from_flags(
         &args.metrics_config,
         args.allow_metrics && args.allow_cpu_metrics,
         args.allow_metrics && args.allow_gpu_metrics,
@@ -515,7 +518,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                 args.grpc_infer_response_compression_level != flags::Compression::None,
             )
             .with_header_forward(front.grpc_forward.clone());
-        let v1 = trtis::core::frontend::grpc_v1::GrpcV1Service::new(
+        let v1 = trtis::server::frontend::grpc_v1::GrpcV1Service::new(
             engine.clone(),
             args.grpc_max_input_size,
         );
@@ -531,18 +534,18 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             };
         }
         let restrict = GrpcRestrictLayer(std::sync::Arc::new(front.grpc_rules.clone()));
-        let delay = trtis::core::frontend::test_hooks::grpc_response_delay();
+        let delay = trtis::server::frontend::test_hooks::grpc_response_delay();
         if !delay.is_zero() {
             log(
                 'W',
                 &format!(
                     "{}: every non-inference gRPC response is delayed by {} s (a test hook)",
-                    trtis::core::frontend::test_hooks::GRPC_RESPONSE_DELAY_VAR,
+                    trtis::server::frontend::test_hooks::GRPC_RESPONSE_DELAY_VAR,
                     delay.as_secs()
                 ),
             );
         }
-        let delay = trtis::core::frontend::test_hooks::GrpcResponseDelayLayer(delay);
+        let delay = trtis::server::frontend::test_hooks::GrpcResponseDelayLayer(delay);
         services.push(tokio::spawn(async move {
             builder
                 .layer(restrict)
@@ -585,7 +588,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
         };
         let mut apps = vec![(
             listener,
-            trtis::core::frontend::router(state.clone(), args.openai_port.is_none()),
+            trtis::server::frontend::router(state.clone(), args.openai_port.is_none()),
         )];
         if let Some(port) = args.openai_port {
             // The OpenAI API on a port of its own, with the HTTP port's TLS,
@@ -594,7 +597,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                 Ok(l) => l,
                 Err(code) => return code,
             };
-            apps.push((listener, trtis::core::frontend::openai::router(state)));
+            apps.push((listener, trtis::server::frontend::openai::router(state)));
         }
         for (listener, mut app) in apps {
             let forward = front.http_forward.clone().map(std::sync::Arc::new);
@@ -604,13 +607,13 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             if !front.http_rules.is_empty() {
                 app = app.layer(axum::middleware::from_fn_with_state(
                     std::sync::Arc::new(front.http_rules.clone()),
-                    trtis::core::frontend::restrict::http_check,
+                    trtis::server::frontend::restrict::http_check,
                 ));
             }
             let shutdown = stopped(stop_rx.clone());
             // Slowloris bounds: a header must arrive in time, an idle
-            // connection is closed (core::frontend::http_conn).
-            let limits = trtis::core::frontend::http_conn::ConnLimits::from_secs(
+            // connection is closed (server::frontend::http_conn).
+            let limits = trtis::server::frontend::http_conn::ConnLimits::from_secs(
                 args.http_header_timeout_secs,
                 args.http_idle_timeout_secs,
             );
@@ -624,7 +627,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         }
                     };
                     services.push(tokio::spawn(async move {
-                        trtis::core::frontend::http_conn::serve(
+                        trtis::server::frontend::http_conn::serve(
                             listener, app, limits, forward, shutdown,
                         )
                         .await;
@@ -636,7 +639,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
                         let _ = tcp.set_nodelay(true);
                     });
                     services.push(tokio::spawn(async move {
-                        trtis::core::frontend::http_conn::serve(
+                        trtis::server::frontend::http_conn::serve(
                             listener, app, limits, forward, shutdown,
                         )
                         .await;
@@ -655,7 +658,7 @@ async fn serve(engine: Engine, args: &Args, front: Frontends, started: Instant) 
             Ok(l) => l,
             Err(code) => return code,
         };
-        let app = trtis::core::frontend::http::metrics_router(engine.clone());
+        let app = trtis::server::frontend::http::metrics_router(engine.clone());
         let shutdown = stopped(stop_rx.clone());
         services.push(tokio::spawn(async move {
             axum::serve(listener, app)

@@ -59,8 +59,13 @@ pub fn complete_from(
 ) -> Result<(), String> {
     config.max_batch_size = req.max_batch_size.unwrap_or(0);
     let auto_batch = req.max_batch_size.is_none();
-    autocomplete::complete(config, inputs, outputs, auto_batch)
-        .map_err(|e| format!("{shown}: {e}"))?;
+    autocomplete::complete(
+        config,
+        inputs,
+        outputs,
+        auto_batch.then_some(autocomplete::DEFAULT_MAX_BATCH_SIZE),
+    )
+    .map_err(|e| format!("{shown}: {e}"))?;
     match req.dynamic_batching {
         Some(true) => config.scheduling_choice = dynamic_batching(),
         Some(false) => config.scheduling_choice = None,

@@ -46,7 +46,7 @@ pub struct IdentityInstance {
     record: Option<std::path::PathBuf>,
     /// `input_byte_size_counter{model,version}` (None where it could not be
     /// made: another family of that name exists).
-    byte_counter: Option<crate::core::custom_metrics::Handle>,
+    byte_counter: Option<crate::core::metrics::custom::Handle>,
 }
 
 /// Triton's identity backend's example response parameters.
@@ -66,8 +66,8 @@ fn example_parameters() -> std::sync::Arc<crate::core::types::ResponseParameters
 }
 
 /// Joins the counter Triton's identity backend keeps per model version.
-fn byte_counter(model: &str, version: &str) -> Option<crate::core::custom_metrics::Handle> {
-    use crate::core::custom_metrics as cm;
+fn byte_counter(model: &str, version: &str) -> Option<crate::core::metrics::custom::Handle> {
+    use crate::core::metrics::custom as cm;
     const NAME: &str = "input_byte_size_counter";
     // The family lives as long as one of its metrics (which holds it).
     let _family = cm::family(
@@ -221,9 +221,9 @@ impl super::BatchExec for IdentityInstance {
     fn execute(&mut self, inputs: Vec<Tensor>, outputs: &[String]) -> Result<Vec<Tensor>> {
         if let Some(counter) = &self.byte_counter {
             let bytes: usize = inputs.iter().map(|t| t.data.len()).sum();
-            let _ = crate::core::custom_metrics::update(
+            let _ = crate::core::metrics::custom::update(
                 counter,
-                crate::core::custom_metrics::Update::Increment(bytes as f64),
+                crate::core::metrics::custom::Update::Increment(bytes as f64),
             );
         }
         if crate::core::logging::enabled('V', 1) {

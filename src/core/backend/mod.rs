@@ -113,13 +113,16 @@ pub fn load_failed(config: &ModelConfig, why: impl std::fmt::Display) -> Error {
 }
 
 /// `config` completed, by auto-complete's rules, from the inputs and
-/// outputs a model file declares (`io`, as the backend read them).
+/// outputs a model file declares (`io`, as the backend read them), a
+/// batching model given `ctx`'s default max_batch_size.
 pub fn completed_from(
     config: &ModelConfig,
     io: Result<(Vec<ModelTensor>, Vec<ModelTensor>)>,
+    ctx: &CompleteContext,
 ) -> Result<ModelConfig> {
     let (inputs, outputs) = io?;
-    crate::core::config::autocomplete::completed(config, &inputs, &outputs)
+    let max_batch_size = ctx.options.default_max_batch_size;
+    crate::core::config::autocomplete::completed(config, &inputs, &outputs, max_batch_size)
         .map_err(|why| load_failed(config, why))
 }
 
@@ -164,7 +167,7 @@ impl Instance {
     /// Memory the instance holds outside the server process (a Python
     /// worker's resident set), read once it has loaded, for the
     /// statistics' `memory_usage`; empty where there is none to tell.
-    pub fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+    pub fn memory_usage(&self) -> Vec<crate::core::metrics::memory::MemoryUsage> {
         match self {
             Instance::Batches(_) => Vec::new(),
             Instance::Lists(l) => l.memory_usage(),
@@ -213,7 +216,7 @@ pub trait ListExec: Send {
 
     /// Memory the instance holds outside the server process (a Python
     /// worker's resident set).
-    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+    fn memory_usage(&self) -> Vec<crate::core::metrics::memory::MemoryUsage> {
         Vec::new()
     }
 }
@@ -323,7 +326,7 @@ pub enum ModelControl {
 }
 
 /// What the server's command line gives the backends.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct BackendOptions {
     /// The interpreter that runs Python models (`--python`,
     /// `TRTIS_PYTHON`); else the project's `.venv`, else `python3`.
@@ -331,8 +334,22 @@ pub struct BackendOptions {
     /// How long a Python worker may take to start and initialize (Triton's
     /// `--backend-config=python,stub-timeout-seconds=N`; default 30 s).
     pub stub_timeout: Option<std::time::Duration>,
+    /// The max_batch_size auto-complete gives a model that batches
+    /// (`--backend-config=default-max-batch-size=N`; Triton's 4).
+    pub default_max_batch_size: i32,
     /// The server, for BLS.
     pub host: Option<std::sync::Arc<dyn Host>>,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        BackendOptions {
+            python: None,
+            stub_timeout: None,
+            default_max_batch_size: crate::core::config::autocomplete::DEFAULT_MAX_BATCH_SIZE,
+            host: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for BackendOptions {
@@ -340,6 +357,7 @@ impl std::fmt::Debug for BackendOptions {
         f.debug_struct("BackendOptions")
             .field("python", &self.python)
             .field("stub_timeout", &self.stub_timeout)
+            .field("default_max_batch_size", &self.default_max_batch_size)
             .field("host", &self.host.is_some())
             .finish()
     }

@@ -139,7 +139,7 @@ impl ListExec for Reshaped<dyn ListExec> {
         self.inner.execute_requests(ready)
     }
 
-    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+    fn memory_usage(&self) -> Vec<crate::core::metrics::memory::MemoryUsage> {
         self.inner.memory_usage()
     }
 }

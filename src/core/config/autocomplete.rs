@@ -11,20 +11,6 @@ use crate::core::types::DataType;
 /// Triton's `default-max-batch-size` backend setting.
 pub const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
-static MAX_BATCH_SIZE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-
-/// The max_batch_size auto-complete gives a model that batches:
-/// [`DEFAULT_MAX_BATCH_SIZE`], or `--backend-config=default-max-batch-size=N`.
-pub fn default_max_batch_size() -> i32 {
-    *MAX_BATCH_SIZE.get().unwrap_or(&DEFAULT_MAX_BATCH_SIZE)
-}
-
-/// Sets [`default_max_batch_size`] once per process (the command line);
-/// a later call changes nothing.
-pub fn set_default_max_batch_size(n: i32) {
-    let _ = MAX_BATCH_SIZE.set(n);
-}
-
 /// A tensor the model file declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelTensor {
@@ -88,16 +74,24 @@ pub fn check_scalars(
 }
 
 /// `config` completed from a model file's `inputs` and `outputs` (the
-/// ONNX and SavedModel backends): `complete`, choosing the batching when
-/// the config sets none of max_batch_size, inputs and outputs.
+/// ONNX and SavedModel backends): `complete`, choosing the batching (with
+/// `max_batch_size`: [`DEFAULT_MAX_BATCH_SIZE`] or the server's
+/// `--backend-config=default-max-batch-size=N`) when the config sets none
+/// of max_batch_size, inputs and outputs.
 pub fn completed(
     config: &ModelConfig,
     inputs: &[ModelTensor],
     outputs: &[ModelTensor],
+    max_batch_size: i32,
 ) -> Result<ModelConfig, String> {
     let mut config = config.clone();
     let unset = config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty();
-    complete(&mut config, inputs, outputs, unset)?;
+    complete(
+        &mut config,
+        inputs,
+        outputs,
+        unset.then_some(max_batch_size),
+    )?;
     Ok(config)
 }
 
@@ -105,17 +99,18 @@ pub fn completed(
 /// config does not list are added. With `choose_batching` (Triton does so
 /// when the config says nothing about batching: max_batch_size 0 and no
 /// inputs or outputs), a model whose every tensor has a dynamic first
-/// dimension is taken to batch: max_batch_size 4, dynamic batching on.
+/// dimension is taken to batch: max_batch_size `choose_batching` (4 unless
+/// the server says otherwise), dynamic batching on.
 pub fn complete(
     config: &mut ModelConfig,
     inputs: &[ModelTensor],
     outputs: &[ModelTensor],
-    choose_batching: bool,
+    choose_batching: Option<i32>,
 ) -> Result<(), String> {
     let all: Vec<&ModelTensor> = inputs.iter().chain(outputs).collect();
     let batchable = !all.is_empty() && all.iter().all(|t| t.shape.first() == Some(&-1));
-    if choose_batching && batchable {
-        config.max_batch_size = default_max_batch_size();
+    if let Some(max_batch_size) = choose_batching.filter(|_| batchable) {
+        config.max_batch_size = max_batch_size;
         if config.scheduling_choice.is_none() {
             config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
                 ModelDynamicBatching::default(),
@@ -177,7 +172,7 @@ mod tests {
             &mut c,
             &[t("input", DataType::Fp32, &[-1, 3, 224, 224])],
             &[t("output", DataType::Fp32, &[-1, 1000])],
-            true,
+            Some(DEFAULT_MAX_BATCH_SIZE),
         )
         .unwrap();
         assert_eq!(c.max_batch_size, 4);
@@ -203,7 +198,7 @@ mod tests {
             &mut c,
             &[t("x", DataType::Int64, &[2, 2])],
             &[t("y", DataType::Int64, &[2, 2])],
-            true,
+            Some(DEFAULT_MAX_BATCH_SIZE),
         )
         .unwrap();
         assert_eq!(c.max_batch_size, 0);

@@ -23,37 +23,28 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Triton places instances only on GPUs of compute capability 6.0 or
-    /// more; the others are found but not used.
-    pub fn usable(&self) -> bool {
-        self.compute_capability >= min_compute_capability()
+    /// Triton places instances only on GPUs of compute capability `min`
+    /// ([`MIN_COMPUTE_CAPABILITY`], or `--min-supported-compute-capability`)
+    /// or more; the others are found but not used.
+    pub fn usable(&self, min: (i32, i32)) -> bool {
+        self.compute_capability >= min
     }
 }
 
 /// Triton 2.51's minimum CUDA compute capability.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (6, 0);
 
-static MIN_CC: OnceLock<(i32, i32)> = OnceLock::new();
-
-/// The least compute capability a GPU needs to be used: 6.0, or
-/// `--min-supported-compute-capability`.
-pub fn min_compute_capability() -> (i32, i32) {
-    *MIN_CC.get().unwrap_or(&MIN_COMPUTE_CAPABILITY)
-}
-
-/// [`min_compute_capability`] as Triton prints it (6.000000).
-pub fn min_compute_capability_value() -> f64 {
-    let (major, minor) = min_compute_capability();
-    major as f64 + minor as f64 / 10.0
-}
-
-/// Sets [`min_compute_capability`] (`X.Y`, as Triton's flag); call before
-/// anything asks which GPUs are usable. A later call changes nothing.
-pub fn set_min_compute_capability(cc: f64) {
+/// A compute capability given as Triton's flag gives it (`X.Y`):
+/// 7.5 is (7, 5); 8.65 rounds to (8, 7), capabilities having one digit.
+pub fn capability_from_flag(cc: f64) -> (i32, i32) {
     let major = cc.trunc() as i32;
-    // 7.5 is (7, 5); 8.65 rounds to (8, 7)... capabilities have one digit.
     let minor = ((cc - cc.trunc()) * 10.0).round() as i32;
-    let _ = MIN_CC.set((major, minor.min(9)));
+    (major, minor.min(9))
+}
+
+/// A compute capability as Triton prints it (6.000000 with `{:.6}`).
+pub fn capability_value((major, minor): (i32, i32)) -> f64 {
+    major as f64 + minor as f64 / 10.0
 }
 
 /// What discovery found: the GPUs, and when there are none, why.
@@ -211,14 +202,18 @@ impl std::str::FromStr for GpuSelection {
 }
 
 /// The ids of the GPUs the selection lets this server use, from what
-/// discovery found: only usable GPUs (compute capability 6.0 or more). An
-/// id that names no GPU, or one below the minimum capability, is refused
+/// discovery found: only usable GPUs (compute capability `min` or more).
+/// An id that names no GPU, or one below the minimum capability, is refused
 /// with the reason.
-pub fn select(found: &Discovery, selection: &GpuSelection) -> Result<Vec<i32>, String> {
+pub fn select(
+    found: &Discovery,
+    selection: &GpuSelection,
+    min: (i32, i32),
+) -> Result<Vec<i32>, String> {
     let usable: Vec<i32> = found
         .gpus
         .iter()
-        .filter(|g| g.usable())
+        .filter(|g| g.usable(min))
         .map(|g| g.id)
         .collect();
     match selection {
@@ -238,14 +233,14 @@ pub fn select(found: &Discovery, selection: &GpuSelection) -> Result<Vec<i32>, S
                         };
                         return Err(format!("--gpus: there is no GPU {id}; {why}"));
                     }
-                    Some(g) if !g.usable() => {
+                    Some(g) if !g.usable(min) => {
                         return Err(format!(
                             "--gpus: GPU {id} ({}) has compute capability {}.{}, below the {}.{} trtis and Triton need",
                             g.name,
                             g.compute_capability.0,
                             g.compute_capability.1,
-                            min_compute_capability().0,
-                            min_compute_capability().1
+                            min.0,
+                            min.1
                         ))
                     }
                     Some(_) if !out.contains(&id) => out.push(id),
@@ -258,17 +253,20 @@ pub fn select(found: &Discovery, selection: &GpuSelection) -> Result<Vec<i32>, S
 }
 
 /// The GPU ids this process uses: set once by [`restrict_gpus`] (`serve
-/// --gpus`), else every usable GPU discovered.
+/// --gpus`), else every GPU discovered of Triton's minimum capability.
 pub fn visible_gpus() -> &'static [i32] {
-    VISIBLE.get_or_init(|| select(discovery(), &GpuSelection::All).unwrap_or_default())
+    VISIBLE.get_or_init(|| {
+        select(discovery(), &GpuSelection::All, MIN_COMPUTE_CAPABILITY).unwrap_or_default()
+    })
 }
 
 static VISIBLE: OnceLock<Vec<i32>> = OnceLock::new();
 
 /// Restricts this process to the selected GPUs; call before anything asks
-/// for [`visible_gpus`] (serve does, first). Returns the ids.
-pub fn restrict_gpus(selection: &GpuSelection) -> Result<&'static [i32], String> {
-    let ids = select(discovery(), selection)?;
+/// for [`visible_gpus`] (serve does, first), using only GPUs of compute
+/// capability `min` or more. Returns the ids.
+pub fn restrict_gpus(selection: &GpuSelection, min: (i32, i32)) -> Result<&'static [i32], String> {
+    let ids = select(discovery(), selection, min)?;
     if VISIBLE.set(ids.clone()).is_err() && visible_gpus() != ids.as_slice() {
         return Err("--gpus: the GPUs were chosen already".into());
     }
@@ -371,13 +369,15 @@ pub struct Placement {
 /// The instances of a normalized config (KIND_AUTO resolved, KIND_GPU's
 /// `gpus` filled in), in Triton's order: group by group, then instance
 /// index by index, then, for KIND_GPU, one per listed GPU. `visible` are the
-/// GPU ids this server may use. Refused as Triton refuses (the message is
+/// GPU ids this server may use, those of compute capability `min` or more.
+/// Refused as Triton refuses (the message is
 /// the reason, without the model's name): a KIND_GPU group without a GPU or
 /// listing one that is not visible, a KIND_CPU or KIND_MODEL group listing
 /// GPUs, KIND_AUTO left unresolved.
 pub fn place(
     config: &crate::core::config::pb::ModelConfig,
     visible: &[i32],
+    min: (i32, i32),
 ) -> Result<Vec<Placement>, String> {
     use crate::core::config::pb::model_instance_group::Kind;
     let mut out = Vec::new();
@@ -415,7 +415,7 @@ pub fn place(
                         "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at least the minimum required CUDA compute compatibility of {:.6} are: {}",
                         group.name,
                         config.name,
-                        min_compute_capability_value(),
+                        capability_value(min),
                         ids.join(", ")
                     ));
                 }
@@ -446,6 +446,8 @@ mod tests {
     use super::*;
     use crate::core::config::pb::model_instance_group::Kind;
     use crate::core::config::pb::{ModelConfig, ModelInstanceGroup};
+
+    const MIN: (i32, i32) = MIN_COMPUTE_CAPABILITY;
 
     fn group(name: &str, kind: Kind, count: i32, gpus: &[i32]) -> ModelInstanceGroup {
         ModelInstanceGroup {
@@ -480,7 +482,7 @@ mod tests {
             group("m_1", Kind::Model, 1, &[]),
         ]);
         for visible in [&[][..], &[0], &[0, 1, 2, 3]] {
-            let p = place(&c, visible).unwrap();
+            let p = place(&c, visible, MIN).unwrap();
             assert_eq!(
                 layout(&p),
                 named(&[
@@ -499,13 +501,13 @@ mod tests {
         // One GPU, count 2.
         let c = config(vec![group("m_0", Kind::Gpu, 2, &[0])]);
         assert_eq!(
-            layout(&place(&c, &[0]).unwrap()),
+            layout(&place(&c, &[0], MIN).unwrap()),
             named(&[("m_0_0", Gpu(0)), ("m_0_1", Gpu(0))])
         );
         // Two GPUs listed, count 2: index by index, each on both.
         let c = config(vec![group("m_0", Kind::Gpu, 2, &[0, 1])]);
         assert_eq!(
-            layout(&place(&c, &[0, 1]).unwrap()),
+            layout(&place(&c, &[0, 1], MIN).unwrap()),
             named(&[
                 ("m_0_0", Gpu(0)),
                 ("m_0_0", Gpu(1)),
@@ -520,7 +522,7 @@ mod tests {
             group("c", Kind::Gpu, 1, &[2]),
         ]);
         assert_eq!(
-            layout(&place(&c, &[0, 1, 2, 3]).unwrap()),
+            layout(&place(&c, &[0, 1, 2, 3], MIN).unwrap()),
             named(&[
                 ("a_0", Gpu(3)),
                 ("a_0", Gpu(1)),
@@ -535,7 +537,7 @@ mod tests {
         // Normalization gives a KIND_GPU group without ids every visible
         // GPU (config::normalize's tests); with four:
         let c = config(vec![group("m_0", Kind::Gpu, 1, &[0, 1, 2, 3])]);
-        let p = place(&c, &[0, 1, 2, 3]).unwrap();
+        let p = place(&c, &[0, 1, 2, 3], MIN).unwrap();
         assert_eq!(
             p.iter().map(|p| p.device).collect::<Vec<_>>(),
             (0..4).map(Device::Gpu).collect::<Vec<_>>()
@@ -574,31 +576,34 @@ mod tests {
     fn selection_keeps_usable_gpus_and_refuses_what_is_not_there() {
         // Four GPUs, GPU 2 below compute capability 6.0.
         let four = found(&[(8, 0), (7, 5), (5, 2), (9, 0)]);
-        assert_eq!(select(&four, &GpuSelection::All), Ok(vec![0, 1, 3]));
-        assert_eq!(select(&four, &GpuSelection::None), Ok(vec![]));
+        assert_eq!(select(&four, &GpuSelection::All, MIN), Ok(vec![0, 1, 3]));
+        assert_eq!(select(&four, &GpuSelection::None, MIN), Ok(vec![]));
         // Ids keep CUDA's numbers (not renumbered), each once.
         assert_eq!(
-            select(&four, &GpuSelection::Ids(vec![3, 1, 3])),
+            select(&four, &GpuSelection::Ids(vec![3, 1, 3]), MIN),
             Ok(vec![3, 1])
         );
-        let old = select(&four, &GpuSelection::Ids(vec![2])).unwrap_err();
+        let old = select(&four, &GpuSelection::Ids(vec![2]), MIN).unwrap_err();
         assert!(
             old.contains("compute capability 5.2, below the 6.0"),
             "{old}"
         );
-        let missing = select(&four, &GpuSelection::Ids(vec![4])).unwrap_err();
+        let missing = select(&four, &GpuSelection::Ids(vec![4]), MIN).unwrap_err();
         assert!(
             missing.contains("there is no GPU 4; the GPUs are: 0, 1, 2, 3"),
             "{missing}"
         );
         // One GPU; none.
-        assert_eq!(select(&found(&[(6, 0)]), &GpuSelection::All), Ok(vec![0]));
+        assert_eq!(
+            select(&found(&[(6, 0)]), &GpuSelection::All, MIN),
+            Ok(vec![0])
+        );
         let none = Discovery {
             gpus: vec![],
             none_because: Some("no CUDA driver".into()),
         };
-        assert_eq!(select(&none, &GpuSelection::All), Ok(vec![]));
-        let e = select(&none, &GpuSelection::Ids(vec![0])).unwrap_err();
+        assert_eq!(select(&none, &GpuSelection::All, MIN), Ok(vec![]));
+        let e = select(&none, &GpuSelection::Ids(vec![0]), MIN).unwrap_err();
         assert!(
             e.ends_with("this machine has no GPU: no CUDA driver"),
             "{e}"
@@ -609,7 +614,7 @@ mod tests {
     fn simulated_gpus_and_uuid_text() {
         let two = simulated(2);
         assert_eq!(two.gpus.len(), 2);
-        assert!(two.none_because.is_none() && two.gpus.iter().all(Gpu::usable));
+        assert!(two.none_because.is_none() && two.gpus.iter().all(|g| g.usable(MIN)));
         assert!(simulated(0).none_because.is_some());
         let bytes: [u8; 16] = std::array::from_fn(|i| i as u8 * 17);
         assert_eq!(
@@ -631,24 +636,29 @@ mod tests {
 
     #[test]
     fn what_triton_refuses_is_refused() {
-        let no_gpu = place(&config(vec![group("g", Kind::Gpu, 1, &[0])]), &[]).unwrap_err();
+        let no_gpu = place(&config(vec![group("g", Kind::Gpu, 1, &[0])]), &[], MIN).unwrap_err();
         assert!(
             no_gpu.contains("has kind KIND_GPU but no GPUs are available"),
             "{no_gpu}"
         );
-        let bad = place(&config(vec![group("g", Kind::Gpu, 1, &[0, 2])]), &[0, 1]).unwrap_err();
+        let bad = place(
+            &config(vec![group("g", Kind::Gpu, 1, &[0, 2])]),
+            &[0, 1],
+            MIN,
+        )
+        .unwrap_err();
         assert!(
             bad.contains("specifies invalid or unsupported gpu id 2") && bad.ends_with("are: 0, 1"),
             "{bad}"
         );
-        let cpu = place(&config(vec![group("c", Kind::Cpu, 1, &[0])]), &[0]).unwrap_err();
+        let cpu = place(&config(vec![group("c", Kind::Cpu, 1, &[0])]), &[0], MIN).unwrap_err();
         assert!(
             cpu.contains("has kind KIND_CPU but specifies one or more GPUs"),
             "{cpu}"
         );
-        let model = place(&config(vec![group("x", Kind::Model, 1, &[0])]), &[0]).unwrap_err();
+        let model = place(&config(vec![group("x", Kind::Model, 1, &[0])]), &[0], MIN).unwrap_err();
         assert!(model.contains("KIND_MODEL"), "{model}");
-        let auto = place(&config(vec![group("a", Kind::Auto, 1, &[])]), &[0]).unwrap_err();
+        let auto = place(&config(vec![group("a", Kind::Auto, 1, &[])]), &[0], MIN).unwrap_err();
         assert!(auto.contains("KIND_AUTO"), "{auto}");
     }
 }

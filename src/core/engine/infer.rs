@@ -14,10 +14,10 @@ use std::time::{Instant, SystemTime};
 use super::Engine;
 use crate::core::classify::classify;
 use crate::core::error::{request_prefix, Error, ErrorKind, Result};
+use crate::core::metrics::stats::ModelStats;
 use crate::core::repository::LoadedModel;
 use crate::core::request::validate;
 use crate::core::scheduler::{StepRunner, Submission};
-use crate::core::stats::ModelStats;
 use crate::core::types::{CancelToken, InferRequest, InferResponse, RequestedOutput, Tensor};
 
 impl Engine {

@@ -50,6 +50,15 @@ pub struct ServerConfig {
     /// The backends that run KIND_GPU instances in this installation (set
     /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
     pub gpu_backends: &'static [&'static str],
+    /// The least compute capability of a GPU models may use
+    /// (`--min-supported-compute-capability`; Triton's 6.0 by default).
+    pub min_compute_capability: (i32, i32),
+    /// `--model-config-name`: each model loads `configs/<NAME>.pbtxt`
+    /// where it has one.
+    pub model_config_name: Option<String>,
+    /// The max_batch_size auto-complete gives a model that batches
+    /// (`--backend-config=default-max-batch-size=N`; Triton's 4).
+    pub default_max_batch_size: i32,
     /// Capacity of each model version's request queue.
     pub queue_capacity: usize,
     /// Complete configs from model files (off: `--disable-auto-complete-config`).
@@ -76,7 +85,7 @@ pub struct ServerConfig {
     pub load_retries: u32,
     /// The metrics settings (`--metrics-config`, `--allow-cpu-metrics`,
     /// `--allow-gpu-metrics`, `--metrics-interval-ms`).
-    pub metrics: crate::core::metrics_settings::MetricsSettings,
+    pub metrics: crate::core::metrics::settings::MetricsSettings,
 }
 
 impl ServerConfig {
@@ -99,6 +108,9 @@ impl ServerConfig {
             id: "triton".to_string(),
             gpus: crate::core::device::visible_gpus(),
             gpu_backends: crate::core::backend::gpu_backends(crate::core::device::visible_gpus()),
+            min_compute_capability: crate::core::device::MIN_COMPUTE_CAPABILITY,
+            model_config_name: None,
+            default_max_batch_size: crate::core::config::autocomplete::DEFAULT_MAX_BATCH_SIZE,
             queue_capacity: 1024,
             auto_complete: true,
             allow_client_shm: false,
@@ -176,6 +188,7 @@ impl Engine {
             let backend = crate::core::backend::BackendOptions {
                 python: config.python.clone(),
                 stub_timeout: config.stub_timeout,
+                default_max_batch_size: config.default_max_batch_size,
                 host: Some(Arc::new(host::EngineHost::new(weak.clone()))),
             };
             let manager = ModelManager::new(ManagerOptions {
@@ -183,6 +196,8 @@ impl Engine {
                 namespacing: config.namespacing,
                 gpus: config.gpus,
                 gpu_backends: config.gpu_backends,
+                min_compute_capability: config.min_compute_capability,
+                config_name: config.model_config_name.clone(),
                 queue_capacity: config.queue_capacity,
                 auto_complete: config.auto_complete,
                 load_retries: config.load_retries,

@@ -22,7 +22,7 @@ use hdrhistogram::Histogram as Hdr;
 
 use crate::core::config::pb::model_metrics::metric_control::MetricOptions;
 use crate::core::config::ModelConfig;
-use crate::core::metrics_settings::MetricsSettings;
+use crate::core::metrics::settings::MetricsSettings;
 
 /// prometheus-cpp's summary defaults.
 pub const MAX_AGE: Duration = Duration::from_secs(60);

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use crate::core::memory::MemoryUsage;
+pub use crate::core::metrics::memory::MemoryUsage;
 
 /// Compute input, infer and output durations of one execution.
 pub type Times = (Duration, Duration, Duration);
@@ -54,7 +54,7 @@ impl Histogram {
     /// sum in nanoseconds.
     pub fn cumulative(&self) -> (Vec<u64>, u64) {
         (
-            crate::core::latency_metrics::running_totals(&self.counts),
+            crate::core::metrics::latency::running_totals(&self.counts),
             self.sum_ns.load(Relaxed),
         )
     }
@@ -101,7 +101,7 @@ pub struct ModelStats {
     pub by_request_batch: std::sync::Mutex<std::collections::BTreeMap<u32, RequestBatch>>,
     /// The summaries and first-response histogram that `--metrics-config`
     /// asks for; None (one branch per request) when it asks for neither.
-    pub latency: Option<Box<crate::core::latency_metrics::LatencyMetrics>>,
+    pub latency: Option<Box<crate::core::metrics::latency::LatencyMetrics>>,
     /// How long the version took to load (its backend model and
     /// instances), for `nv_model_load_duration_secs`; 0 for an ensemble.
     pub load_duration_ns: AtomicU64,
@@ -136,7 +136,7 @@ impl Default for BatchStats {
 
 impl ModelStats {
     /// Statistics that also keep `latency` (see [`ModelStats::latency`]).
-    pub fn with_latency(latency: Option<crate::core::latency_metrics::LatencyMetrics>) -> Self {
+    pub fn with_latency(latency: Option<crate::core::metrics::latency::LatencyMetrics>) -> Self {
         ModelStats {
             latency: latency.map(Box::new),
             ..Default::default()

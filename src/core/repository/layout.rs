@@ -20,34 +20,27 @@ pub struct ModelDir {
     /// The directory name: the model's name in the repository.
     pub name: String,
     pub path: PathBuf,
+    /// The config file it loads from: `configs/<--model-config-name>.pbtxt`
+    /// when that flag is given and the file is there, else `config.pbtxt`,
+    /// as Triton picks it.
+    pub config_file: PathBuf,
     /// Numeric version directories.
     pub versions: BTreeMap<i64, PathBuf>,
     /// Subdirectories ignored as versions, with Triton's reason.
     pub ignored: Vec<String>,
 }
 
-/// `--model-config-name`: the config each model loads from
-/// `configs/<name>.pbtxt` when it has one. Set once per process, by the
-/// command line (`serve`, `validate-config`), before any model is read.
-static CONFIG_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// Sets `--model-config-name`; a later call changes nothing.
-pub fn set_config_name(name: &str) {
-    let _ = CONFIG_NAME.set(name.to_string());
-}
-
-/// The model directory's `configs/<--model-config-name>.pbtxt`, when that
-/// flag is given and the file is there.
-fn custom_config(dir: &Path) -> Option<PathBuf> {
-    let name = CONFIG_NAME.get()?;
+/// The model directory's `configs/<config_name>.pbtxt` (`config_name` is
+/// `--model-config-name`), when that flag is given and the file is there.
+fn custom_config(dir: &Path, config_name: Option<&str>) -> Option<PathBuf> {
+    let name = config_name?;
     Some(dir.join("configs").join(format!("{name}.pbtxt"))).filter(|p| p.is_file())
 }
 
 impl ModelDir {
-    /// The model's config file: its custom one ([`set_config_name`]) when it
-    /// has one, else `config.pbtxt`, as Triton picks it.
+    /// The model's config file ([`ModelDir::config_file`]).
     pub fn config_path(&self) -> PathBuf {
-        custom_config(&self.path).unwrap_or_else(|| self.path.join(CONFIG_FILE))
+        self.config_file.clone()
     }
 
     /// Names in the first version directory in Triton's (lexical) order,
@@ -64,8 +57,9 @@ impl ModelDir {
     }
 }
 
-/// Reads a model directory's version subdirectories.
-pub fn scan_model_dir(path: &Path) -> io::Result<ModelDir> {
+/// Reads a model directory's version subdirectories; its config file is
+/// `configs/<config_name>.pbtxt` where it has one (`--model-config-name`).
+pub fn scan_model_dir(path: &Path, config_name: Option<&str>) -> io::Result<ModelDir> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -101,6 +95,7 @@ pub fn scan_model_dir(path: &Path) -> io::Result<ModelDir> {
     Ok(ModelDir {
         name,
         path: path.to_path_buf(),
+        config_file: custom_config(path, config_name).unwrap_or_else(|| path.join(CONFIG_FILE)),
         versions,
         ignored,
     })
@@ -122,11 +117,12 @@ pub fn list_model_dirs(repo: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// Whether `dir` looks like a model directory rather than a repository: it
-/// has a `config.pbtxt` or a numeric version subdirectory.
-pub fn is_model_dir(dir: &Path) -> bool {
+/// has a `config.pbtxt` (or `configs/<config_name>.pbtxt`) or a numeric
+/// version subdirectory.
+pub fn is_model_dir(dir: &Path, config_name: Option<&str>) -> bool {
     dir.join(CONFIG_FILE).is_file()
-        || custom_config(dir).is_some()
-        || scan_model_dir(dir).is_ok_and(|m| !m.versions.is_empty())
+        || custom_config(dir, config_name).is_some()
+        || scan_model_dir(dir, config_name).is_ok_and(|m| !m.versions.is_empty())
 }
 
 /// Sorted file and directory names in `dir`.
@@ -271,7 +267,7 @@ mod tests {
         }
         std::fs::write(m.join("config.pbtxt"), "").unwrap();
         std::fs::write(m.join("1/model.onnx"), "").unwrap();
-        let scanned = scan_model_dir(&m).unwrap();
+        let scanned = scan_model_dir(&m, None).unwrap();
         assert_eq!(scanned.name, "mymodel");
         assert_eq!(
             scanned.versions.keys().copied().collect::<Vec<_>>(),
@@ -282,7 +278,7 @@ mod tests {
             scanned.first_version_entries(),
             vec!["model.onnx".to_string()]
         );
-        assert!(is_model_dir(&m));
-        assert!(!is_model_dir(dir.path()));
+        assert!(is_model_dir(&m, None));
+        assert!(!is_model_dir(dir.path(), None));
     }
 }

@@ -199,6 +199,8 @@ impl ModelManager {
         let opts = CheckOptions {
             gpus: self.opts.gpus,
             gpu_backends: self.opts.gpu_backends,
+            min_compute_capability: self.opts.min_compute_capability,
+            config_name: self.opts.config_name.as_deref(),
             missing_gpu: Severity::Error,
             server_support: true,
             model_files: false,
@@ -223,7 +225,7 @@ impl ModelManager {
                 if !path.is_dir() {
                     return Err(Error::not_found(not_there()));
                 }
-                let dir = scan_model_dir(&path)
+                let dir = scan_model_dir(&path, self.opts.config_name.as_deref())
                     .map_err(|e| Error::internal(format!("failed to load '{name}': {e}")))?;
                 let fingerprint = fingerprint(&path);
                 let checked = check_given(self.roots_for(id), dir, config, &opts)

@@ -17,8 +17,8 @@ use crate::core::config::{ModelConfig, Severity};
 use crate::core::device::{Device, Placement};
 use crate::core::error::{Error, Result};
 use crate::core::instance::{InstancePool, Loader};
+use crate::core::metrics::stats::ModelStats;
 use crate::core::scheduler::{EnsembleScheduler, Scheduler, SeqSettings};
-use crate::core::stats::ModelStats;
 
 /// A new load's number.
 fn next_generation() -> u64 {
@@ -119,7 +119,7 @@ pub(super) fn auto_complete(
     let vctx = ValidateContext {
         gpus: opts.gpus,
         missing_gpu: Severity::Error,
-        min_compute_capability: crate::core::device::min_compute_capability_value(),
+        min_compute_capability: crate::core::device::capability_value(opts.min_compute_capability),
     };
     if let Some(issue) = validate(&config, &vctx)
         .into_iter()
@@ -153,7 +153,7 @@ fn kept_instances(
     };
     let (Some(pool), Ok(old)) = (
         previous.pool.as_ref().and_then(std::sync::Weak::upgrade),
-        crate::core::device::place(&previous.config, opts.gpus),
+        crate::core::device::place(&previous.config, opts.gpus, opts.min_compute_capability),
     ) else {
         return kept;
     };
@@ -185,7 +185,7 @@ pub(super) fn load_version(
     labels: &BTreeMap<String, Vec<String>>,
     previous: Option<&LoadedModel>,
 ) -> Result<LoadedModel> {
-    let latency = crate::core::latency_metrics::LatencyMetrics::for_model(&opts.metrics, config);
+    let latency = crate::core::metrics::latency::LatencyMetrics::for_model(&opts.metrics, config);
     let stats = match previous {
         Some(p) => Arc::clone(&p.stats),
         None => Arc::new(ModelStats::with_latency(latency)),
@@ -220,11 +220,11 @@ pub(super) fn load_version(
     // memory_usage: the server's growth across the load (an estimate: a
     // model loading beside this one adds to it too), and what each
     // instance holds outside the server (a Python worker).
-    let rss_before = crate::core::memory::process_rss(std::process::id());
+    let rss_before = crate::core::metrics::memory::process_rss(std::process::id());
     let version_dir = model_dir.join(version.to_string());
     let samples = Arc::new(crate::core::warmup::samples(config, model_dir)?);
     // Each group's instances, on the devices its kind and `gpus` name.
-    let placements = crate::core::device::place(config, opts.gpus)
+    let placements = crate::core::device::place(config, opts.gpus, opts.min_compute_capability)
         .map_err(|why| Error::invalid_arg(format!("model '{name}': {why}")))?;
     let sequencing = SeqSettings::from_config(config, placements.len(), model_dir)?;
     let io = BatchIo::from_config(config);
@@ -331,15 +331,15 @@ pub(super) fn load_version(
     {
         let grown = match (
             rss_before,
-            crate::core::memory::process_rss(std::process::id()),
+            crate::core::metrics::memory::process_rss(std::process::id()),
         ) {
             (Some(before), Some(after)) => after.saturating_sub(before),
             _ => 0,
         };
         let mut usage = stats.memory_usage.lock().unwrap_or_else(|e| e.into_inner());
         let instances = std::mem::take(&mut *usage);
-        *usage = crate::core::memory::MemoryUsage::summed(
-            std::iter::once(crate::core::memory::MemoryUsage {
+        *usage = crate::core::metrics::memory::MemoryUsage::summed(
+            std::iter::once(crate::core::metrics::memory::MemoryUsage {
                 kind: "CPU",
                 id: 0,
                 byte_size: grown,

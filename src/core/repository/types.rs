@@ -49,6 +49,12 @@ pub struct ManagerOptions {
     /// The backends that run KIND_GPU instances in this installation (set
     /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
     pub gpu_backends: &'static [&'static str],
+    /// The least compute capability of a GPU models may use
+    /// (`--min-supported-compute-capability`).
+    pub min_compute_capability: (i32, i32),
+    /// `--model-config-name`: each model loads `configs/<NAME>.pbtxt`
+    /// where it has one.
+    pub config_name: Option<String>,
     /// Capacity of each model's request queue.
     pub queue_capacity: usize,
     /// Complete configs from the model file (Triton's default; off with
@@ -65,5 +71,5 @@ pub struct ManagerOptions {
     /// engine for BLS).
     pub backend: crate::core::backend::BackendOptions,
     /// What the versions keep for `/metrics` (`--metrics-config`).
-    pub metrics: crate::core::metrics_settings::MetricsSettings,
+    pub metrics: crate::core::metrics::settings::MetricsSettings,
 }

@@ -11,8 +11,8 @@ use super::{pending, Answering, Completion, Submission};
 use crate::core::batch_io::BatchIo;
 use crate::core::error::Result;
 use crate::core::instance::{BackendRequest, Done, InstancePool, Job, Reply, Work};
+use crate::core::metrics::stats::ModelStats;
 use crate::core::responder::Responder;
-use crate::core::stats::ModelStats;
 
 /// The default scheduler of one model version.
 pub struct DefaultScheduler {

@@ -31,7 +31,7 @@ use crate::core::config::pb::model_ensembling::Step;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::instance::Done;
-use crate::core::stats::ModelStats;
+use crate::core::metrics::stats::ModelStats;
 use crate::core::types::{InferRequest, InferResponse, RequestedOutput, SequenceParams, Tensor};
 
 /// What an ensemble needs of the server: one step's request run on a

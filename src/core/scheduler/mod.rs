@@ -33,7 +33,7 @@ use crate::core::batch_io::BatchIo;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
 use crate::core::instance::{Done, InstancePool, WorkSource};
-use crate::core::stats::ModelStats;
+use crate::core::metrics::stats::ModelStats;
 use crate::core::types::{CancelToken, RequestInfo, RequestedOutput, SequenceParams, Tensor};
 
 pub use default::DefaultScheduler;

@@ -161,9 +161,9 @@ mod tests {
 
     use super::*;
     use crate::core::config::{parse_config, ModelConfig};
-    use crate::core::frontend::http::AppState;
-    use crate::core::frontend::router;
     use crate::core::{Engine, ServerConfig};
+    use crate::server::frontend::http::AppState;
+    use crate::server::frontend::router;
 
     pub(super) fn config(text: &str) -> ModelConfig {
         parse_config(text.as_bytes()).unwrap().config

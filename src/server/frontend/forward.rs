@@ -78,10 +78,10 @@ impl HeaderForward {
         metadata: &tonic::metadata::MetadataMap,
         parameters: &mut std::collections::HashMap<
             String,
-            crate::core::protocol::pb::inference::InferParameter,
+            crate::server::protocol::pb::inference::InferParameter,
         >,
     ) {
-        use crate::core::protocol::pb::inference::infer_parameter::ParameterChoice;
+        use crate::server::protocol::pb::inference::infer_parameter::ParameterChoice;
         // Text metadata only (binary `-bin` entries are never forwarded),
         // read in place: no copy of the call's metadata per request.
         let picked = self.pick(metadata.iter().filter_map(|entry| match entry {
@@ -94,7 +94,7 @@ impl HeaderForward {
         }));
         for (name, value) in picked {
             parameters.entry(name).or_insert(
-                crate::core::protocol::pb::inference::InferParameter {
+                crate::server::protocol::pb::inference::InferParameter {
                     parameter_choice: Some(ParameterChoice::StringParam(value)),
                 },
             );

@@ -11,14 +11,14 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::core::engine::Engine;
 use crate::core::error::{Error, Result};
-use crate::core::protocol::v1::pb::{
+use crate::server::protocol::v1::pb::{
     self,
     grpc_service_server::GrpcServiceServer,
     model_control_request,
     shared_memory_control_request::{register::SharedMemoryTypes, SharedMemoryControl},
     shared_memory_control_response, InferRequest, InferResponse,
 };
-use crate::core::protocol::v1::{self, infer, Api, API_STATS};
+use crate::server::protocol::v1::{self, infer, Api, API_STATS};
 
 /// How many requests of one `StreamInfer` call run at once; their answers
 /// still go out in request order.

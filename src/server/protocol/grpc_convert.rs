@@ -474,10 +474,10 @@ pub fn model_statistics(m: &LoadedModel) -> ModelStatistics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::protocol::pb::inference::model_infer_request::{
+    use crate::server::protocol::pb::inference::model_infer_request::{
         InferInputTensor, InferRequestedOutputTensor,
     };
-    use crate::core::protocol::pb::inference::InferParameter;
+    use crate::server::protocol::pb::inference::InferParameter;
 
     /// qa/L0_parameters: `triton_` keys are Triton's own; only
     /// `triton_enable_empty_final_response` (a bool) may be sent.

@@ -581,7 +581,7 @@ impl super::Backend for Onnx {
             return None;
         }
         let file = ctx.version_dir.join(&config.default_model_filename);
-        Some(super::completed_from(config, model_io(&file)))
+        Some(super::completed_from(config, model_io(&file), ctx))
     }
 
     /// With the CUDA provider in its library.

@@ -13,7 +13,6 @@
 //! each dimension is the model's (-1 only where the model's is dynamic).
 
 use super::ir::IrPort;
-use crate::core::config::autocomplete::default_max_batch_size;
 use crate::core::config::pb::{
     model_config::SchedulingChoice, ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput,
 };
@@ -41,6 +40,7 @@ pub fn complete(
     config: &mut ModelConfig,
     inputs: &[IrPort],
     outputs: &[IrPort],
+    max_batch_size: i32,
 ) -> Result<Vec<(char, String)>> {
     let name = config.name.clone();
     let mut notes = Vec::new();
@@ -51,7 +51,7 @@ pub fn complete(
             .all(|p| p.layout.as_deref().is_some_and(has_batch));
     if batching {
         if config.max_batch_size == 0 {
-            config.max_batch_size = default_max_batch_size().max(1);
+            config.max_batch_size = max_batch_size.max(1);
             notes.push((
                 'W',
                 format!(
@@ -139,6 +139,7 @@ pub fn complete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::autocomplete::DEFAULT_MAX_BATCH_SIZE;
     use openvino::ElementType;
 
     fn port(name: &str, dims: &[i64], layout: Option<&str>) -> IrPort {
@@ -179,9 +180,10 @@ mod tests {
             &mut c,
             &[port("x", &[-1, 3, 4], Some("[N,C,W]"))],
             &[port("y", &[-1, 3, 4], Some("[N,...]"))],
+            DEFAULT_MAX_BATCH_SIZE,
         )
         .unwrap();
-        assert_eq!(c.max_batch_size, default_max_batch_size());
+        assert_eq!(c.max_batch_size, DEFAULT_MAX_BATCH_SIZE);
         assert!(matches!(
             c.scheduling_choice,
             Some(SchedulingChoice::DynamicBatching(_))
@@ -199,6 +201,7 @@ mod tests {
             &mut c,
             &[port("x", &[2, 4], Some("[N,C]"))],
             &[port("y", &[2, 4], None)],
+            DEFAULT_MAX_BATCH_SIZE,
         )
         .unwrap();
         assert_eq!(c.max_batch_size, 0);
@@ -214,6 +217,7 @@ mod tests {
             &mut c,
             &[port("x", &[-1, 4], None)],
             &[port("y", &[-1, 4], None)],
+            DEFAULT_MAX_BATCH_SIZE,
         )
         .unwrap();
         assert_eq!(c.max_batch_size, 8);
@@ -239,6 +243,7 @@ mod tests {
             &mut c,
             &[port("x", &[-1, 4], None)],
             &[port("y", &[-1, 4], None)],
+            DEFAULT_MAX_BATCH_SIZE,
         )
         .unwrap();
         assert_eq!(c.input.len(), 1);

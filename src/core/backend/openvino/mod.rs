@@ -32,6 +32,7 @@ use openvino::{
 
 use self::settings::OvSettings;
 use super::LoadContext;
+use crate::core::config::autocomplete::DEFAULT_MAX_BATCH_SIZE;
 use crate::core::config::pb::model_config::SchedulingChoice;
 use crate::core::config::ModelConfig;
 use crate::core::error::{Error, Result};
@@ -322,8 +323,13 @@ pub fn model_ports(path: &Path) -> Result<(Vec<ir::IrPort>, Vec<ir::IrPort>)> {
 }
 
 /// Auto-complete of an OpenVINO model's config (Triton's rules,
-/// [`complete`]), its notes logged as Triton logs them.
-pub fn auto_complete(mut config: ModelConfig, version_dir: &Path) -> Result<ModelConfig> {
+/// [`complete`]; a batching model without max_batch_size gets
+/// `max_batch_size`), its notes logged as Triton logs them.
+pub fn auto_complete(
+    mut config: ModelConfig,
+    version_dir: &Path,
+    max_batch_size: i32,
+) -> Result<ModelConfig> {
     let path = version_dir.join(model_file(&config));
     // Only an IR carries layouts; another format's ports matter only when
     // the config leaves inputs or outputs to fill (the load reads it anyway).
@@ -335,7 +341,7 @@ pub fn auto_complete(mut config: ModelConfig, version_dir: &Path) -> Result<Mode
     } else {
         Default::default()
     };
-    for (level, note) in complete::complete(&mut config, &inputs, &outputs)? {
+    for (level, note) in complete::complete(&mut config, &inputs, &outputs, max_batch_size)? {
         crate::core::logging::log(level, &note);
     }
     Ok(config)
@@ -658,7 +664,8 @@ pub fn gen_config(
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
     let (inputs, outputs) = model_ports(file).map_err(|e| fail(&e))?;
     config.max_batch_size = req.max_batch_size.unwrap_or(0);
-    let notes = complete::complete(config, &inputs, &outputs).map_err(|e| fail(&e))?;
+    let notes = complete::complete(config, &inputs, &outputs, DEFAULT_MAX_BATCH_SIZE)
+        .map_err(|e| fail(&e))?;
     match req.dynamic_batching {
         Some(true) => config.scheduling_choice = crate::core::backend::generate::dynamic_batching(),
         Some(false) => config.scheduling_choice = None,
@@ -712,8 +719,12 @@ impl super::Backend for OpenVino {
         ctx: &super::CompleteContext,
     ) -> Option<Result<ModelConfig>> {
         Some(
-            auto_complete(config.clone(), ctx.version_dir)
-                .map_err(|e| super::load_failed(config, e.message)),
+            auto_complete(
+                config.clone(),
+                ctx.version_dir,
+                ctx.options.default_max_batch_size,
+            )
+            .map_err(|e| super::load_failed(config, e.message)),
         )
     }
 

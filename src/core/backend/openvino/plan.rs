@@ -91,7 +91,9 @@ pub fn check(config: &ModelConfig, version_dirs: &[PathBuf]) -> Vec<crate::core:
             Ok(()) => {
                 let checked = model_ports(&path).and_then(|(i, o)| {
                     let mut completed = config.clone();
-                    complete::complete(&mut completed, &i, &o)?;
+                    // Checked as served with Triton's default max_batch_size (this
+                    // check does not know `--backend-config`).
+                    complete::complete(&mut completed, &i, &o, DEFAULT_MAX_BATCH_SIZE)?;
                     let ports =
                         |v: Vec<ir::IrPort>| v.iter().map(ir::IrPort::port).collect::<Vec<_>>();
                     plan(&completed, &settings, &ports(i), &ports(o))

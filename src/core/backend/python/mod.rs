@@ -242,11 +242,11 @@ impl ListExec for PythonInstance {
 
     /// The worker process's resident set (what unloading the instance
     /// gives back to the machine), on CPU 0.
-    fn memory_usage(&self) -> Vec<crate::core::memory::MemoryUsage> {
+    fn memory_usage(&self) -> Vec<crate::core::metrics::memory::MemoryUsage> {
         self.worker
             .as_ref()
-            .and_then(|w| crate::core::memory::process_rss(w.pid()))
-            .map(|byte_size| crate::core::memory::MemoryUsage {
+            .and_then(|w| crate::core::metrics::memory::process_rss(w.pid()))
+            .map(|byte_size| crate::core::metrics::memory::MemoryUsage {
                 kind: "CPU",
                 id: 0,
                 byte_size,

@@ -756,7 +756,7 @@ impl super::Backend for TensorFlow {
             return None;
         }
         let file = ctx.version_dir.join(&config.default_model_filename);
-        Some(super::completed_from(config, model_io(&file, config)))
+        Some(super::completed_from(config, model_io(&file, config), ctx))
     }
 
     /// What auto-complete makes of a SavedModel's serving signature.

@@ -53,9 +53,15 @@ impl fmt::Display for Finding {
 
 /// Options for checking.
 #[derive(Debug, Clone, Copy)]
-pub struct CheckOptions {
+pub struct CheckOptions<'a> {
     /// The GPU ids this server may use.
     pub gpus: &'static [i32],
+    /// The least compute capability of a GPU models may use
+    /// (`--min-supported-compute-capability`), for validation's words.
+    pub min_compute_capability: (i32, i32),
+    /// `--model-config-name`: a model's `configs/<NAME>.pbtxt` is checked
+    /// where it has one.
+    pub config_name: Option<&'a str>,
     /// The backends that run KIND_GPU instances in this installation (set
     /// only when there is a GPU): KIND_AUTO resolves to KIND_GPU for them.
     pub gpu_backends: &'static [&'static str],
@@ -263,7 +269,7 @@ fn load_into(
     let model = match dirs.first() {
         None => None,
         Some(path) => {
-            let mut m = check_model(layout::scan_model_dir(path)?, opts);
+            let mut m = check_model(layout::scan_model_dir(path, opts.config_name)?, opts);
             if dirs.len() > 1 {
                 m.push_dir(Severity::Error, duplicate_message(name, &dirs));
             }
@@ -385,7 +391,7 @@ fn check_config(mut m: CheckedModel, mut config: ModelConfig, opts: &CheckOption
     let vctx = ValidateContext {
         gpus: opts.gpus,
         missing_gpu: opts.missing_gpu,
-        min_compute_capability: crate::core::device::min_compute_capability_value(),
+        min_compute_capability: crate::core::device::capability_value(opts.min_compute_capability),
     };
     for issue in validate(&config, &vctx) {
         m.push(issue);

@@ -92,7 +92,7 @@ impl State {
 struct Dyn {
     label: String,
     /// The model's statistics: each batch's execution is counted here.
-    stats: Arc<crate::core::stats::ModelStats>,
+    stats: Arc<crate::core::metrics::stats::ModelStats>,
     config: BatchConfig,
     capacity: usize,
     delivery: Delivery,
@@ -154,7 +154,7 @@ impl DynamicBatcher {
         answering: Answering,
         instances: usize,
         capacity: usize,
-        stats: Arc<crate::core::stats::ModelStats>,
+        stats: Arc<crate::core::metrics::stats::ModelStats>,
         start_pool: impl FnOnce(Arc<dyn WorkSource>) -> Result<Arc<InstancePool>>,
     ) -> Result<Self> {
         let delivery = if config.preserve_ordering {

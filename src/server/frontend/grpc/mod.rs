@@ -13,20 +13,20 @@ mod stream;
 use crate::core::engine::{parse_version, Engine};
 use crate::core::error::{Error, ErrorKind};
 use crate::core::logging::{self, Setting};
-use crate::core::protocol::grpc_convert;
-use crate::core::protocol::pb::health::{
+use crate::core::types::TraceContext;
+use crate::server::protocol::grpc_convert;
+use crate::server::protocol::pb::health::{
     health_check_response::ServingStatus,
     health_server::{Health, HealthServer},
     HealthCheckRequest, HealthCheckResponse,
 };
-use crate::core::protocol::pb::inference::{
+use crate::server::protocol::pb::inference::{
     grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer},
     infer_parameter::ParameterChoice,
     model_repository_parameter::ParameterChoice as RepoParam,
     repository_index_response::ModelIndex,
     *,
 };
-use crate::core::types::TraceContext;
 use stream::{failed, Sent, StreamCall};
 
 /// Triton's mapping of error kinds to gRPC codes.

@@ -10,8 +10,8 @@ use tonic::{Status, Streaming};
 use super::*;
 use crate::core::engine::Engine;
 use crate::core::error::Error;
-use crate::core::protocol::pb::inference::*;
 use crate::core::types::TraceContext;
+use crate::server::protocol::pb::inference::*;
 
 /// A stream's response, with the gRPC code of its error when it is one.
 pub(super) type Sent = (ModelStreamInferResponse, Option<tonic::Code>);

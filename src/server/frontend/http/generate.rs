@@ -24,9 +24,9 @@ use super::{
     AppState, Forward, Params,
 };
 use crate::core::error::{Error, Result};
-use crate::core::frontend::answers::{answers, Answers};
-use crate::core::protocol::generate::{error_json, parse_request, response_json};
 use crate::core::types::InferResponse;
+use crate::server::frontend::answers::{answers, Answers};
+use crate::server::protocol::generate::{error_json, parse_request, response_json};
 
 /// Triton's words when `generate` gets other than one response.
 const NOT_ONE: &str = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses";

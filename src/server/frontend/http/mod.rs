@@ -22,8 +22,8 @@ pub mod v1;
 
 use crate::core::engine::{Engine, TensorMetadata};
 use crate::core::error::{Error, ErrorKind};
-use crate::core::protocol::{config_json, kserve_json};
 use crate::core::repository::LoadedModel;
+use crate::server::protocol::{config_json, kserve_json};
 use admin::*;
 
 /// The header that carries the JSON part's length in binary requests.
@@ -77,12 +77,12 @@ type ApiResult<T> = Result<T, ApiError>;
 /// readings are taken every `--metrics-interval-ms` on a thread that lives
 /// as long as the router.
 pub fn metrics_router(engine: Engine) -> Router {
-    let sampler = crate::core::metrics::Sampler::start(&engine.config().metrics);
+    let sampler = crate::server::prometheus::Sampler::start(&engine.config().metrics);
     Router::new()
         .route(
             "/metrics",
             get(|State(engine): State<Engine>| async move {
-                let mut body = crate::core::metrics::render_with(
+                let mut body = crate::server::prometheus::render_with(
                     &engine.loaded_models(),
                     &engine.config().metrics,
                     &sampler.readings(),

@@ -21,7 +21,7 @@ use axum::Router;
 use super::AppState;
 use crate::core::engine::Engine;
 use crate::core::error::{Error, Result};
-use crate::core::protocol::v1::{self, infer, pb, text, Api, API_STATS};
+use crate::server::protocol::v1::{self, infer, pb, text, Api, API_STATS};
 
 const NV_STATUS: &str = "nv-status";
 const NV_INFER_REQUEST: &str = "nv-inferrequest";

@@ -19,10 +19,10 @@ use super::super::http::{
 use super::*;
 use crate::core::error::Result;
 use crate::core::openai::OpenAiModel;
-use crate::core::protocol::generate::bytes_input;
-use crate::core::protocol::kserve_json::json_values;
 use crate::core::repository::LoadedModel;
 use crate::core::types::{DataType, InferRequest, InferResponse, Tensor};
+use crate::server::protocol::generate::bytes_input;
+use crate::server::protocol::kserve_json::json_values;
 
 /// The first element of a one-element tensor as an integer.
 pub(super) fn count_of(t: &Tensor) -> Option<u64> {

@@ -16,9 +16,9 @@ use super::super::http::{forward_headers, trace_context, AppState, Forward};
 use super::completions::count_of;
 use super::*;
 use crate::core::error::{Error, Result};
-use crate::core::protocol::generate::bytes_input;
-use crate::core::protocol::kserve_json::json_values;
 use crate::core::types::{DataType, InferRequest, InferResponse, Tensor};
+use crate::server::protocol::generate::bytes_input;
+use crate::server::protocol::kserve_json::json_values;
 use futures_util::TryStreamExt;
 
 pub(super) async fn embeddings(

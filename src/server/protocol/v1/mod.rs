@@ -219,12 +219,15 @@ pub fn server_status(engine: &Engine, model: Option<&str>) -> Result<pb::ServerS
 /// The highest numbered version directory of a model in the repository.
 fn latest_version_dir(engine: &Engine, name: &str) -> Option<i64> {
     let dirs = crate::core::repository::check::model_dirs(&engine.config().repositories(), name);
-    crate::core::repository::layout::scan_model_dir(dirs.first()?)
-        .ok()?
-        .versions
-        .keys()
-        .next_back()
-        .copied()
+    crate::core::repository::layout::scan_model_dir(
+        dirs.first()?,
+        engine.config().model_config_name.as_deref(),
+    )
+    .ok()?
+    .versions
+    .keys()
+    .next_back()
+    .copied()
 }
 
 /// Every model of the repository, by name.

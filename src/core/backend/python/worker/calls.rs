@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use super::{Link, Outgoing};
 use crate::core::backend::python::frame::{code_name, Frame};
 use crate::core::backend::ModelControl;
-use crate::core::custom_metrics;
 use crate::core::error::{Error, Result};
+use crate::core::metrics::custom;
 use crate::core::types::{InferRequest, RequestedOutput, SequenceId, SequenceParams, TraceContext};
 
 /// A `metric` frame (pb_utils.MetricFamily / Metric): makes, updates, reads
@@ -26,11 +26,9 @@ pub(super) fn metric(link: &Arc<Link>, frame: &Frame) {
         .unwrap_or(0.0);
     let answer: Option<Result<Value>> = match frame.str("op") {
         "family" => Some(
-            custom_metrics::Kind::from_code(frame.u64("metric_kind"))
+            custom::Kind::from_code(frame.u64("metric_kind"))
                 .ok_or_else(|| Error::invalid_arg("unknown metric kind"))
-                .and_then(|kind| {
-                    custom_metrics::family(frame.str("name"), frame.str("description"), kind)
-                })
+                .and_then(|kind| custom::family(frame.str("name"), frame.str("description"), kind))
                 .map(|handle| {
                     let id = link.next_id();
                     held.insert(id, handle);
@@ -39,7 +37,7 @@ pub(super) fn metric(link: &Arc<Link>, frame: &Frame) {
         ),
         "metric" => Some((|| {
             let family = match held.get(&frame.u64("family")) {
-                Some(custom_metrics::Handle::Family(name)) => name.clone(),
+                Some(custom::Handle::Family(name)) => name.clone(),
                 _ => return Err(Error::invalid_arg("the metric's family is gone")),
             };
             let labels = frame
@@ -57,23 +55,23 @@ pub(super) fn metric(link: &Arc<Link>, frame: &Frame) {
                 .get("buckets")
                 .and_then(Value::as_array)
                 .map(|b| b.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect());
-            let handle = custom_metrics::metric(&family, labels, buckets)?;
+            let handle = custom::metric(&family, labels, buckets)?;
             let id = link.next_id();
             held.insert(id, handle);
             Ok(json!(id))
         })()),
         "value" => Some(match held.get(&id) {
-            Some(handle) => custom_metrics::value(handle).map(|v| json!(v)),
+            Some(handle) => custom::value(handle).map(|v| json!(v)),
             None => Err(Error::invalid_arg("the metric is gone")),
         }),
         op @ ("increment" | "set" | "observe") => {
             let update = match op {
-                "increment" => custom_metrics::Update::Increment(number),
-                "set" => custom_metrics::Update::Set(number),
-                _ => custom_metrics::Update::Observe(number),
+                "increment" => custom::Update::Increment(number),
+                "set" => custom::Update::Set(number),
+                _ => custom::Update::Observe(number),
             };
             // Checked in the worker already: an error here is logged.
-            if let Some(Err(e)) = held.get(&id).map(|h| custom_metrics::update(h, update)) {
+            if let Some(Err(e)) = held.get(&id).map(|h| custom::update(h, update)) {
                 crate::core::logging::log('W', &format!("model instance '{}': {e}", link.instance));
             }
             None

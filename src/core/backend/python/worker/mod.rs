@@ -43,8 +43,8 @@ mod stderr;
 
 use super::frame::Frame;
 use crate::core::backend::Host;
-use crate::core::custom_metrics;
 use crate::core::error::{Error, Result};
+use crate::core::metrics::custom;
 use crate::core::responder::Responder;
 use crate::core::types::CancelToken;
 use routing::{read_frames, respond};
@@ -75,7 +75,7 @@ pub(super) struct Link {
     outgoing: Mutex<Option<mpsc::Sender<Outgoing>>>,
     /// The custom metric families and metrics the worker made, by its ids
     /// for them; let go of when the worker says so or is gone.
-    metrics: Mutex<HashMap<u64, custom_metrics::Handle>>,
+    metrics: Mutex<HashMap<u64, custom::Handle>>,
     /// How far the reader thread got: see `wait_routed`.
     routed: Mutex<Routed>,
     routed_changed: Condvar,

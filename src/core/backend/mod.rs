@@ -12,6 +12,7 @@
 //! API, the library loaded at run time; feature `tensorflow`).
 
 pub mod custom;
+pub mod fil;
 pub mod generate;
 pub mod identity;
 // Without the `onnx` feature, `onnx/disabled.rs` stands in for
@@ -136,6 +137,7 @@ pub fn registry() -> &'static [&'static dyn Backend] {
             &pytorch::PyTorch,
             &python::Python,
             &custom::Custom,
+            &fil::Fil,
         ];
         #[cfg(feature = "onnx")]
         all.push(&onnx::Onnx);

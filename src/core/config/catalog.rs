@@ -359,6 +359,35 @@ pub static CATALOG: &[BackendSpec] = &[
         ..BATCH_BACKEND
     },
     BackendSpec {
+        name: "fil",
+        // No platform and no one file: the `model_type` parameter names
+        // the format and its default file (backend::fil::settings).
+        // What backend::fil::settings reads (its PARAMETERS; a test there
+        // holds the two together).
+        parameters: Parameters::Listed {
+            names: &[
+                "model_type",
+                "is_classifier",
+                "output_class",
+                "threshold",
+                "predict_proba",
+                "cpu_nthread",
+                "use_experimental_optimizations",
+                "xgboost_allow_unknown_field",
+                "algo",
+                "storage_type",
+                "blocks_per_sm",
+                "threads_per_tree",
+                "transfer_threshold",
+                "layout",
+                "chunk_size",
+            ],
+            prefixes: &[],
+        },
+        about: "tree models (XGBoost JSON and UBJSON, LightGBM text, Treelite checkpoints) as Triton's FIL backend serves them",
+        ..BATCH_BACKEND
+    },
+    BackendSpec {
         name: "custom",
         // The legacy TRTIS custom backend API (custom.h).
         formats: &[Format {

@@ -6,14 +6,16 @@
 //!
 //! The model's config is read and normalized as the server does; its first
 //! input gets one tensor of uniform random floats in [-1, 1) (made once) at
-//! batch B; the run repeats a few times to warm up, then for S seconds. One
+//! batch B, or with `--rows FILE` (raw little-endian f32, rows of the
+//! input's size) the file's rows, B at a time, from the start again when
+//! they run out; the run repeats a few times to warm up, then for S seconds. One
 //! JSON line on stdout: `{"batch", "runs", "infer_per_s", "p50_ms",
 //! "cpu_us"}`: inferences (batch elements) per second, the median latency of
 //! one run, the process's CPU time (getrusage) per inference.
 //!
 //! ```text
 //! cargo run --release --example engine_direct -- --model-dir examples/model_repository/efficientnet_lite0_openvino \
-//!     [--batch B] [--seconds S] [--warmup N]
+//!     [--batch B] [--seconds S] [--warmup N] [--rows FILE]
 //! ```
 
 use std::path::PathBuf;
@@ -45,6 +47,10 @@ struct Args {
     /// Runs before the timing starts.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// The input's rows from this file (raw little-endian f32) instead of
+    /// random numbers.
+    #[arg(long)]
+    rows: Option<PathBuf>,
 }
 
 fn cpu_seconds() -> f64 {
@@ -113,25 +119,46 @@ fn main() {
             ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0).to_le_bytes()
         })
         .collect();
-    let tensor = Tensor {
-        name: input.name.clone(),
-        datatype: DataType::Fp32,
-        shape,
-        data,
+    // The batches to run, in turn: the one random batch, or the file's
+    // rows B at a time.
+    let batches: Vec<Tensor> = match &args.rows {
+        None => vec![Tensor {
+            name: input.name.clone(),
+            datatype: DataType::Fp32,
+            shape,
+            data,
+        }],
+        Some(path) => {
+            let bytes = std::fs::read(path).expect("the rows file");
+            let batch_bytes = data.len();
+            assert!(
+                bytes.len() >= batch_bytes,
+                "fewer rows in the file than one batch"
+            );
+            bytes
+                .chunks_exact(batch_bytes)
+                .map(|chunk| Tensor {
+                    name: input.name.clone(),
+                    datatype: DataType::Fp32,
+                    shape: shape.clone(),
+                    data: chunk.to_vec(),
+                })
+                .collect()
+        }
     };
     let outputs: Vec<String> = config.output.iter().map(|o| o.name.clone()).collect();
-    for _ in 0..args.warmup {
+    for tensor in batches.iter().cycle().take(args.warmup) {
         instance
             .execute(vec![tensor.clone()], &outputs)
             .expect("a run");
     }
     let (start, cpu0) = (Instant::now(), cpu_seconds());
     let mut latencies = Vec::new();
+    let mut next = batches.iter().cycle();
     while start.elapsed().as_secs_f64() < args.seconds {
+        let tensor = next.next().unwrap().clone();
         let t = Instant::now();
-        instance
-            .execute(vec![tensor.clone()], &outputs)
-            .expect("a run");
+        instance.execute(vec![tensor], &outputs).expect("a run");
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let elapsed = start.elapsed().as_secs_f64();

@@ -25,6 +25,7 @@ benches=(
   "ensemble  the example ensemble vs the client calling both models itself"
   "pytorch   the PyTorch backend (TorchScript and .pt2 classifiers, MLP) vs libtorch called directly"
   "tensorflow the TensorFlow backend (SavedModel classifier, dynamic batching, c=1/4/16) vs the C API called directly"
+  "trees     tree models on the FIL backend (XGBoost and LightGBM, 500 trees) vs xgboost's inplace_predict and lightgbm's predict in-process, batch 1/128/10000, and served"
   "openvino  the classifier on OpenVINO (IR) vs on ONNX Runtime through trtis at c=1/4/16, and each engine in-process"
   "python    the Python backend (add_sub model.py) vs Triton 2.51's and a plain Python loop"
   "custom    a custom.h library (the addsub example) vs the built-in identity backend, same shapes"

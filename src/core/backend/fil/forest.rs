@@ -17,6 +17,11 @@ use crate::core::error::Error;
 /// Rows evaluated together, tree by tree.
 pub const BLOCK: usize = 64;
 
+/// Rows of a block walked through a tree in lockstep, level by level: their
+/// walks are independent, so the CPU overlaps one row's node loads with
+/// the others' (one row alone waits on each load in turn).
+const LANES: usize = 8;
+
 /// The threshold below which LightGBM takes a value for zero
 /// (`kZeroThreshold`), for splits that treat zero as missing.
 const ZERO: f32 = 1e-35;
@@ -65,6 +70,8 @@ pub struct Tree {
     leaf_values: Vec<f64>,
     /// The output its scalar leaves add to.
     output: u32,
+    /// Splits on the longest path from the root to a leaf.
+    depth: u32,
 }
 
 /// From summed margins to what the model predicts.
@@ -163,8 +170,8 @@ pub fn build_tree(
         ..Default::default()
     };
     let mut seen = vec![false; raw.len()];
-    // (raw index, index in `tree.nodes`) still to fill.
-    let mut todo = vec![(0usize, 0usize)];
+    // (raw index, index in `tree.nodes`, depth) still to fill.
+    let mut todo = vec![(0usize, 0usize, 0u32)];
     tree.nodes.push(Node::default());
     seen[0] = true;
     let take = |i: usize, seen: &mut Vec<bool>| -> std::result::Result<usize, String> {
@@ -189,7 +196,8 @@ pub fn build_tree(
             ))
         }
     };
-    while let Some((r, at)) = todo.pop() {
+    while let Some((r, at, depth)) = todo.pop() {
+        tree.depth = tree.depth.max(depth);
         let node = match &raw[r] {
             RawNode::Leaf(v) => {
                 tree.leaf_values.push(*v);
@@ -227,8 +235,8 @@ pub fn build_tree(
                 let first = tree.nodes.len();
                 tree.nodes.push(Node::default());
                 tree.nodes.push(Node::default());
-                todo.push((rr, first + 1));
-                todo.push((l, first));
+                todo.push((rr, first + 1, depth + 1));
+                todo.push((l, first, depth + 1));
                 let mut flags = 0;
                 if *default_left {
                     flags |= DEFAULT_LEFT;
@@ -260,8 +268,8 @@ pub fn build_tree(
                 let first = tree.nodes.len();
                 tree.nodes.push(Node::default());
                 tree.nodes.push(Node::default());
-                todo.push((rr, first + 1));
-                todo.push((l, first));
+                todo.push((rr, first + 1, depth + 1));
+                todo.push((l, first, depth + 1));
                 let top = categories.iter().copied().max().unwrap_or(0);
                 if top >= 1 << 20 {
                     return Err(format!("a categorical split on category {top}"));
@@ -298,14 +306,39 @@ pub fn build_tree(
 
 impl Tree {
     /// The leaf `row` reaches.
-    #[inline]
+    #[cfg(test)]
     fn leaf(&self, row: &[f32]) -> &Node {
         let mut node = &self.nodes[0];
         while node.flags & LEAF == 0 {
-            let left = self.goes_left(node, row[node.feature as usize]);
-            node = &self.nodes[node.left as usize + usize::from(!left)];
+            node = &self.nodes[self.next(node, row[node.feature as usize])];
         }
         node
+    }
+
+    /// Adds `leaf`'s value(s) to a row's `sum` (one per output).
+    #[inline(always)]
+    fn add(&self, leaf: &Node, sum: &mut [f64]) {
+        let at = leaf.left as usize;
+        if leaf.flags & VECTOR == 0 {
+            sum[self.output as usize] += self.leaf_values[at];
+        } else {
+            for (s, v) in sum.iter_mut().zip(&self.leaf_values[at..]) {
+                *s += v;
+            }
+        }
+    }
+
+    /// The child a split sends `x` to.
+    #[inline(always)]
+    fn next(&self, node: &Node, x: f32) -> usize {
+        let left = if node.flags & (CATEGORICAL | NAN_AS_ZERO | ZERO_MISSING) == 0 {
+            // The common split, without branches: NaN fails `<` and goes
+            // its default way.
+            (x < node.value) | (x.is_nan() & (node.flags & DEFAULT_LEFT != 0))
+        } else {
+            self.goes_left(node, x)
+        };
+        node.left as usize + usize::from(!left)
     }
 
     #[inline]
@@ -374,7 +407,7 @@ impl Forest {
         // Below a few blocks' work a thread costs more than it saves.
         let work = n * self.trees.len();
         let threads = threads.clamp(1, n.div_ceil(BLOCK).max(1));
-        if threads == 1 || work < 64 * 1024 {
+        if threads == 1 || work < 16 * 1024 {
             self.margins_serial(rows, out);
             return;
         }
@@ -394,17 +427,30 @@ impl Forest {
         out.fill(0.0);
         for (block, sums) in rows.chunks(BLOCK * f).zip(out.chunks_mut(BLOCK * k)) {
             for tree in &self.trees {
-                for (row, sum) in block.chunks_exact(f).zip(sums.chunks_exact_mut(k)) {
-                    let leaf = tree.leaf(row);
-                    let at = leaf.left as usize;
-                    if leaf.flags & VECTOR == 0 {
-                        sum[tree.output as usize] += tree.leaf_values[at];
-                    } else {
-                        for (s, v) in sum.iter_mut().zip(&tree.leaf_values[at..at + k]) {
-                            *s += v;
+                let lanes = block
+                    .chunks_exact(LANES * f)
+                    .zip(sums.chunks_exact_mut(LANES * k));
+                for (rows, sums) in lanes {
+                    let mut at = [0usize; LANES];
+                    for _ in 0..tree.depth {
+                        for (j, i) in at.iter_mut().enumerate() {
+                            let node = &tree.nodes[*i];
+                            if node.flags & LEAF == 0 {
+                                *i = tree.next(node, rows[j * f + node.feature as usize]);
+                            }
                         }
                     }
+                    for (i, sum) in at.iter().zip(sums.chunks_exact_mut(k)) {
+                        tree.add(&tree.nodes[*i], sum);
+                    }
                 }
+            }
+            // The rows short of a lane group: one row through LANES trees
+            // in lockstep instead (a batch of one is all rest).
+            let done = block.len() / (LANES * f) * LANES;
+            let rest = block[done * f..].chunks_exact(f);
+            for (row, sum) in rest.zip(sums[done * k..].chunks_exact_mut(k)) {
+                self.row_margins(row, sum);
             }
         }
         // Averaged over the trees each output sums: all of them with
@@ -417,6 +463,25 @@ impl Forest {
         for sum in out.chunks_exact_mut(k) {
             for (s, b) in sum.iter_mut().zip(&self.base) {
                 *s = *s / per_output + b;
+            }
+        }
+    }
+
+    /// Adds one row's leaves to `sum`, walking LANES trees at a time.
+    fn row_margins(&self, row: &[f32], sum: &mut [f64]) {
+        for trees in self.trees.chunks(LANES) {
+            let mut at = [0usize; LANES];
+            let depth = trees.iter().map(|t| t.depth).max().unwrap_or(0);
+            for _ in 0..depth {
+                for (tree, i) in trees.iter().zip(at.iter_mut()) {
+                    let node = &tree.nodes[*i];
+                    if node.flags & LEAF == 0 {
+                        *i = tree.next(node, row[node.feature as usize]);
+                    }
+                }
+            }
+            for (tree, i) in trees.iter().zip(at) {
+                tree.add(&tree.nodes[i], sum);
             }
         }
     }

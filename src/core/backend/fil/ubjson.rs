@@ -1,8 +1,10 @@
 //! Universal Binary JSON (ubjson.org, draft 12), as XGBoost writes its
 //! `.ubj` models, read into a `serde_json::Value` so one reader serves
 //! both forms. Hand-written: the format is a dozen one-byte markers, and
-//! no well-kept crate reads its optimized (typed, counted) containers,
-//! which XGBoost uses for every array. Numbers are big-endian; nesting and
+//! the crates on crates.io are early (serde_ubj: "not production ready"),
+//! a single 2022 release (serde_ub_json) or serialize only (serde_ubjson),
+//! while XGBoost writes every array as an optimized (typed, counted)
+//! container that the reader must get right. Numbers are big-endian; nesting and
 //! counts are bounded so a hostile file cannot exhaust the stack or memory.
 
 use serde_json::{Map, Number, Value};

@@ -12,7 +12,8 @@ regression, Poisson, missing values, categorical features, random forests
 Covered: every fixture over HTTP and gRPC equals the framework's own
 predict within 1e-5 relative (probabilities, classes by the
 threshold and by the most probable class, margins of a regressor); the
-dynamic batcher; `trtis infer` with a .npy; bad models, parameters, configs
+dynamic batcher; `trtis infer` with a .npy; an ensemble of a Python
+feature step and a tree model; bad models, parameters, configs
 and requests refused with the reason by `serve` and `validate-config`
 alike, the server serving on.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +213,50 @@ def test_gpu_tuning_parameters_are_noted_and_unknown_ones_warned(tmp_path):
     for server in running_server(repo):
         assert httpclient.InferenceServerClient(server.url).is_model_ready("m")
         assert any("storage_type tunes FIL on a GPU" in line for line in server.log_lines())
+
+
+FEATURE_STEP = '''import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """A feature step: the client sends half of each value."""
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            raw = pb_utils.get_input_tensor_by_name(request, "RAW").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("FEATURES", (raw * 2).astype(np.float32))]))
+        return out
+'''
+
+
+def test_an_ensemble_of_a_python_feature_step_and_a_tree_model(tmp_path):
+    name = "xgb_binary"
+    e = fixture(name)[1]
+    rows = e["X"].astype(np.float32)
+    repo = tmp_path / "repo"
+    (repo / "features" / "1").mkdir(parents=True)
+    (repo / "features" / "1" / "model.py").write_text(FEATURE_STEP)
+    (repo / "features" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 64\n'
+        'input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 30 ] } ]\n'
+        'output [ { name: "FEATURES" data_type: TYPE_FP32 dims: [ 30 ] } ]\n')
+    (repo / "trees" / "1").mkdir(parents=True)
+    shutil.copy(FIXTURES / name / "1" / "xgboost.json", repo / "trees" / "1")
+    (repo / "trees" / "config.pbtxt").write_text(config("trees", "xgboost_json", 30, 2, classifier=True, proba=True))
+    (repo / "scored" / "1").mkdir(parents=True)
+    (repo / "scored" / "config.pbtxt").write_text(
+        'platform: "ensemble"\nmax_batch_size: 64\n'
+        'input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 30 ] } ]\n'
+        'output [ { name: "PROBA" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'ensemble_scheduling { step [\n'
+        '  { model_name: "features" model_version: -1 input_map { key: "RAW" value: "RAW" }'
+        ' output_map { key: "FEATURES" value: "features" } },\n'
+        '  { model_name: "trees" model_version: -1 input_map { key: "input__0" value: "features" }'
+        ' output_map { key: "output__0" value: "PROBA" } } ] }\n')
+    for server in running_server(repo, ["--python", sys.executable]):
+        for client, mod in ((httpclient.InferenceServerClient(server.url), httpclient), (grpc_client_for(server), grpcclient)):
+            inp = mod.InferInput("RAW", list(rows.shape), "FP32")
+            inp.set_data_from_numpy(rows / 2)
+            close(client.infer("scored", [inp]).as_numpy("PROBA"), e["proba"], f"ensemble over {mod.__name__}")

@@ -36,7 +36,7 @@ from trtis_harness import REPO_ROOT, grpc_client_for, running_server, trtis_bin
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "fil" / "models"
 SERVED = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 FILES = {"xgboost_json": "xgboost.json", "xgboost_ubj": "xgboost.ubj", "lightgbm": "model.txt",
-         "treelite_checkpoint": "checkpoint.tl"}
+         "treelite_checkpoint": "checkpoint.tl", "xgboost": "xgboost.model"}
 
 
 def config(name: str, model_type: str, features: int, width: int, *, classifier: bool,

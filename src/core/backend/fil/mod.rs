@@ -1,5 +1,5 @@
 //! The `fil` backend, as Triton's FIL backend serves tree models: XGBoost
-//! (JSON and UBJSON), LightGBM (text) and Treelite checkpoints
+//! (JSON, UBJSON and the legacy binary format), LightGBM (text) and Treelite checkpoints
 //! (scikit-learn's forests), read into one [`forest::Forest`] and evaluated
 //! on the CPU by our own evaluator (`forest.rs` says why its layout is
 //! fast).
@@ -22,6 +22,7 @@ pub mod settings;
 mod treelite;
 mod ubjson;
 mod xgboost;
+mod xgboost_binary;
 
 use std::path::{Path, PathBuf};
 
@@ -54,10 +55,7 @@ pub fn read_forest(path: &Path, model_type: ModelType) -> Result<Forest> {
             Err(_) => Err("not a LightGBM text model (it is not UTF-8 text)".into()),
         },
         ModelType::TreeliteCheckpoint => treelite::read(&bytes),
-        ModelType::Xgboost => Err(format!(
-            "model_type '{}' (XGBoost's legacy binary format) is not read by trtis yet; save the model as XGBoost JSON (xgboost_json) or UBJSON (xgboost_ubj)",
-            model_type.name()
-        )),
+        ModelType::Xgboost => xgboost_binary::read(&bytes),
     };
     read.map_err(|why| forest::unreadable(path, why))
 }

@@ -209,3 +209,19 @@ fn treelite_checkpoints_of_another_version_or_cut_short_are_refused() {
     v3[0] = 3;
     assert!(treelite::read(&v3).unwrap_err().contains("Treelite 3."));
 }
+
+#[test]
+fn xgboost_legacy_binaries_cut_short_or_of_another_form_are_refused() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fil/models/xgb_legacy/1/xgboost.model");
+    let bytes = std::fs::read(path).unwrap();
+    let f = xgboost_binary::read(&bytes).unwrap();
+    assert_eq!((f.num_features, f.num_outputs, f.trees.len()), (30, 1, 20));
+    // (What follows the trees' classes, the model's attributes, is not read.)
+    for cut in [3, 100, 300, bytes.len() / 2] {
+        assert!(xgboost_binary::read(&bytes[..cut]).is_err(), "{cut}");
+    }
+    assert!(xgboost_binary::read(XGB.as_bytes())
+        .unwrap_err()
+        .contains("xgboost_json"));
+}

@@ -151,7 +151,7 @@ fn read(doc: &Value) -> Result<Forest, String> {
 
 /// An objective's transform and its `ProbToMargin` for the base score.
 #[allow(clippy::type_complexity)]
-fn objective_of(name: &str) -> Result<(Transform, fn(f64) -> f64), String> {
+pub(super) fn objective_of(name: &str) -> Result<(Transform, fn(f64) -> f64), String> {
     let identity: fn(f64) -> f64 = |b| b;
     let logit: fn(f64) -> f64 = |b| -(1.0 / b - 1.0).ln();
     let log: fn(f64) -> f64 = f64::ln;
